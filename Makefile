@@ -1,0 +1,57 @@
+# vnetbench: the two commands a new user needs.
+#   make demo   install what is missing, run the built-in `quick` scenario, print
+#               its table and write demo/vnetbench.db and demo/report.html
+#   make test   install what is missing and run the whole test suite
+# Both must run as root (the lab is made of network namespaces).
+
+SHELL := /bin/bash
+VENV  := .venv
+PY    := $(VENV)/bin/python
+export PATH := $(HOME)/.cargo/bin:$(PATH)
+
+# Debian packages the lab and its workloads need. Checked one by one so a
+# machine that has them all never touches apt.
+DEB_PACKAGES := iproute2 iputils-ping iperf3 fping irtt sockperf ethtool tcpdump \
+                nftables procps util-linux kmod busybox-static qemu-system-x86 \
+                linux-image-amd64 chromium python3-venv
+
+.PHONY: setup deps venv emulator demo test test-unit test-lab clean-lab
+
+setup: deps venv emulator
+
+deps:
+	@missing=""; for p in $(DEB_PACKAGES); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing Debian packages:$$missing"; \
+	  apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $$missing; \
+	fi
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	touch $@
+
+venv: $(VENV)/.installed
+
+emulator:
+	@if [ -f emulator/Cargo.toml ]; then \
+	  command -v cargo >/dev/null || { echo "cargo not found: install Rust (rustup) or Debian's cargo"; exit 1; }; \
+	  cargo build --release --locked --manifest-path emulator/Cargo.toml; \
+	fi
+
+demo: setup
+	mkdir -p demo
+	$(VENV)/bin/vnetbench run quick --db demo/vnetbench.db --report demo/report.html
+
+test: setup
+	$(VENV)/bin/pytest -q tests
+	$(VENV)/bin/vnetbench clean --check
+
+test-unit: venv
+	$(VENV)/bin/pytest -q tests/unit
+
+clean-lab: venv
+	$(VENV)/bin/vnetbench clean

@@ -1,0 +1,486 @@
+//! The bottleneck queue and its disciplines: drop-tail, drop-head, CoDel
+//! (RFC 8289), RED (Floyd & Jacobson) and PIE (RFC 8033). Pure: time is a
+//! parameter (ns), dropped packets are handed back to the caller.
+
+use std::collections::VecDeque;
+
+use crate::config::Qdisc;
+use crate::model::Rng;
+use crate::packet::Packet;
+
+/// Largest frame, used by CoDel/PIE's "don't drop when less than a packet is queued".
+pub const MAX_FRAME: u64 = 1514;
+
+#[derive(Debug, Clone, Default)]
+struct CodelState {
+    first_above_time: u64,
+    drop_next: u64,
+    count: u32,
+    lastcount: u32,
+    dropping: bool,
+}
+
+#[derive(Debug, Clone, Default)]
+struct RedState {
+    avg: f64,
+    count: i64,
+    idle_since: Option<u64>,
+}
+
+#[derive(Debug, Clone)]
+struct PieState {
+    prob: f64,
+    qdelay_old: u64,
+    qdelay: u64,
+    burst_allowance: u64,
+    last_update: u64,
+    started: bool,
+}
+
+impl Default for PieState {
+    fn default() -> Self {
+        PieState { prob: 0.0, qdelay_old: 0, qdelay: 0, burst_allowance: PIE_MAX_BURST, last_update: 0, started: false }
+    }
+}
+
+const PIE_TUPDATE: u64 = 15_000_000;
+const PIE_MAX_BURST: u64 = 150_000_000;
+const RED_WQ: f64 = 0.002;
+
+/// Outcome of an enqueue.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Enq {
+    Queued,
+    /// Dropped by the buffer limit.
+    DroppedFull,
+    /// Dropped by the AQM (RED/PIE early drop).
+    DroppedAqm,
+}
+
+pub struct Queue {
+    q: VecDeque<Packet>,
+    bytes: u64,
+    pub limit_bytes: u64,
+    pub limit_packets: u64,
+    pub kind: Qdisc,
+    codel: CodelState,
+    red: RedState,
+    pie: PieState,
+    /// Packets dropped inside the queue (drop-head victims, CoDel drops),
+    /// to be counted and recycled by the caller.
+    pub dropped: Vec<Packet>,
+    /// How many of `dropped` were AQM decisions (vs. buffer overflow).
+    pub aqm_dropped: u64,
+}
+
+impl Queue {
+    pub fn new(kind: Qdisc, limit_bytes: u64, limit_packets: u64) -> Self {
+        Queue {
+            q: VecDeque::with_capacity(1024),
+            bytes: 0,
+            limit_bytes,
+            limit_packets,
+            kind,
+            codel: CodelState::default(),
+            red: RedState::default(),
+            pie: PieState::default(),
+            dropped: Vec::new(),
+            aqm_dropped: 0,
+        }
+    }
+
+    /// Change discipline/limits at run time; the AQM state restarts when the kind changes.
+    pub fn reconfigure(&mut self, kind: Qdisc, limit_bytes: u64, limit_packets: u64) {
+        if std::mem::discriminant(&kind) != std::mem::discriminant(&self.kind) {
+            self.codel = CodelState::default();
+            self.red = RedState::default();
+            self.pie = PieState::default();
+        }
+        self.kind = kind;
+        self.limit_bytes = limit_bytes;
+        self.limit_packets = limit_packets;
+    }
+
+    pub fn len(&self) -> usize {
+        self.q.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.q.is_empty()
+    }
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+    pub fn peek(&self) -> Option<&Packet> {
+        self.q.front()
+    }
+
+    fn fits(&self, extra: u64) -> bool {
+        self.bytes + extra <= self.limit_bytes && self.q.len() as u64 + 1 <= self.limit_packets
+    }
+
+    fn push(&mut self, p: Packet) {
+        self.bytes += p.len() as u64;
+        self.q.push_back(p);
+    }
+
+    fn pop(&mut self) -> Option<Packet> {
+        let p = self.q.pop_front()?;
+        self.bytes -= p.len() as u64;
+        Some(p)
+    }
+
+    /// Offer a packet at time `now`. A refused packet is returned in Err.
+    /// `rate_bps` is the current service rate (for RED's idle decay), 0 if unknown.
+    pub fn enqueue(&mut self, p: Packet, now: u64, rng: &mut Rng, rate_bps: u64) -> Result<(), (Packet, Enq)> {
+        let len = p.len() as u64;
+        match self.kind.clone() {
+            Qdisc::DropTail | Qdisc::Codel { .. } => {
+                if !self.fits(len) {
+                    return Err((p, Enq::DroppedFull));
+                }
+            }
+            Qdisc::DropHead => {
+                while !self.fits(len) {
+                    match self.pop() {
+                        Some(v) => self.dropped.push(v),
+                        None => return Err((p, Enq::DroppedFull)),
+                    }
+                }
+            }
+            Qdisc::Red { min_bytes, max_bytes, p_max } => {
+                let r = &mut self.red;
+                if self.q.is_empty() {
+                    // Idle-time decay: as if m small packets had arrived to an empty queue.
+                    if let (Some(since), true) = (r.idle_since, rate_bps > 0) {
+                        let pkt_ns = (MAX_FRAME * 8 * 1_000_000_000 / rate_bps).max(1);
+                        let m = (now.saturating_sub(since) / pkt_ns) as f64;
+                        r.avg *= (1.0 - RED_WQ).powf(m);
+                    }
+                    r.idle_since = None;
+                }
+                r.avg = (1.0 - RED_WQ) * r.avg + RED_WQ * self.bytes as f64;
+                let (minb, maxb) = (min_bytes as f64, max_bytes as f64);
+                if r.avg >= maxb {
+                    r.count = 0;
+                    return Err((p, Enq::DroppedAqm));
+                } else if r.avg >= minb {
+                    r.count += 1;
+                    let pb = p_max * (r.avg - minb) / (maxb - minb);
+                    let denom = 1.0 - r.count as f64 * pb;
+                    let pa = if denom <= 0.0 { 1.0 } else { (pb / denom).min(1.0) };
+                    if rng.chance(pa) {
+                        r.count = 0;
+                        return Err((p, Enq::DroppedAqm));
+                    }
+                } else {
+                    r.count = -1;
+                }
+                if !self.fits(len) {
+                    return Err((p, Enq::DroppedFull));
+                }
+            }
+            Qdisc::Pie { target_ms } => {
+                let target = crate::config::ms_to_ns(target_ms);
+                self.pie_update(now, target);
+                let s = &self.pie;
+                let early_ok = s.burst_allowance > 0
+                    || (s.qdelay_old < target / 2 && s.prob < 0.2)
+                    || self.bytes <= 2 * MAX_FRAME;
+                if !early_ok && rng.chance(self.pie.prob) {
+                    return Err((p, Enq::DroppedAqm));
+                }
+                if !self.fits(len) {
+                    return Err((p, Enq::DroppedFull));
+                }
+            }
+        }
+        self.push(p);
+        Ok(())
+    }
+
+    fn pie_update(&mut self, now: u64, target: u64) {
+        let s = &mut self.pie;
+        if !s.started {
+            s.started = true;
+            s.last_update = now;
+            return;
+        }
+        while now >= s.last_update + PIE_TUPDATE {
+            s.last_update += PIE_TUPDATE;
+            let qd = if self.q.is_empty() { 0 } else { s.qdelay };
+            let (a, b) = (0.125, 1.25);
+            let mut delta = a * (qd as f64 - target as f64) / 1e9 + b * (qd as f64 - s.qdelay_old as f64) / 1e9;
+            let scale = if s.prob < 1e-6 {
+                1.0 / 2048.0
+            } else if s.prob < 1e-5 {
+                1.0 / 512.0
+            } else if s.prob < 1e-4 {
+                1.0 / 128.0
+            } else if s.prob < 1e-3 {
+                1.0 / 32.0
+            } else if s.prob < 1e-2 {
+                1.0 / 8.0
+            } else if s.prob < 1e-1 {
+                1.0 / 2.0
+            } else {
+                1.0
+            };
+            delta *= scale;
+            if s.prob >= 0.1 && delta > 0.02 {
+                delta = 0.02;
+            }
+            s.prob = (s.prob + delta).clamp(0.0, 1.0);
+            if qd == 0 && s.qdelay_old == 0 {
+                s.prob *= 0.98;
+            }
+            s.burst_allowance = s.burst_allowance.saturating_sub(PIE_TUPDATE);
+            if s.prob == 0.0 && qd < target / 2 && s.qdelay_old < target / 2 {
+                s.burst_allowance = PIE_MAX_BURST;
+            }
+            s.qdelay_old = qd;
+        }
+    }
+
+    /// Take the head packet for transmission starting at `now` (AQMs drop
+    /// here; victims go to `dropped`).
+    pub fn dequeue(&mut self, now: u64) -> Option<Packet> {
+        match self.kind.clone() {
+            Qdisc::Codel { target_ms, interval_ms } => {
+                let target = crate::config::ms_to_ns(target_ms);
+                let interval = crate::config::ms_to_ns(interval_ms).max(1);
+                self.codel_dequeue(now, target, interval)
+            }
+            Qdisc::Pie { target_ms } => {
+                let p = self.pop();
+                if let Some(p) = &p {
+                    self.pie.qdelay = now.saturating_sub(p.arrival);
+                }
+                self.pie_update(now, crate::config::ms_to_ns(target_ms));
+                p
+            }
+            Qdisc::Red { .. } => {
+                let p = self.pop();
+                if self.q.is_empty() {
+                    self.red.idle_since = Some(now);
+                }
+                p
+            }
+            _ => self.pop(),
+        }
+    }
+
+    fn codel_do_dequeue(&mut self, now: u64, target: u64, interval: u64) -> (Option<Packet>, bool) {
+        let p = match self.pop() {
+            None => {
+                self.codel.first_above_time = 0;
+                return (None, false);
+            }
+            Some(p) => p,
+        };
+        let sojourn = now.saturating_sub(p.arrival);
+        let mut ok_to_drop = false;
+        if sojourn < target || self.bytes <= MAX_FRAME {
+            self.codel.first_above_time = 0;
+        } else if self.codel.first_above_time == 0 {
+            self.codel.first_above_time = now + interval;
+        } else if now >= self.codel.first_above_time {
+            ok_to_drop = true;
+        }
+        (Some(p), ok_to_drop)
+    }
+
+    fn control_law(t: u64, interval: u64, count: u32) -> u64 {
+        t + (interval as f64 / (count.max(1) as f64).sqrt()) as u64
+    }
+
+    fn codel_dequeue(&mut self, now: u64, target: u64, interval: u64) -> Option<Packet> {
+        let (mut p, mut ok) = self.codel_do_dequeue(now, target, interval);
+        if p.is_none() {
+            self.codel.dropping = false;
+            return None;
+        }
+        if self.codel.dropping {
+            if !ok {
+                self.codel.dropping = false;
+            }
+            while self.codel.dropping && now >= self.codel.drop_next {
+                if let Some(v) = p.take() {
+                    self.dropped.push(v);
+                    self.aqm_dropped += 1;
+                }
+                self.codel.count += 1;
+                let (np, nok) = self.codel_do_dequeue(now, target, interval);
+                p = np;
+                ok = nok;
+                if !ok {
+                    self.codel.dropping = false;
+                } else {
+                    self.codel.drop_next = Self::control_law(self.codel.drop_next, interval, self.codel.count);
+                }
+            }
+        } else if ok {
+            if let Some(v) = p.take() {
+                self.dropped.push(v);
+                self.aqm_dropped += 1;
+            }
+            let (np, _) = self.codel_do_dequeue(now, target, interval);
+            p = np;
+            self.codel.dropping = true;
+            let delta = self.codel.count.saturating_sub(self.codel.lastcount);
+            self.codel.count = if delta > 1 && now.saturating_sub(self.codel.drop_next) < 16 * interval { delta } else { 1 };
+            self.codel.drop_next = Self::control_law(now, interval, self.codel.count);
+            self.codel.lastcount = self.codel.count;
+        }
+        p
+    }
+
+    /// Remove everything (used at shutdown).
+    pub fn drain(&mut self) -> Vec<Packet> {
+        self.bytes = 0;
+        self.q.drain(..).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{stream, Rng};
+
+    fn pkt(len: usize, t: u64) -> Packet {
+        let mut p = Packet::new(vec![0u8; len]);
+        p.arrival = t;
+        p
+    }
+
+    #[test]
+    fn drop_tail_drops_only_when_full() {
+        let mut rng = Rng::new(0, 0, stream::AQM);
+        let mut q = Queue::new(Qdisc::DropTail, 4500, u64::MAX);
+        for i in 0..3 {
+            assert!(q.enqueue(pkt(1500, i), i, &mut rng, 0).is_ok(), "packet {i} must fit");
+        }
+        assert_eq!(q.bytes(), 4500);
+        let e = q.enqueue(pkt(1500, 3), 3, &mut rng, 0).unwrap_err();
+        assert_eq!(e.1, Enq::DroppedFull);
+        // A smaller one still does not fit; after a dequeue a full one fits again.
+        assert!(q.enqueue(pkt(100, 4), 4, &mut rng, 0).is_err());
+        assert_eq!(q.dequeue(5).unwrap().arrival, 0);
+        assert!(q.enqueue(pkt(1500, 6), 6, &mut rng, 0).is_ok());
+        // Packet limit.
+        let mut q = Queue::new(Qdisc::DropTail, u64::MAX, 2);
+        assert!(q.enqueue(pkt(60, 0), 0, &mut rng, 0).is_ok());
+        assert!(q.enqueue(pkt(60, 0), 0, &mut rng, 0).is_ok());
+        assert!(q.enqueue(pkt(60, 0), 0, &mut rng, 0).is_err());
+    }
+
+    #[test]
+    fn drop_head_drops_oldest() {
+        let mut rng = Rng::new(0, 0, stream::AQM);
+        let mut q = Queue::new(Qdisc::DropHead, 3000, u64::MAX);
+        for i in 0..4 {
+            assert!(q.enqueue(pkt(1000, i), i, &mut rng, 0).is_ok());
+        }
+        assert_eq!(q.dropped.len(), 1);
+        assert_eq!(q.dropped[0].arrival, 0);
+        assert_eq!(q.len(), 3);
+        assert_eq!(q.dequeue(10).unwrap().arrival, 1);
+        // Bigger than the whole buffer: refused.
+        assert!(q.enqueue(pkt(4000, 5), 5, &mut rng, 0).is_err());
+    }
+
+    #[test]
+    fn codel_drops_after_target_exceeded_for_interval() {
+        // Queue fed faster than it is served: sojourn grows beyond target.
+        let ms = 1_000_000u64;
+        let mut rng = Rng::new(0, 0, stream::AQM);
+        let mut q = Queue::new(Qdisc::Codel { target_ms: 5.0, interval_ms: 100.0 }, u64::MAX, u64::MAX);
+        // 2 arrivals per ms, 1 departure per ms (1500 B packets).
+        let mut first_drop_at = None;
+        let mut above_since = None;
+        for t in 0..400u64 {
+            let now = t * ms;
+            q.enqueue(pkt(1500, now), now, &mut rng, 0).unwrap();
+            q.enqueue(pkt(1500, now), now, &mut rng, 0).unwrap();
+            let before = q.dropped.len();
+            let p = q.dequeue(now).unwrap();
+            let sojourn = now - p.arrival;
+            if sojourn >= 5 * ms && above_since.is_none() {
+                above_since = Some(now);
+            }
+            if q.dropped.len() > before && first_drop_at.is_none() {
+                first_drop_at = Some(now);
+            }
+        }
+        let (above, first) = (above_since.unwrap(), first_drop_at.expect("codel must drop"));
+        // No drop before target has been exceeded for a full interval.
+        assert!(first >= above + 100 * ms, "first drop {first} above since {above}");
+        assert!(first <= above + 102 * ms, "first drop {first} above since {above}");
+        assert!(q.aqm_dropped > 1);
+    }
+
+    #[test]
+    fn codel_no_drop_below_target() {
+        let ms = 1_000_000u64;
+        let mut rng = Rng::new(0, 0, stream::AQM);
+        let mut q = Queue::new(Qdisc::Codel { target_ms: 5.0, interval_ms: 100.0 }, u64::MAX, u64::MAX);
+        for t in 0..1000u64 {
+            let now = t * ms;
+            for _ in 0..3 {
+                q.enqueue(pkt(1500, now), now, &mut rng, 0).unwrap();
+            }
+            // served 4 ms later: sojourn ~4ms < 5ms target
+            while let Some(h) = q.peek() {
+                if h.arrival + 4 * ms <= now {
+                    q.dequeue(now);
+                } else {
+                    break;
+                }
+            }
+        }
+        assert_eq!(q.dropped.len(), 0);
+    }
+
+    #[test]
+    fn red_drops_early_between_thresholds() {
+        let mut rng = Rng::new(1, 0, stream::AQM);
+        let mut q = Queue::new(Qdisc::Red { min_bytes: 30_000, max_bytes: 90_000, p_max: 0.1 }, 200_000, u64::MAX);
+        let mut early = 0;
+        let mut full = 0;
+        for i in 0..20_000u64 {
+            match q.enqueue(pkt(1500, i), i, &mut rng, 0) {
+                Ok(()) => {}
+                Err((_, Enq::DroppedAqm)) => early += 1,
+                Err((_, Enq::DroppedFull)) => full += 1,
+                Err((_, Enq::Queued)) => unreachable!(),
+            }
+            if i % 2 == 0 {
+                q.dequeue(i);
+            }
+        }
+        assert!(early > 0);
+        assert_eq!(full, 0, "RED should keep the queue below the hard limit");
+        assert!(q.bytes() < 200_000);
+    }
+
+    #[test]
+    fn pie_controls_delay() {
+        // 2 arrivals per ms, 1 departure per ms: PIE must start dropping and keep
+        // the queue far below the (huge) buffer.
+        let ms = 1_000_000u64;
+        let mut rng = Rng::new(2, 0, stream::AQM);
+        let mut q = Queue::new(Qdisc::Pie { target_ms: 15.0 }, u64::MAX, u64::MAX);
+        let mut drops = 0;
+        for t in 0..20_000u64 {
+            let now = t * ms;
+            for _ in 0..2 {
+                if q.enqueue(pkt(1500, now), now, &mut rng, 0).is_err() {
+                    drops += 1;
+                }
+            }
+            q.dequeue(now);
+        }
+        assert!(drops > 5000, "drops {drops}");
+        // queueing delay (1 ms per packet) should hover around the target, well below 200 ms
+        assert!(q.len() < 200, "len {}", q.len());
+    }
+}

@@ -1,0 +1,5 @@
+import sys
+
+from vnetbench.cli import main
+
+sys.exit(main())

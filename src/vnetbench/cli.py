@@ -1,0 +1,209 @@
+"""Command line: parse arguments, call the stages, print. Nothing else lives here.
+
+Exit status: 0 success, 1 a gate failed (e.g. a regression with --fail-on),
+2 usage errors and problems the message explains, 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from rich.console import Console
+from rich.markup import escape
+
+from vnetbench import __version__
+from vnetbench.errors import VnetbenchError
+from vnetbench.lab.teardown import Interrupted
+
+DEFAULT_DB = "vnetbench.db"
+
+# Logs and pipes get a wide table rather than rich's 80-column default.
+out = Console(highlight=False, soft_wrap=False, width=None if sys.stdout.isatty() else 160)
+err = Console(stderr=True, highlight=False)
+
+
+def _store(args: argparse.Namespace):
+    from vnetbench.store.db import Store
+
+    return Store(args.db)
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from vnetbench.doctor import run_checks
+
+    report = run_checks()
+    for c in report.checks:
+        mark = "[green]ok[/]  " if c.ok else "[red]no[/]  "
+        line = f"{mark}{c.name:28} {c.detail}"
+        if not c.ok and c.fix:
+            line += f"  [dim]-> {c.fix}[/]"
+        out.print(line)
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from vnetbench.report.terminal import show
+    from vnetbench.runner import run as runner
+    from vnetbench.scenario.load import load
+
+    if args.resume:
+        if args.scenario or args.set:
+            raise VnetbenchError("--resume RUN continues a stored run as it was planned; give no SCENARIO or --set")
+        runner.check_root()
+        with _store(args) as store:
+            summary = runner.resume(store, args.resume, console=err, progress=not args.no_progress)
+            return _after_run(args, store, summary)
+    if not args.scenario:
+        raise VnetbenchError("vnetbench run: give a SCENARIO (a built-in name or a .toml file), or --resume RUN")
+    loaded = load(args.scenario, args.set or [])
+    runner.check_root()  # before the database is touched: not root means nothing at all happens
+    with _store(args) as store:
+        summary = runner.execute(loaded, store, console=err, progress=not args.no_progress)
+        return _after_run(args, store, summary)
+
+
+def _after_run(args: argparse.Namespace, store, summary) -> int:
+    from vnetbench.report.terminal import show
+
+    show(store, summary.run_id, out)
+    if summary.trials_failed:
+        out.print(f"[yellow]{summary.trials_failed} of {summary.trials_ok + summary.trials_failed} trials failed[/]; "
+                  f"reasons are stored with each trial (vnetbench show {summary.run_id})")
+    if args.report:
+        path = _write_report(store, [summary.run_id], args.report)
+        out.print(f"report: {path}")
+    print(f"run: {summary.run_id}", flush=True)
+    return 0
+
+
+def _write_report(store, run_ids: list[str], path: str) -> Path:
+    from vnetbench.report.html import write_report
+
+    return write_report(store, run_ids, path)
+
+
+def cmd_runs(args: argparse.Namespace) -> int:
+    from vnetbench.report.terminal import runs_table
+
+    with _store(args) as store:
+        out.print(runs_table(store))
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    from vnetbench.report.terminal import show
+
+    with _store(args) as store:
+        show(store, store.resolve_run(args.run), out, metrics=args.metric)
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from vnetbench.report.export import export
+
+    with _store(args) as store:
+        run_id = store.resolve_run(args.run)
+        if args.output and args.output != "-":
+            with open(args.output, "w", newline="") as f:
+                n = export(store, run_id, args.format, f)
+            err.print(f"{n} samples written to {args.output}")
+        else:
+            export(store, run_id, args.format, sys.stdout)
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    with _store(args) as store:
+        ids = [store.resolve_run(r) for r in args.runs]
+        path = _write_report(store, ids, args.output)
+    out.print(f"report: {path}")
+    return 0
+
+
+def cmd_clean(args: argparse.Namespace) -> int:
+    from vnetbench.lab.clean import clean, leftovers
+
+    if args.check:
+        left = leftovers()
+        if left:
+            err.print(f"[red]left behind by a run:[/] {', '.join(left)} (remove with `vnetbench clean`)")
+            return 1
+        out.print("nothing of vnetbench's is left on this machine")
+        return 0
+    report = clean(dry_run=args.dry_run)
+    verb = "would remove" if args.dry_run else "removed"
+    if not report.namespaces:
+        out.print("nothing to clean: no vnb-* namespaces")
+    else:
+        out.print(f"{verb} {len(report.namespaces)} namespaces ({', '.join(report.namespaces)}) and "
+                  f"{len(report.processes)} processes in them")
+    for e in report.errors:
+        err.print(f"[red]could not remove[/] {e}")
+    return 1 if report.errors else 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="vnetbench", description="Reproducible network performance experiments.")
+    p.add_argument("--version", action="version", version=f"vnetbench {__version__}")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def with_db(sp: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        sp.add_argument("--db", default=DEFAULT_DB, help=f"results database (default ./{DEFAULT_DB})")
+        return sp
+
+    sp = sub.add_parser("doctor", help="what this machine can do, and what is missing")
+    sp.set_defaults(func=cmd_doctor)
+
+    sp = with_db(sub.add_parser("run", help="run a scenario (built-in name or .toml file)"))
+    sp.add_argument("scenario", nargs="?", help="built-in name (quick, congestion) or path to a .toml file")
+    sp.add_argument("--set", action="append", metavar="KEY=VALUE",
+                    help="override a scenario key, e.g. --set bottleneck=50Mbit --set ratios=[0.6,2]")
+    sp.add_argument("--resume", metavar="RUN", help="finish the remaining trials of an interrupted run")
+    sp.add_argument("--report", metavar="FILE", help="also write the HTML report to FILE")
+    sp.add_argument("--no-progress", action="store_true", help="no progress bar (for logs)")
+    sp.set_defaults(func=cmd_run)
+
+    sp = with_db(sub.add_parser("runs", help="list stored runs"))
+    sp.set_defaults(func=cmd_runs)
+
+    sp = with_db(sub.add_parser("show", help="summary table of a run"))
+    sp.add_argument("run", help="run id (or a unique prefix, or 'last')")
+    sp.add_argument("--metric", action="append", help="metrics to show (default: the main ones)")
+    sp.set_defaults(func=cmd_show)
+
+    sp = with_db(sub.add_parser("export", help="one record per sample, as CSV or JSON"))
+    sp.add_argument("run")
+    sp.add_argument("--format", choices=["csv", "json"], default="csv")
+    sp.add_argument("-o", "--output", help="file (default: standard output)")
+    sp.set_defaults(func=cmd_export)
+
+    sp = with_db(sub.add_parser("report", help="write a self-contained HTML report"))
+    sp.add_argument("runs", nargs="+", metavar="RUN")
+    sp.add_argument("-o", "--output", default="report.html")
+    sp.set_defaults(func=cmd_report)
+
+    sp = sub.add_parser("clean", help="remove namespaces and processes left by a killed run")
+    sp.add_argument("--dry-run", action="store_true", help="only list what would be removed")
+    sp.add_argument("--check", action="store_true", help="exit 1 if anything of ours is left (for CI)")
+    sp.set_defaults(func=cmd_clean)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except VnetbenchError as e:
+        err.print(f"[red]vnetbench:[/] {escape(str(e))}", highlight=False)
+        return 2
+    except Interrupted as e:
+        err.print(f"[yellow]vnetbench: interrupted ({e.signame}); the lab was torn down. "
+                  "Finished trials are stored; `vnetbench run --resume RUN` completes the run.[/]")
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,107 @@
+"""`vnetbench doctor`: what this machine can do, and what is missing.
+
+Capabilities are detected by trying, never assumed: each qdisc is installed on
+a veth pair inside a throw-away namespace; a kernel without netem (like many
+cloud and minimal kernels) says "Specified qdisc kind is unknown" and we report
+that, with what vnetbench does instead.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from vnetbench.lab import netns
+from vnetbench.runner import fingerprint
+from vnetbench.workloads.base import ETHTOOL, IP, IPERF3, PING, SS, TASKSET, Tool
+
+TOOLS = [IP, SS, TASKSET, IPERF3, PING, ETHTOOL,
+         Tool("fping", "fping", ("-v",)), Tool("irtt", "irtt", ("version",)), Tool("sockperf", "sockperf", ("--version",)),
+         Tool("tcpdump", "tcpdump", ("--version",)), Tool("nft", "nftables", ("--version",)),
+         Tool("qemu-system-x86_64", "qemu-system-x86", ("--version",))]
+
+QDISCS = {
+    "tbf": "tbf rate 10mbit burst 32kb limit 100kb",
+    "htb": "htb default 1",
+    "netem": "netem delay 1ms",
+    "fq": "fq",
+    "fq_codel": "fq_codel",
+    "codel": "codel",
+    "pfifo": "pfifo limit 100",
+    "clsact": "clsact",
+}
+
+
+@dataclass
+class Check:
+    name: str
+    ok: bool
+    detail: str
+    fix: str = ""
+
+
+@dataclass
+class DoctorReport:
+    checks: list[Check] = field(default_factory=list)
+
+    def add(self, name: str, ok: bool, detail: str, fix: str = "") -> None:
+        self.checks.append(Check(name, ok, detail, fix))
+
+
+def probe_qdiscs() -> dict[str, str | None]:
+    """{qdisc: None if it works, else the kernel's error}. Needs root."""
+    name = f"vnb-doctor-{os.getpid()}"
+    result: dict[str, str | None] = {}
+    netns.create(name)
+    try:
+        subprocess.run(["ip", "-n", name, "link", "add", "d0", "type", "veth", "peer", "name", "d1"], check=True,
+                       capture_output=True)
+        for kind, args in QDISCS.items():
+            parent = ["clsact"] if kind == "clsact" else ["root"]
+            out = subprocess.run(["tc", "-n", name, "qdisc", "add", "dev", "d0", *parent, *args.split()],
+                                 capture_output=True, text=True)
+            result[kind] = None if out.returncode == 0 else (out.stderr.strip().splitlines() or ["failed"])[0]
+            subprocess.run(["tc", "-n", name, "qdisc", "del", "dev", "d0", *parent], capture_output=True)
+    finally:
+        netns.remove(name)
+    return result
+
+
+def kvm_state() -> tuple[bool, str]:
+    dev = Path("/dev/kvm")
+    if not dev.exists():
+        return False, "/dev/kvm is absent: guests would run under TCG (software emulation)"
+    try:
+        fd = os.open(dev, os.O_RDWR)
+        os.close(fd)
+    except OSError as e:
+        return False, f"/dev/kvm cannot be opened ({e}): guests would run under TCG"
+    return True, "/dev/kvm opens; whether a guest really boots under KVM is probed when a VM environment starts"
+
+
+def run_checks() -> DoctorReport:
+    report = DoctorReport()
+    root = os.geteuid() == 0
+    report.add("root", root, "running as root" if root else "not root", "run vnetbench with sudo")
+    fp = fingerprint.collect([])
+    report.add("kernel", True, f"{fp['kernel']} on {fp['cpu_model']} x{fp['cpus']}, "
+                               f"{(fp['memory_bytes'] or 0) / 2**30:.1f} GiB")
+    report.add("tcp congestion control", True,
+               f"default {fp['sysctls']['net.ipv4.tcp_congestion_control']}, available: "
+               f"{fp['sysctls']['net.ipv4.tcp_available_congestion_control']}")
+    for tool in TOOLS:
+        version = tool.version() if tool.path() else None
+        report.add(f"tool {tool.command}", tool.path() is not None, version or "missing",
+                   f"apt-get install {tool.package}")
+    if root:
+        qdiscs = probe_qdiscs()
+        for kind, err in qdiscs.items():
+            fix = ""
+            if kind == "netem" and err:
+                fix = "delay/jitter/loss need the userspace emulator (vnb-link) on this kernel"
+            report.add(f"qdisc {kind}", err is None, "works" if err is None else f"not available: {err}", fix)
+    kvm_ok, kvm_detail = kvm_state()
+    report.add("kvm", kvm_ok, kvm_detail, "" if kvm_ok else "VM environments fall back to TCG")
+    return report

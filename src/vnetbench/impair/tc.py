@@ -1,0 +1,106 @@
+"""Rate and buffer with kernel qdiscs (tbf, or htb with a byte FIFO), set
+through netlink and read back from the kernel so the run records what was
+actually installed, not what we asked for.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pyroute2.netlink.rtnl.tcmsg import common as tc_common, plugins as tc_plugins, sched_pfifo
+
+from vnetbench.lab.nodes import Interface
+
+# bfifo's options are the same struct as pfifo's (one u32 limit, here in bytes);
+# pyroute2 ships only the pfifo codec, so it serves both.
+tc_plugins.setdefault("bfifo", sched_pfifo)
+
+TC_H_ROOT = 0xFFFFFFFF
+
+
+@dataclass(frozen=True)
+class Shaping:
+    """A bottleneck on one interface's egress: rate in bit/s, queue limit in bytes."""
+
+    rate_bps: float
+    buffer_bytes: float
+    qdisc: str = "tbf"  # tbf | htb
+    mtu: int = 1500
+
+    @property
+    def burst_bytes(self) -> int:
+        # One millisecond of tokens (at least two full frames): enough to keep
+        # the link busy across timer slack, small enough that the output never
+        # bursts far above the rate.
+        return int(max(2 * (self.mtu + 14), self.rate_bps / 8 * 1e-3))
+
+
+def apply(iface: Interface, shaping: Shaping) -> None:
+    """Install (or replace) the bottleneck on `iface`'s egress."""
+    ipr, index = iface.ns.ipr, iface.index
+    clear(iface)
+    if shaping.qdisc == "tbf":
+        ipr.tc("add", "tbf", index=index, handle="1:", rate=f"{int(shaping.rate_bps)}bit",
+               burst=shaping.burst_bytes, limit=int(shaping.buffer_bytes))
+    elif shaping.qdisc == "htb":
+        ipr.tc("add", "htb", index=index, handle="1:", default=0x10)
+        ipr.tc("add-class", "htb", index=index, handle="1:10", parent="1:", rate=f"{int(shaping.rate_bps)}bit",
+               ceil=f"{int(shaping.rate_bps)}bit", burst=shaping.burst_bytes, cburst=shaping.burst_bytes)
+        ipr.tc("add", "bfifo", index=index, handle="10:", parent="1:10", limit=int(shaping.buffer_bytes))
+    else:
+        raise ValueError(f"unknown qdisc {shaping.qdisc!r}; expected tbf or htb")
+
+
+def clear(iface: Interface) -> None:
+    ipr, index = iface.ns.ipr, iface.index
+    for q in ipr.get_qdiscs(index=index):
+        if q["parent"] == TC_H_ROOT and q.get_attr("TCA_KIND") not in ("noqueue",):
+            ipr.tc("del", index=index, handle=0, parent=TC_H_ROOT)
+            return
+
+
+def read_back(iface: Interface) -> list[dict[str, Any]]:
+    """The qdiscs on `iface` as the kernel reports them, with decoded rates and limits."""
+    out = []
+    for q in iface.ns.ipr.get_qdiscs(index=iface.index):
+        kind = q.get_attr("TCA_KIND")
+        entry: dict[str, Any] = {
+            "netns": iface.ns.name, "dev": iface.name, "kind": kind,
+            "handle": f"{q['handle'] >> 16:x}:", "parent": "root" if q["parent"] == TC_H_ROOT else f"{q['parent'] >> 16:x}:{q['parent'] & 0xFFFF:x}",
+        }
+        opts = q.get_attr("TCA_OPTIONS")
+        if kind == "tbf" and opts is not None:
+            parms = opts.get_attr("TCA_TBF_PARMS")
+            if parms is not None:
+                rate = parms["rate"]  # bytes/s
+                entry["rate_bps"] = rate * 8
+                entry["limit_bytes"] = parms["limit"]
+                entry["burst_bytes"] = round(parms["buffer"] / tc_common.tick_in_usec * rate / 1e6)
+        elif kind in ("bfifo", "pfifo") and opts is not None:
+            entry["limit"] = opts["limit"]
+        stats = q.get_attr("TCA_STATS")
+        if stats is not None:
+            entry["drops"] = stats["drop"]
+        out.append(entry)
+    return out
+
+
+def counters(iface: Interface) -> dict[str, int]:
+    """Root qdisc counters: packets sent, drops, overlimits (for per-trial deltas)."""
+    for q in iface.ns.ipr.get_qdiscs(index=iface.index):
+        if q["parent"] == TC_H_ROOT:
+            stats = q.get_attr("TCA_STATS")
+            if stats is not None:
+                return {"packets": stats["packets"], "drops": stats["drop"], "overlimits": stats["overlimits"]}
+    return {"packets": 0, "drops": 0, "overlimits": 0}
+
+
+def htb_class_rate(iface: Interface) -> float | None:
+    for c in iface.ns.ipr.get_classes(index=iface.index):
+        opts = c.get_attr("TCA_OPTIONS")
+        if opts is not None:
+            parms = opts.get_attr("TCA_HTB_PARMS")
+            if parms is not None:
+                return parms["rate"] * 8.0
+    return None

@@ -1,0 +1,68 @@
+"""`vnetbench clean`: remove what a killed run left behind, and nothing else.
+
+Only namespaces named ``vnb-*`` are considered ours. Processes inside them are
+killed first (a namespace with a live process would survive its name), then
+the namespaces are removed, which removes every interface, bridge and qdisc
+inside. Nothing of ours lives in the root namespace.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from dataclasses import dataclass, field
+
+from vnetbench.lab import netns
+
+
+@dataclass
+class CleanReport:
+    namespaces: list[str] = field(default_factory=list)
+    processes: list[int] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+
+def leftovers(prefix: str = netns.PREFIX) -> list[str]:
+    return [n for n in netns.list_names() if n.startswith(prefix)]
+
+
+def clean(prefix: str = netns.PREFIX, dry_run: bool = False) -> CleanReport:
+    if not prefix.startswith(netns.PREFIX):
+        raise ValueError(f"refusing to clean {prefix!r}: only names starting with {netns.PREFIX!r} are vnetbench's")
+    report = CleanReport()
+    names = leftovers(prefix)
+    for name in names:
+        report.namespaces.append(name)
+        report.processes.extend(netns.pids(name))
+    if dry_run:
+        return report
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        alive = [p for p in report.processes if _alive(p)]
+        for pid in alive:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + 2
+        while any(_alive(p) for p in alive) and time.monotonic() < deadline:
+            time.sleep(0.02)
+    for name in names:
+        try:
+            netns.remove(name)
+        except OSError as e:
+            report.errors.append(f"{name}: {e}")
+    return report
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie is dead for our purpose: it holds no namespace.
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False

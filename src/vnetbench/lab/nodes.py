@@ -1,0 +1,146 @@
+"""Hosts, interfaces and links: Mininet's division of labour.
+
+Hosts know how to execute commands, interfaces know how to configure
+themselves, links know how to connect two namespaces. Everything created is
+registered with the lab's teardown registry the moment it exists.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+from pyroute2 import IPRoute
+
+from vnetbench.errors import LabError
+from vnetbench.lab import netns
+from vnetbench.lab.teardown import Registry
+
+IFA_F_NODAD = 0x02  # skip IPv6 duplicate address detection: addresses are usable at once
+
+
+@dataclass
+class Namespace:
+    """A named network namespace with one netlink socket bound to it."""
+
+    name: str
+    ipr: IPRoute
+
+    @classmethod
+    def create(cls, name: str, registry: Registry) -> "Namespace":
+        if netns.exists(name):
+            raise LabError(f"namespace {name} already exists: a run with this id is active, or run `vnetbench clean`")
+        netns.create(name)
+        registry.add(f"namespace {name}", lambda: netns.remove(name))
+        ipr = netns.open_iproute(name)
+        registry.add(f"netlink socket of {name}", ipr.close)
+        ns = cls(name, ipr)
+        ns.link_up("lo")
+        return ns
+
+    def index(self, ifname: str) -> int:
+        found = self.ipr.link_lookup(ifname=ifname)
+        if not found:
+            raise LabError(f"interface {ifname} not found in namespace {self.name}")
+        return found[0]
+
+    def link_up(self, ifname: str) -> None:
+        self.ipr.link("set", index=self.index(ifname), state="up")
+
+    def sysctl(self, key: str, value: str) -> None:
+        """Write a per-namespace sysctl (net.*) from inside the namespace."""
+        path = Path("/proc/sys") / key.replace(".", "/")
+        with netns.inside(self.name):
+            path.write_text(value)
+
+
+@dataclass
+class Interface:
+    ns: Namespace
+    name: str
+
+    @property
+    def index(self) -> int:
+        return self.ns.index(self.name)
+
+    def add_address(self, addr: str) -> None:
+        iface = ipaddress.ip_interface(addr)
+        flags = IFA_F_NODAD if iface.version == 6 else 0
+        self.ns.ipr.addr("add", index=self.index, address=str(iface.ip), prefixlen=iface.network.prefixlen,
+                         flags=flags)
+
+    def set_mtu(self, mtu: int) -> None:
+        self.ns.ipr.link("set", index=self.index, mtu=mtu)
+
+    def up(self) -> None:
+        self.ns.link_up(self.name)
+
+
+@dataclass
+class Link:
+    """A veth pair between two namespaces: a.name in a.ns <-> b.name in b.ns."""
+
+    a: Interface
+    b: Interface
+
+    @classmethod
+    def connect(cls, ns_a: Namespace, name_a: str, ns_b: Namespace, name_b: str, registry: Registry,
+                mtu: int = 1500) -> "Link":
+        # Created inside ns_a with the peer placed straight into ns_b: nothing
+        # ever appears in the root namespace, so a crash cannot strand it there.
+        try:
+            ns_a.ipr.link("add", ifname=name_a, kind="veth",
+                          peer={"ifname": name_b, "net_ns_fd": f"{netns.NETNS_DIR}/{ns_b.name}"})
+        except Exception as e:
+            raise LabError(f"creating veth {ns_a.name}/{name_a} <-> {ns_b.name}/{name_b}: {e}") from e
+
+        def remove() -> None:
+            found = ns_a.ipr.link_lookup(ifname=name_a)
+            if found:
+                ns_a.ipr.link("del", index=found[0])
+
+        registry.add(f"veth {ns_a.name}/{name_a}", remove)
+        link = cls(Interface(ns_a, name_a), Interface(ns_b, name_b))
+        for end in (link.a, link.b):
+            if mtu != 1500:
+                end.set_mtu(mtu)
+            end.up()
+        return link
+
+
+@dataclass
+class Host:
+    """A namespace that runs workload processes."""
+
+    name: str
+    ns: Namespace
+    registry: Registry
+    ipv4: str = ""
+    ipv6: str = ""
+    cpu: int | None = None
+    iface: Interface | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def address(self, ip_version: int) -> str:
+        return self.ipv6 if ip_version == 6 else self.ipv4
+
+    def command(self, argv: Sequence[str], pin: bool = True) -> list[str]:
+        prefix = ["ip", "netns", "exec", self.ns.name]
+        if pin and self.cpu is not None:
+            prefix += ["taskset", "-c", str(self.cpu)]
+        return prefix + [str(a) for a in argv]
+
+    def popen(self, argv: Sequence[str], stdout: Path, stderr: Path, pin: bool = True) -> subprocess.Popen:
+        """Start a process in this host; its output goes to files (no pipe can fill and stall it)."""
+        with open(stdout, "wb") as out, open(stderr, "wb") as err:
+            proc = subprocess.Popen(self.command(argv, pin), stdout=out, stderr=err, stdin=subprocess.DEVNULL,
+                                    start_new_session=True)
+        self.registry.add_process(proc)
+        return proc
+
+    def run(self, argv: Sequence[str], timeout: float = 10.0, pin: bool = False) -> subprocess.CompletedProcess:
+        return subprocess.run(self.command(argv, pin), capture_output=True, text=True, timeout=timeout,
+                              stdin=subprocess.DEVNULL)

@@ -1,0 +1,231 @@
+"""Reading scenario files: built-in names or paths, ``--set`` overrides, and
+validation errors that name the file, the key path, the value and what to write.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import tomllib
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from vnetbench.errors import ScenarioError
+from vnetbench.scenario.model import LabSpec, ProbeWorkload, RepeatSpec, Scenario, StreamWorkload
+
+BUILTIN_PACKAGE = "vnetbench.scenario.builtin"
+_WORKLOAD_MODELS: dict[str, type[BaseModel]] = {"iperf3": StreamWorkload, "ping": ProbeWorkload}
+
+
+@dataclass(frozen=True)
+class LoadedScenario:
+    scenario: Scenario
+    source: str  # path or "builtin:NAME"
+    text: str  # the file as written, for the record
+    overrides: tuple[str, ...]
+
+    @property
+    def text_hash(self) -> str:
+        digest = hashlib.sha256(self.text.encode())
+        for item in self.overrides:
+            digest.update(b"\0" + item.encode())
+        return digest.hexdigest()[:16]
+
+
+def builtin_names() -> list[str]:
+    return sorted(p.name[:-5] for p in resources.files(BUILTIN_PACKAGE).iterdir() if p.name.endswith(".toml"))
+
+
+def read_source(name_or_path: str) -> tuple[str, str]:
+    """(source label, text) for a built-in scenario name or a file path."""
+    path = Path(name_or_path)
+    if path.suffix == ".toml" or path.exists() or "/" in name_or_path:
+        if not path.is_file():
+            raise ScenarioError(
+                f"{name_or_path}: no such scenario file; built-in scenarios are: {', '.join(builtin_names())}"
+            )
+        return str(path), path.read_text()
+    if name_or_path in builtin_names():
+        text = resources.files(BUILTIN_PACKAGE).joinpath(f"{name_or_path}.toml").read_text()
+        return f"builtin:{name_or_path}", text
+    raise ScenarioError(
+        f"{name_or_path!r} is neither a scenario file nor a built-in scenario; "
+        f"built-in scenarios are: {', '.join(builtin_names())}"
+    )
+
+
+def load(name_or_path: str, overrides: list[str] | tuple[str, ...] = ()) -> LoadedScenario:
+    source, text = read_source(name_or_path)
+    return load_text(text, source, overrides)
+
+
+def load_text(text: str, source: str, overrides: list[str] | tuple[str, ...] = ()) -> LoadedScenario:
+    """Parse and validate scenario text (a file's, or one stored with a run for --resume)."""
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise ScenarioError(f"{source}: not valid TOML: {e}") from None
+    for item in overrides:
+        apply_override(raw, item, source)
+    scenario = validate(raw, source)
+    return LoadedScenario(scenario=scenario, source=source, text=text, overrides=tuple(overrides))
+
+
+def validate(raw: dict[str, Any], source: str) -> Scenario:
+    try:
+        return Scenario.model_validate(raw)
+    except ValidationError as e:
+        raise ScenarioError(format_validation_error(e, raw, source)) from None
+
+
+# ---------------------------------------------------------------- overrides
+
+
+def _parse_value(text: str) -> Any:
+    """A --set value: TOML when it reads as TOML (numbers, lists, booleans), else the
+    plain string; a bracketed list may leave its strings unquoted (``[udp,tcp]``)."""
+    try:
+        return tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        pass
+    if text.startswith("[") and text.endswith("]"):
+        inner = text[1:-1].strip()
+        return [_parse_value(item.strip()) for item in inner.split(",")] if inner else []
+    return text
+
+
+def _model_fields(model: type[BaseModel]) -> set[str]:
+    return set(model.model_fields)
+
+
+def resolve_key(raw: dict[str, Any], key: str, source: str) -> list[str]:
+    """Turn a --set key into a path in the scenario.
+
+    Dotted keys are taken as they are. A bare name is looked up: a matrix axis
+    first (its plural works too: ``ratios`` -> ``matrix.ratio``), then the one
+    section that has a field of that name (``bottleneck`` -> ``lab.bottleneck``,
+    ``repetitions`` -> ``repeat.repetitions``).
+    """
+    if "." in key:
+        return key.split(".")
+    matrix = raw.get("matrix", {}) or {}
+    for axis in (key, key[:-1] if key.endswith("s") else None):
+        if axis and axis in matrix:
+            return ["matrix", axis]
+    candidates: list[list[str]] = []
+    if key in _model_fields(LabSpec):
+        candidates.append(["lab", key])
+    if key in _model_fields(RepeatSpec):
+        candidates.append(["repeat", key])
+    for name, spec in (raw.get("workload") or {}).items():
+        model = _WORKLOAD_MODELS.get((spec or {}).get("tool", ""))
+        if model and key in _model_fields(model):
+            candidates.append(["workload", name, key])
+    if key in ("name", "description"):
+        candidates.append([key])
+    if len(candidates) == 1:
+        return candidates[0]
+    if not candidates:
+        raise ScenarioError(
+            f"--set {key}: {source} has no parameter named {key!r}; use a dotted key path "
+            f"(e.g. lab.bottleneck, workload.stream.duration, matrix.ratio)"
+        )
+    raise ScenarioError(
+        f"--set {key}: ambiguous in {source}, it could be {' or '.join('.'.join(c) for c in candidates)}; "
+        "give the full key path"
+    )
+
+
+def apply_override(raw: dict[str, Any], item: str, source: str) -> None:
+    if "=" not in item:
+        raise ScenarioError(f"--set {item!r}: expected KEY=VALUE, e.g. --set bottleneck=50Mbit")
+    key, text = item.split("=", 1)
+    key = key.strip()
+    path = resolve_key(raw, key, source)
+    value = _parse_value(text.strip())
+    if path[0] == "matrix":
+        if isinstance(value, str) and "," in value:
+            value = [_parse_value(v.strip()) for v in value.split(",")]
+        if not isinstance(value, list):
+            value = [value]
+    node = raw
+    for part in path[:-1]:
+        child = node.get(part)
+        if child is None:
+            child = node[part] = {}
+        if not isinstance(child, dict):
+            raise ScenarioError(f"--set {key}: {'.'.join(path[:-1])} in {source} is not a table")
+        node = child
+    node[path[-1]] = value
+
+
+# ------------------------------------------------------------------ errors
+
+
+def _valid_keys(raw: dict[str, Any], loc: tuple[Any, ...]) -> list[str]:
+    """The keys allowed at the parent of ``loc``, for 'unknown key' messages."""
+    parent = list(loc[:-1])
+    model: type[BaseModel] | None = Scenario
+    if parent[:1] == ["lab"]:
+        model = LabSpec
+    elif parent[:1] == ["repeat"]:
+        model = RepeatSpec
+    elif parent[:1] == ["workload"] and len(parent) >= 2:
+        tool = ((raw.get("workload") or {}).get(parent[1]) or {}).get("tool", "")
+        model = _WORKLOAD_MODELS.get(tool)
+        if len(parent) == 3:  # pydantic puts the discriminator tag in the location
+            model = _WORKLOAD_MODELS.get(str(parent[2]), model)
+    elif parent:
+        model = None
+    return sorted(model.model_fields) if model else []
+
+
+def _lookup(raw: Any, loc: tuple[Any, ...]) -> Any:
+    node = raw
+    for part in loc:
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and isinstance(part, int) and part < len(node):
+            node = node[part]
+        else:
+            return None
+    return node
+
+
+def _clean_loc(loc: tuple[Any, ...]) -> tuple[Any, ...]:
+    # Drop the discriminator tags pydantic inserts ("workload.stream.iperf3.duration").
+    out = []
+    for i, part in enumerate(loc):
+        if i == 2 and loc[0] == "workload" and part in _WORKLOAD_MODELS:
+            continue
+        out.append(part)
+    return tuple(out)
+
+
+def format_validation_error(error: ValidationError, raw: dict[str, Any], source: str) -> str:
+    lines = [f"{source}: the scenario is not valid ({error.error_count()} problem{'s' if error.error_count() > 1 else ''}):"]
+    for item in error.errors():
+        loc = _clean_loc(tuple(item["loc"]))
+        key = ".".join(str(p) for p in loc) or "(top level)"
+        kind = item["type"]
+        msg = item["msg"].removeprefix("Value error, ").removeprefix("Assertion failed, ")
+        if kind == "extra_forbidden":
+            valid = _valid_keys(raw, tuple(item["loc"]))
+            hint = f"; valid keys here: {', '.join(valid)}" if valid else ""
+            lines.append(f"  {key}: unknown key{hint}")
+            continue
+        if kind == "missing":
+            lines.append(f"  {key}: required but missing")
+            continue
+        value = _lookup(raw, loc)
+        shown = f" = {value!r}" if value is not None and not isinstance(value, dict) else ""
+        lines.append(f"  {key}{shown}: {msg}")
+    return "\n".join(lines)
+
+
+def deep_copy(raw: dict[str, Any]) -> dict[str, Any]:
+    return copy.deepcopy(raw)

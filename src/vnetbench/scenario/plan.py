@@ -1,0 +1,230 @@
+"""From a scenario to configurations and an ordered list of trials.
+
+A configuration is one point of the matrix: the scenario with the matrix
+values applied, validated again (a buffer can be fine at one bottleneck and too
+small at another). Its key is a hash of its labels (the matrix values), so the
+same point matches across runs even when a fixed parameter such as the
+bottleneck changed between them: that change is what a comparison measures.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import itertools
+import json
+import math
+import operator
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import ValidationError
+
+from vnetbench.errors import ScenarioError
+from vnetbench.scenario.load import LoadedScenario, format_validation_error
+from vnetbench.scenario.model import LabSpec, ProbeWorkload, Scenario, StreamWorkload
+from vnetbench import units
+
+
+@dataclass(frozen=True)
+class Configuration:
+    key: str
+    labels: dict[str, Any]
+    scenario: Scenario  # the scenario with this configuration's matrix values applied
+    active_senders: int
+    offered_bps: float | None  # per sender; None = unlimited
+    expected: dict[str, float] = field(default_factory=dict)  # theory, for reports and tests
+
+    @property
+    def label_text(self) -> str:
+        return ", ".join(f"{k}={v}" for k, v in self.labels.items()) or "(single configuration)"
+
+    @property
+    def stream(self) -> StreamWorkload:
+        return self.scenario.stream[1]
+
+    def params(self) -> dict[str, Any]:
+        """Every parameter as run, for the store: resolved, in base units."""
+        lab = self.scenario.lab
+        stream = self.stream
+        return {
+            "topology": lab.topology,
+            "bottleneck_bps": lab.bottleneck,
+            "buffer_bytes": lab.buffer.in_bytes(lab.bottleneck),
+            "qdisc": lab.qdisc,
+            "shape": lab.shape,
+            "ip_version": lab.ip_version,
+            "mtu": lab.mtu,
+            "pin_cpus": lab.pin_cpus,
+            "senders": self.active_senders,
+            "proto": stream.proto,
+            "ratio": stream.ratio,
+            "offered_bps_per_sender": self.offered_bps,
+            "duration_s": stream.duration,
+            "omit_s": stream.omit,
+            "congestion_control": stream.congestion_control,
+            "length": stream.length,
+            "parallel": stream.parallel,
+            "reverse": stream.reverse,
+        }
+
+
+@dataclass(frozen=True)
+class TrialSlot:
+    config: Configuration
+    repetition: int
+    position: int
+    warmup: bool = False
+
+
+def config_key(labels: dict[str, Any]) -> str:
+    canonical = json.dumps(labels, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(canonical.encode()).hexdigest()[:12]
+
+
+def thesis_senders(ratio: float | None) -> int:
+    """Seed 001, algorithms 1 and 2: 2 senders up to ratio 2, 3 up to 3, 4 above."""
+    if ratio is None or ratio <= 2:
+        return 2
+    return 3 if ratio <= 3 else 4
+
+
+# ----------------------------------------------------- offered-load expressions
+
+_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv}
+
+
+def evaluate_offered(expr: str, variables: dict[str, float]) -> float | None:
+    """Per-sender target rate in bit/s from `offered`: a rate, 'unlimited' or arithmetic.
+
+    Arithmetic uses + - * / and parentheses over numbers, rates ("50Mbit") and
+    the variables (ratio, bottleneck, senders). Written by hand because it is
+    twenty lines and a general expression library would also evaluate much more
+    than we want users to put in a scenario file.
+    """
+    text = expr.strip()
+    if text == "unlimited":
+        return None
+    try:
+        return units.parse_rate(text)
+    except units.UnitError:
+        pass
+
+    def ev(node: ast.AST) -> float:
+        if isinstance(node, ast.Expression):
+            return ev(node.body)
+        if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)):
+            return float(node.value)
+        if isinstance(node, ast.Name):
+            if node.id not in variables or variables[node.id] is None:
+                raise ValueError(f"unknown name {node.id!r} (known: {', '.join(k for k, v in variables.items() if v is not None)})")
+            return float(variables[node.id])
+        if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
+            return _OPS[type(node.op)](ev(node.left), ev(node.right))
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+            return -ev(node.operand)
+        raise ValueError("only numbers, names and + - * / ( ) are allowed")
+
+    try:
+        value = ev(ast.parse(text, mode="eval"))
+    except (SyntaxError, ValueError, ZeroDivisionError) as e:
+        raise ValueError(f"offered = {expr!r}: {e}; write a rate ('50Mbit'), 'unlimited', or e.g. 'ratio * bottleneck / senders'") from None
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"offered = {expr!r} gives {value:g} bit/s: it must be positive")
+    return value
+
+
+# ------------------------------------------------------------------ matrix
+
+
+def _axis_target(scenario: Scenario, axis: str) -> tuple[str, ...]:
+    if axis in LabSpec.model_fields:
+        return ("lab", axis)
+    stream_name, _ = scenario.stream
+    if axis in StreamWorkload.model_fields:
+        return ("workload", stream_name, axis)
+    for name, _probe in scenario.probes:
+        if axis in ProbeWorkload.model_fields:
+            return ("workload", name, axis)
+    sweepable = sorted(set(LabSpec.model_fields) | set(StreamWorkload.model_fields) - {"tool"})
+    raise ValueError(f"matrix.{axis} is not a parameter that can be swept; sweepable: {', '.join(sweepable)}")
+
+
+def expand(loaded: LoadedScenario) -> list[Configuration]:
+    """Every combination of the matrix, in the order the axes are written."""
+    scenario = loaded.scenario
+    base = scenario.model_dump(mode="python", exclude={"matrix"})
+    base["lab"]["buffer"] = scenario.lab.buffer.model_dump()
+    axes = list(scenario.matrix.items())
+    targets = {}
+    for axis, _ in axes:
+        try:
+            targets[axis] = _axis_target(scenario, axis)
+        except ValueError as e:
+            raise ScenarioError(f"{loaded.source}: {e}") from None
+    configs = []
+    for values in itertools.product(*(vals for _, vals in axes)) if axes else [()]:
+        labels = {axis: value for (axis, _), value in zip(axes, values)}
+        raw = json.loads(json.dumps(base, default=str))  # a deep copy that pydantic re-parses
+        raw["lab"]["buffer"] = scenario.lab.buffer.model_dump()
+        for axis, value in labels.items():
+            node = raw
+            *parents, leaf = targets[axis]
+            for part in parents:
+                node = node[part]
+            node[leaf] = value
+        try:
+            effective = Scenario.model_validate(raw)
+        except ValidationError as e:
+            where = ", ".join(f"{k}={v}" for k, v in labels.items())
+            raise ScenarioError(format_validation_error(e, raw, f"{loaded.source} [configuration {where}]")) from None
+        configs.append(_configuration(loaded.source, labels, effective))
+    return configs
+
+
+def _configuration(source: str, labels: dict[str, Any], scenario: Scenario) -> Configuration:
+    lab = scenario.lab
+    _, stream = scenario.stream
+    senders = thesis_senders(stream.ratio) if lab.senders == "auto" else lab.senders
+    variables = {"ratio": stream.ratio, "bottleneck": lab.bottleneck, "senders": float(senders)}
+    try:
+        offered = evaluate_offered(stream.offered, variables)
+    except ValueError as e:
+        raise ScenarioError(f"{source}: workload: {e}") from None
+    expected: dict[str, float] = {}
+    if offered is not None:
+        total = offered * senders * stream.parallel
+        load = total / lab.bottleneck
+        expected["throughput.offered_mbps"] = total / 1e6
+        expected["throughput.rx_mbps"] = min(total, lab.bottleneck) / 1e6
+        if stream.proto == "udp":
+            # Seed 001, equation 4.3: loss above saturation is 1 - 1/ratio.
+            expected["udp.loss_ratio"] = max(0.0, 1.0 - 1.0 / load)
+    # A full drop-tail buffer in front of the bottleneck delays every packet by buffer / rate.
+    expected["queue.full_delay_ms"] = lab.buffer.in_bytes(lab.bottleneck) * 8 / lab.bottleneck * 1e3
+    return Configuration(
+        key=config_key(labels), labels=labels, scenario=scenario,
+        active_senders=senders, offered_bps=offered, expected=expected,
+    )
+
+
+def order_trials(configs: list[Configuration], repetitions: int, order: str, seed: int, warmup: bool) -> list[TrialSlot]:
+    """Randomised, interleaved order: each round runs every configuration once in a
+    fresh random order (seeded), so slow drift of the machine spreads evenly over
+    configurations instead of piling onto whichever ran last.
+    """
+    rng = random.Random(seed)
+    slots: list[TrialSlot] = []
+    if warmup and configs:
+        slots.append(TrialSlot(config=configs[0], repetition=-1, position=-1, warmup=True))
+    if order == "sequential":
+        sequence = [(c, r) for c in configs for r in range(repetitions)]
+    else:
+        sequence = []
+        for r in range(repetitions):
+            round_ = list(configs)
+            rng.shuffle(round_)
+            sequence.extend((c, r) for c in round_)
+    slots.extend(TrialSlot(config=c, repetition=r, position=i) for i, (c, r) in enumerate(sequence))
+    return slots

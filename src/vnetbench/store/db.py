@@ -1,0 +1,334 @@
+"""The results store: one SQLite file, no server.
+
+Each trial is written in its own transaction the moment it ends, so killing a
+run loses at most the trial in flight; ``run --resume`` finds what is missing by
+comparing the planned (configuration, repetition) pairs with the stored ones.
+
+Raw tool outputs are kept (zlib-compressed: a 20 s ping at 1 ms is 1.4 MB of
+text and 150 kB compressed) so any number can be traced back to what the tool
+printed.
+
+Series (per-second throughput, per-packet RTT) are stored as little-endian
+float64 blobs: a 15 000-point RTT series is 240 kB instead of a JSON text twice
+that size, and reads straight into numpy.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+import numpy as np
+
+from vnetbench.errors import StoreError
+
+SCHEMA_VERSION = 1
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS runs (
+    id TEXT PRIMARY KEY,
+    scenario_name TEXT NOT NULL,
+    scenario_source TEXT NOT NULL,
+    scenario_text TEXT NOT NULL,
+    scenario_hash TEXT NOT NULL,
+    overrides TEXT NOT NULL,          -- JSON list of --set items
+    started REAL NOT NULL,
+    ended REAL,
+    status TEXT NOT NULL,             -- running | completed | failed | interrupted
+    status_reason TEXT,
+    seed INTEGER,
+    fingerprint TEXT NOT NULL         -- JSON
+);
+CREATE TABLE IF NOT EXISTS configurations (
+    run_id TEXT NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+    key TEXT NOT NULL,
+    labels TEXT NOT NULL,             -- JSON object, flat
+    params TEXT NOT NULL,             -- JSON object, every parameter as run
+    expected TEXT NOT NULL,           -- JSON object: theoretical values where known
+    lab_state TEXT,                   -- JSON: impairments as read back from the kernel
+    stop_reason TEXT,
+    PRIMARY KEY (run_id, key)
+);
+CREATE TABLE IF NOT EXISTS trials (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    run_id TEXT NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+    config_key TEXT NOT NULL,
+    repetition INTEGER NOT NULL,
+    position INTEGER NOT NULL,
+    started REAL NOT NULL,
+    ended REAL NOT NULL,
+    status TEXT NOT NULL,             -- ok | failed | timeout
+    reason TEXT,
+    raw BLOB NOT NULL                 -- zlib-compressed JSON: tool outputs, by workload and host
+);
+CREATE INDEX IF NOT EXISTS trials_run ON trials(run_id, config_key);
+CREATE TABLE IF NOT EXISTS samples (
+    trial_id INTEGER NOT NULL REFERENCES trials(id) ON DELETE CASCADE,
+    metric TEXT NOT NULL,
+    value REAL NOT NULL,
+    unit TEXT NOT NULL,
+    direction TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS samples_trial ON samples(trial_id);
+CREATE TABLE IF NOT EXISTS series (
+    trial_id INTEGER NOT NULL REFERENCES trials(id) ON DELETE CASCADE,
+    name TEXT NOT NULL,
+    unit TEXT NOT NULL,
+    t BLOB NOT NULL,                  -- seconds since trial start, float64 LE
+    v BLOB NOT NULL                   -- values, float64 LE
+);
+CREATE INDEX IF NOT EXISTS series_trial ON series(trial_id);
+CREATE TABLE IF NOT EXISTS baselines (
+    name TEXT PRIMARY KEY,
+    run_id TEXT NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+    created REAL NOT NULL
+);
+"""
+
+
+@dataclass
+class SampleRecord:
+    metric: str
+    value: float
+    unit: str
+    direction: str
+
+
+@dataclass
+class SeriesRecord:
+    name: str
+    unit: str
+    t: np.ndarray
+    v: np.ndarray
+
+
+@dataclass
+class TrialRecord:
+    config_key: str
+    repetition: int
+    position: int
+    started: float
+    ended: float
+    status: str
+    reason: str | None
+    raw: dict[str, Any]
+    samples: list[SampleRecord]
+    series: list[SeriesRecord]
+
+
+def _blob(a: Iterable[float]) -> bytes:
+    return np.asarray(a, dtype="<f8").tobytes()
+
+
+def _unblob(b: bytes) -> np.ndarray:
+    return np.frombuffer(b, dtype="<f8")
+
+
+class Store:
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        if self.path.exists() and self.path.is_dir():
+            raise StoreError(f"{self.path} is a directory; --db takes a file name, e.g. {self.path}/vnetbench.db")
+        if self.path.parent and not self.path.parent.exists():
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self.conn = sqlite3.connect(str(self.path), timeout=30)
+            self.conn.row_factory = sqlite3.Row
+            self.conn.execute("PRAGMA foreign_keys = ON")
+            self.conn.execute("PRAGMA journal_mode = WAL")
+            self.conn.executescript(SCHEMA)
+            row = self.conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+        except sqlite3.DatabaseError as e:
+            raise StoreError(f"{self.path}: not a vnetbench results database ({e}); choose another file with --db") from None
+        if row is None:
+            with self.conn:
+                self.conn.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+        elif int(row["value"]) > SCHEMA_VERSION:
+            raise StoreError(f"{self.path} was written by a newer vnetbench (schema {row['value']}); upgrade vnetbench")
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def __enter__(self) -> "Store":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # ------------------------------------------------------------ writing
+
+    def create_run(self, run_id: str, scenario_name: str, source: str, text: str, text_hash: str,
+                   overrides: list[str], seed: int, fingerprint: dict[str, Any]) -> None:
+        with self.conn:
+            self.conn.execute(
+                "INSERT INTO runs (id, scenario_name, scenario_source, scenario_text, scenario_hash, overrides,"
+                " started, status, seed, fingerprint) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                (run_id, scenario_name, source, text, text_hash, json.dumps(overrides), time.time(), "running",
+                 seed, json.dumps(fingerprint)),
+            )
+
+    def add_configuration(self, run_id: str, key: str, labels: dict[str, Any], params: dict[str, Any],
+                          expected: dict[str, float]) -> None:
+        with self.conn:
+            self.conn.execute(
+                "INSERT OR IGNORE INTO configurations (run_id, key, labels, params, expected) VALUES (?,?,?,?,?)",
+                (run_id, key, json.dumps(labels), json.dumps(params, default=str), json.dumps(expected)),
+            )
+
+    def set_lab_state(self, run_id: str, key: str, state: dict[str, Any]) -> None:
+        with self.conn:
+            self.conn.execute("UPDATE configurations SET lab_state=? WHERE run_id=? AND key=?",
+                              (json.dumps(state), run_id, key))
+
+    def set_stop_reason(self, run_id: str, key: str, reason: str) -> None:
+        with self.conn:
+            self.conn.execute("UPDATE configurations SET stop_reason=? WHERE run_id=? AND key=?", (reason, run_id, key))
+
+    def update_fingerprint(self, run_id: str, fingerprint: dict[str, Any]) -> None:
+        with self.conn:
+            self.conn.execute("UPDATE runs SET fingerprint=? WHERE id=?", (json.dumps(fingerprint), run_id))
+
+    def record_trial(self, run_id: str, trial: TrialRecord) -> int:
+        """Write one trial with its samples and series in a single transaction."""
+        with self.conn:
+            cur = self.conn.execute(
+                "INSERT INTO trials (run_id, config_key, repetition, position, started, ended, status, reason, raw)"
+                " VALUES (?,?,?,?,?,?,?,?,?)",
+                (run_id, trial.config_key, trial.repetition, trial.position, trial.started, trial.ended,
+                 trial.status, trial.reason, zlib.compress(json.dumps(trial.raw).encode(), 6)),
+            )
+            trial_id = cur.lastrowid
+            self.conn.executemany(
+                "INSERT INTO samples (trial_id, metric, value, unit, direction) VALUES (?,?,?,?,?)",
+                [(trial_id, s.metric, float(s.value), s.unit, s.direction) for s in trial.samples],
+            )
+            self.conn.executemany(
+                "INSERT INTO series (trial_id, name, unit, t, v) VALUES (?,?,?,?,?)",
+                [(trial_id, s.name, s.unit, _blob(s.t), _blob(s.v)) for s in trial.series],
+            )
+        return trial_id
+
+    def finish_run(self, run_id: str, status: str, reason: str | None = None) -> None:
+        with self.conn:
+            self.conn.execute("UPDATE runs SET ended=?, status=?, status_reason=? WHERE id=?",
+                              (time.time(), status, reason, run_id))
+
+    def reopen_run(self, run_id: str) -> None:
+        with self.conn:
+            self.conn.execute("UPDATE runs SET status='running', ended=NULL, status_reason=NULL WHERE id=?", (run_id,))
+
+    def set_baseline(self, name: str, run_id: str) -> None:
+        with self.conn:
+            self.conn.execute("INSERT OR REPLACE INTO baselines (name, run_id, created) VALUES (?,?,?)",
+                              (name, run_id, time.time()))
+
+    # ------------------------------------------------------------ reading
+
+    def resolve_run(self, ref: str) -> str:
+        """A run id from a full id, a unique prefix, or 'last'."""
+        if ref in ("last", "latest"):
+            row = self.conn.execute("SELECT id FROM runs ORDER BY started DESC LIMIT 1").fetchone()
+            if row is None:
+                raise StoreError(f"{self.path} holds no runs yet; start one with `vnetbench run SCENARIO`")
+            return row["id"]
+        rows = self.conn.execute("SELECT id FROM runs WHERE id LIKE ? || '%'", (ref,)).fetchall()
+        if len(rows) == 1:
+            return rows[0]["id"]
+        if not rows:
+            raise StoreError(f"no run {ref!r} in {self.path}; `vnetbench runs --db {self.path}` lists them")
+        raise StoreError(f"{ref!r} matches {len(rows)} runs in {self.path}; give more characters of the id")
+
+    def run(self, run_id: str) -> dict[str, Any]:
+        row = self.conn.execute("SELECT * FROM runs WHERE id=?", (run_id,)).fetchone()
+        if row is None:
+            raise StoreError(f"no run {run_id!r} in {self.path}")
+        out = dict(row)
+        out["fingerprint"] = json.loads(out["fingerprint"])
+        out["overrides"] = json.loads(out["overrides"])
+        return out
+
+    def runs(self) -> list[dict[str, Any]]:
+        rows = self.conn.execute(
+            "SELECT r.id, r.scenario_name, r.started, r.ended, r.status, r.status_reason,"
+            " (SELECT COUNT(*) FROM configurations c WHERE c.run_id=r.id) AS configurations,"
+            " (SELECT COUNT(*) FROM trials t WHERE t.run_id=r.id AND t.status='ok') AS trials_ok,"
+            " (SELECT COUNT(*) FROM trials t WHERE t.run_id=r.id AND t.status!='ok') AS trials_failed"
+            " FROM runs r ORDER BY r.started"
+        ).fetchall()
+        return [dict(r) for r in rows]
+
+    def configurations(self, run_id: str) -> list[dict[str, Any]]:
+        rows = self.conn.execute("SELECT * FROM configurations WHERE run_id=? ORDER BY rowid", (run_id,)).fetchall()
+        out = []
+        for r in rows:
+            d = dict(r)
+            for k in ("labels", "params", "expected"):
+                d[k] = json.loads(d[k])
+            d["lab_state"] = json.loads(d["lab_state"]) if d["lab_state"] else None
+            out.append(d)
+        return out
+
+    def trials(self, run_id: str, with_raw: bool = False) -> list[dict[str, Any]]:
+        cols = "*" if with_raw else "id, run_id, config_key, repetition, position, started, ended, status, reason"
+        rows = self.conn.execute(f"SELECT {cols} FROM trials WHERE run_id=? ORDER BY position", (run_id,)).fetchall()
+        out = [dict(r) for r in rows]
+        if with_raw:
+            for d in out:
+                d["raw"] = json.loads(zlib.decompress(d["raw"]))
+        return out
+
+    def done_slots(self, run_id: str) -> set[tuple[str, int]]:
+        """(configuration key, repetition) pairs that already have a stored trial."""
+        rows = self.conn.execute("SELECT config_key, repetition FROM trials WHERE run_id=?", (run_id,)).fetchall()
+        return {(r["config_key"], r["repetition"]) for r in rows}
+
+    def samples(self, run_id: str) -> Iterator[dict[str, Any]]:
+        """One row per sample of ok trials: run, configuration key, labels, trial, metric, value, unit, direction."""
+        labels = {c["key"]: c["labels"] for c in self.configurations(run_id)}
+        cur = self.conn.execute(
+            "SELECT t.id AS trial_id, t.config_key, t.repetition, s.metric, s.value, s.unit, s.direction"
+            " FROM samples s JOIN trials t ON t.id = s.trial_id"
+            " WHERE t.run_id=? AND t.status='ok' ORDER BY t.config_key, s.metric, t.repetition",
+            (run_id,),
+        )
+        for r in cur:
+            d = dict(r)
+            d["run_id"] = run_id
+            d["labels"] = labels.get(d["config_key"], {})
+            yield d
+
+    def values(self, run_id: str) -> dict[str, dict[str, np.ndarray]]:
+        """{configuration key: {metric: per-trial values}} for ok trials."""
+        out: dict[str, dict[str, list[float]]] = {}
+        for r in self.conn.execute(
+            "SELECT t.config_key, s.metric, s.value FROM samples s JOIN trials t ON t.id=s.trial_id"
+            " WHERE t.run_id=? AND t.status='ok' ORDER BY t.position", (run_id,)
+        ):
+            out.setdefault(r["config_key"], {}).setdefault(r["metric"], []).append(r["value"])
+        return {k: {m: np.asarray(v) for m, v in ms.items()} for k, ms in out.items()}
+
+    def metric_meta(self, run_id: str) -> dict[str, tuple[str, str]]:
+        """{metric: (unit, direction)} as recorded in this run."""
+        rows = self.conn.execute(
+            "SELECT DISTINCT s.metric, s.unit, s.direction FROM samples s JOIN trials t ON t.id=s.trial_id"
+            " WHERE t.run_id=?", (run_id,)
+        ).fetchall()
+        return {r["metric"]: (r["unit"], r["direction"]) for r in rows}
+
+    def series(self, trial_id: int) -> list[SeriesRecord]:
+        rows = self.conn.execute("SELECT name, unit, t, v FROM series WHERE trial_id=? ORDER BY rowid", (trial_id,))
+        return [SeriesRecord(r["name"], r["unit"], _unblob(r["t"]), _unblob(r["v"])) for r in rows]
+
+    def baseline(self, name: str) -> str:
+        row = self.conn.execute("SELECT run_id FROM baselines WHERE name=?", (name,)).fetchone()
+        if row is None:
+            names = [r["name"] for r in self.conn.execute("SELECT name FROM baselines")]
+            have = f"; baselines here: {', '.join(names)}" if names else ""
+            raise StoreError(f"no baseline {name!r} in {self.path}; set one with `vnetbench baseline set RUN`{have}")
+        return row["run_id"]

@@ -1,0 +1,109 @@
+"""Units users write in scenario files: rates, sizes and durations.
+
+Conventions follow tc(8) and iperf3, which is what our users already type:
+rates are in bits per second with decimal prefixes (``100Mbit``, ``1.25Gbit``,
+``500kbit``; ``bps`` means *bytes* per second as in tc), sizes are in bytes with
+decimal prefixes (``kB`` = 1000 B, ``KiB`` = 1024 B), durations carry a unit
+(``20s``, ``300us``, ``1.5ms``, ``2min``).
+
+Every parser raises :class:`UnitError` with the text it could not read and what
+it expected, so the scenario layer can name the file and key around it.
+"""
+
+from __future__ import annotations
+
+import re
+
+_NUMBER = r"(?P<num>[0-9]+(?:\.[0-9]*)?(?:[eE][+-]?[0-9]+)?|\.[0-9]+)"
+_RE = re.compile(r"^\s*" + _NUMBER + r"\s*(?P<unit>[A-Za-z]*)\s*$")
+
+_DECIMAL = {"": 1.0, "k": 1e3, "K": 1e3, "m": 1e6, "M": 1e6, "g": 1e9, "G": 1e9, "t": 1e12, "T": 1e12}
+_BINARY = {"ki": 1024.0, "Ki": 1024.0, "mi": 1024.0**2, "Mi": 1024.0**2, "gi": 1024.0**3, "Gi": 1024.0**3}
+
+RATE_UNITS = "bit, kbit, Mbit, Gbit, Tbit (bits/s) or bps, kbps, Mbps, Gbps (bytes/s, as in tc)"
+SIZE_UNITS = "B, kB, MB, GB (x1000) or KiB, MiB, GiB (x1024)"
+DURATION_UNITS = "ns, us, ms, s, min, h"
+
+
+class UnitError(ValueError):
+    """A value that is not a valid quantity; the message says what is expected."""
+
+
+def _split(text: str | int | float, what: str, units: str) -> tuple[float, str]:
+    if isinstance(text, bool):
+        raise UnitError(f"{text!r} is not a {what}; expected a number with a unit ({units})")
+    if isinstance(text, (int, float)):
+        return float(text), ""
+    m = _RE.match(str(text))
+    if not m:
+        raise UnitError(f"{text!r} is not a {what}; expected a number with a unit ({units})")
+    return float(m.group("num")), m.group("unit")
+
+
+def _prefix_factor(prefix: str) -> float | None:
+    if prefix in _BINARY:
+        return _BINARY[prefix]
+    if prefix in _DECIMAL:
+        return _DECIMAL[prefix]
+    return None
+
+
+def parse_rate(text: str | int | float) -> float:
+    """Rate in bits per second. A bare number is bits per second."""
+    value, unit = _split(text, "rate", RATE_UNITS)
+    if unit == "":
+        return value
+    for suffix, per_bit in (("bit", 1.0), ("bps", 8.0)):
+        if unit.endswith(suffix) or unit.lower().endswith(suffix):
+            prefix = unit[: -len(suffix)]
+            factor = _prefix_factor(prefix)
+            if factor is not None:
+                return value * factor * per_bit
+    raise UnitError(f"{text!r} has an unknown rate unit {unit!r}; expected {RATE_UNITS}")
+
+
+def parse_size(text: str | int | float) -> float:
+    """Size in bytes. A bare number is bytes."""
+    value, unit = _split(text, "size", SIZE_UNITS)
+    if unit in ("", "B"):
+        return value
+    if unit.endswith("B"):
+        factor = _prefix_factor(unit[:-1])
+        if factor is not None:
+            return value * factor
+    raise UnitError(f"{text!r} has an unknown size unit {unit!r}; expected {SIZE_UNITS}")
+
+
+_DURATION = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "sec": 1.0, "min": 60.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_duration(text: str | int | float) -> float:
+    """Duration in seconds. A bare number is seconds."""
+    value, unit = _split(text, "duration", DURATION_UNITS)
+    if unit == "":
+        return value
+    if unit in _DURATION:
+        return value * _DURATION[unit]
+    raise UnitError(f"{text!r} has an unknown duration unit {unit!r}; expected {DURATION_UNITS}")
+
+
+def format_rate(bits_per_second: float) -> str:
+    """Shortest exact-looking rendering, e.g. 100000000 -> '100Mbit'."""
+    for factor, name in ((1e12, "Tbit"), (1e9, "Gbit"), (1e6, "Mbit"), (1e3, "kbit")):
+        if bits_per_second >= factor:
+            return f"{bits_per_second / factor:g}{name}"
+    return f"{bits_per_second:g}bit"
+
+
+def format_size(size_bytes: float) -> str:
+    for factor, name in ((1e9, "GB"), (1e6, "MB"), (1e3, "kB")):
+        if size_bytes >= factor:
+            return f"{size_bytes / factor:g}{name}"
+    return f"{size_bytes:g}B"
+
+
+def format_duration(seconds: float) -> str:
+    for factor, name in ((1.0, "s"), (1e-3, "ms"), (1e-6, "us")):
+        if seconds >= factor:
+            return f"{seconds / factor:g}{name}"
+    return f"{seconds / 1e-9:g}ns"
