@@ -132,10 +132,15 @@ def cmd_clean(args: argparse.Namespace) -> int:
             return 1
         out.print("nothing of vnetbench's is left on this machine")
         return 0
-    report = clean(dry_run=args.dry_run)
+    prefix = "vnb-"
+    if args.run:
+        from vnetbench.runner.run import run_prefix
+
+        prefix = run_prefix(args.run) + "-"
+    report = clean(prefix=prefix, dry_run=args.dry_run)
     verb = "would remove" if args.dry_run else "removed"
     if not report.namespaces:
-        out.print("nothing to clean: no vnb-* namespaces")
+        out.print(f"nothing to clean: no {prefix}* namespaces")
     else:
         out.print(f"{verb} {len(report.namespaces)} namespaces ({', '.join(report.namespaces)}) and "
                   f"{len(report.processes)} processes in them")
@@ -187,6 +192,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("clean", help="remove namespaces and processes left by a killed run")
     sp.add_argument("--dry-run", action="store_true", help="only list what would be removed")
     sp.add_argument("--check", action="store_true", help="exit 1 if anything of ours is left (for CI)")
+    sp.add_argument("--run", metavar="RUN_ID", help="only what this run left (its full id or first 6 characters)")
     sp.set_defaults(func=cmd_clean)
     return p
 

@@ -17,7 +17,7 @@ from pyroute2 import IPRoute
 
 from vnetbench.errors import LabError
 from vnetbench.lab import netns
-from vnetbench.lab.teardown import Registry
+from vnetbench.lab.teardown import Registry, atomic
 
 IFA_F_NODAD = 0x02  # skip IPv6 duplicate address detection: addresses are usable at once
 
@@ -33,10 +33,11 @@ class Namespace:
     def create(cls, name: str, registry: Registry) -> "Namespace":
         if netns.exists(name):
             raise LabError(f"namespace {name} already exists: a run with this id is active, or run `vnetbench clean`")
-        netns.create(name)
-        registry.add(f"namespace {name}", lambda: netns.remove(name))
-        ipr = netns.open_iproute(name)
-        registry.add(f"netlink socket of {name}", ipr.close)
+        with atomic():
+            netns.create(name)
+            registry.add(f"namespace {name}", lambda: netns.remove(name))
+            ipr = netns.open_iproute(name)
+            registry.add(f"netlink socket of {name}", ipr.close)
         ns = cls(name, ipr)
         ns.link_up("lo")
         return ns
@@ -91,18 +92,18 @@ class Link:
                 mtu: int = 1500) -> "Link":
         # Created inside ns_a with the peer placed straight into ns_b: nothing
         # ever appears in the root namespace, so a crash cannot strand it there.
-        try:
-            ns_a.ipr.link("add", ifname=name_a, kind="veth",
-                          peer={"ifname": name_b, "net_ns_fd": f"{netns.NETNS_DIR}/{ns_b.name}"})
-        except Exception as e:
-            raise LabError(f"creating veth {ns_a.name}/{name_a} <-> {ns_b.name}/{name_b}: {e}") from e
-
         def remove() -> None:
             found = ns_a.ipr.link_lookup(ifname=name_a)
             if found:
                 ns_a.ipr.link("del", index=found[0])
 
-        registry.add(f"veth {ns_a.name}/{name_a}", remove)
+        with atomic():
+            try:
+                ns_a.ipr.link("add", ifname=name_a, kind="veth",
+                              peer={"ifname": name_b, "net_ns_fd": f"{netns.NETNS_DIR}/{ns_b.name}"})
+            except Exception as e:
+                raise LabError(f"creating veth {ns_a.name}/{name_a} <-> {ns_b.name}/{name_b}: {e}") from e
+            registry.add(f"veth {ns_a.name}/{name_a}", remove)
         link = cls(Interface(ns_a, name_a), Interface(ns_b, name_b))
         for end in (link.a, link.b):
             if mtu != 1500:
@@ -135,10 +136,10 @@ class Host:
 
     def popen(self, argv: Sequence[str], stdout: Path, stderr: Path, pin: bool = True) -> subprocess.Popen:
         """Start a process in this host; its output goes to files (no pipe can fill and stall it)."""
-        with open(stdout, "wb") as out, open(stderr, "wb") as err:
+        with open(stdout, "wb") as out, open(stderr, "wb") as err, atomic():
             proc = subprocess.Popen(self.command(argv, pin), stdout=out, stderr=err, stdin=subprocess.DEVNULL,
                                     start_new_session=True)
-        self.registry.add_process(proc)
+            self.registry.add_process(proc)
         return proc
 
     def run(self, argv: Sequence[str], timeout: float = 10.0, pin: bool = False) -> subprocess.CompletedProcess:

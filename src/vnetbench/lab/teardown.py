@@ -59,6 +59,19 @@ def shielded() -> Iterator[list[str]]:
             signal.signal(s, h)
 
 
+@contextmanager
+def atomic() -> Iterator[None]:
+    """Hold signals off across create-and-register, so an interruption can never
+    fall between a thing existing and teardown knowing about it (or leave this
+    thread inside another namespace). Pending signals arrive at the end."""
+    blocked = {signal.SIGINT, signal.SIGTERM}
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, blocked)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
 @dataclass
 class Registry:
     """What a lab created, with how to undo each piece (LIFO)."""

@@ -71,7 +71,7 @@ class DumbbellBench:
         """One iperf3 server per sender on the receiver, then wait until all listen."""
         for proc in self._servers.values():
             if proc.poll() is None:
-                proc.terminate()
+                proc.kill()  # a hung or stopped server would ignore SIGTERM
                 proc.wait(timeout=5)
         self._servers.clear()
         for i in range(self.senders):
@@ -116,7 +116,8 @@ class DumbbellBench:
         senders = [self.lab.hosts[f"s{i}"] for i in range(1, config.active_senders + 1)]
         port_iface = self.lab.ports["r"]
         before = tc.counters(port_iface)
-        timeout = stream.duration + 15.0 if stream.timeout == "auto" else stream.timeout
+        # iperf3 runs omit + duration seconds; "auto" leaves room for connection set-up and teardown.
+        timeout = stream.omit + stream.duration + 15.0 if stream.timeout == "auto" else stream.timeout
 
         started = time.time()
         clients: dict[str, subprocess.Popen] = {}
@@ -136,8 +137,12 @@ class DumbbellBench:
             # Probe the loaded path once the flows are past their warm-up (omit).
             time.sleep(max(0.0, started + stream.omit - time.time()))
             for name, probe in probe_specs:
-                deadline = max(1.0, stream.duration - stream.omit - 0.5)
-                argv = ping.command(self.receiver.address(ipv), probe.interval, probe.size, deadline, ipv)
+                # Whole seconds (ping -w), ending before the flows do: the probe sees only loaded time.
+                deadline = max(1, int(stream.duration - 0.5))
+                # Room for a full queue plus half again, so the probe keeps its rate when the RTT grows.
+                max_rtt = 1.5 * config.expected["queue.full_delay_ms"] / 1e3 + 0.005
+                argv = ping.command(self.receiver.address(ipv), probe.interval, probe.size, deadline, ipv,
+                                    preload=ping.preload_for(probe.interval, max_rtt))
                 probes[name] = senders[0].popen(argv, tmp / f"{name}.txt", tmp / f"{name}.err")
 
         status, reason = "ok", None
@@ -171,7 +176,7 @@ class DumbbellBench:
             try:
                 flows = {name: iperf3.parse_client(raw["iperf3"][name]) for name in clients}
                 measurement.extend(iperf3.measure(flows, (config.offered_bps or 0) * len(senders) or None,
-                                                  t_offset=0.0))
+                                                  t_offset=stream.omit))
                 measurement.add("bottleneck.drops", after["drops"] - before["drops"])
                 for name in probes:
                     measurement.extend(ping.measure(ping.parse(raw["probes"][name]), t0=started))

@@ -178,9 +178,14 @@ class StreamWorkload(Strict):
         return v
 
     @model_validator(mode="after")
-    def _omit_fits(self) -> "StreamWorkload":
+    def _consistent(self) -> "StreamWorkload":
         if self.omit >= self.duration:
             raise ValueError(f"omit ({self.omit:g}s) must be shorter than duration ({self.duration:g}s)")
+        if self.timeout != "auto" and self.timeout <= self.duration + self.omit:
+            raise ValueError(f"timeout ({self.timeout:g}s) must be longer than omit + duration "
+                             f"({self.omit + self.duration:g}s), or every trial would time out")
+        if self.length != "auto" and self.proto == "udp" and not 16 <= self.length <= 65507:
+            raise ValueError(f"length {self.length:g} B: a UDP datagram carries 16 to 65507 bytes")
         return self
 
 

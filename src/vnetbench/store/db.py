@@ -276,7 +276,7 @@ class Store:
 
     def trials(self, run_id: str, with_raw: bool = False) -> list[dict[str, Any]]:
         cols = "*" if with_raw else "id, run_id, config_key, repetition, position, started, ended, status, reason"
-        rows = self.conn.execute(f"SELECT {cols} FROM trials WHERE run_id=? ORDER BY position", (run_id,)).fetchall()
+        rows = self.conn.execute(f"SELECT {cols} FROM trials WHERE run_id=? ORDER BY position, id", (run_id,)).fetchall()
         out = [dict(r) for r in rows]
         if with_raw:
             for d in out:

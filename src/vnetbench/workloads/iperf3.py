@@ -85,7 +85,10 @@ class FlowResult:
 
 
 def _interval_sums(intervals: list[dict[str, Any]]) -> tuple[np.ndarray, np.ndarray]:
-    rows = [iv["sum"] for iv in intervals if not iv["sum"].get("omitted", False)]
+    # Omitted (warm-up) intervals are dropped, and so is the receiver's short
+    # tail interval (the few ms after the sender stopped): it is not a second.
+    rows = [iv["sum"] for iv in intervals
+            if not iv["sum"].get("omitted", False) and iv["sum"]["end"] - iv["sum"]["start"] >= 0.5]
     return (np.array([r["end"] for r in rows], dtype=float),
             np.array([r["bits_per_second"] / 1e6 for r in rows], dtype=float))
 
@@ -95,7 +98,8 @@ def parse_client(text: str) -> FlowResult:
     try:
         doc = json.loads(text)
     except json.JSONDecodeError:
-        snippet = text.strip()[-300:] or "(empty output)"
+        # On bad arguments iperf3 prints one error line then its usage text: quote the start.
+        snippet = " / ".join(text.strip().splitlines()[:2])[:300] or "(empty output)"
         raise ToolFailed(f"iperf3 printed no JSON: {snippet}") from None
     if doc.get("error"):
         raise ToolFailed(f"iperf3: {doc['error']}")
@@ -131,7 +135,8 @@ def parse_client(text: str) -> FlowResult:
         jitter = float(rx_end.get("jitter_ms", received.get("jitter_ms", 0.0)))
     else:
         retransmits = int(sent.get("retransmits", 0))
-        streams = [iv["streams"] for iv in sender_intervals if not iv["sum"].get("omitted", False)]
+        streams = [iv["streams"] for iv in sender_intervals
+                   if not iv["sum"].get("omitted", False) and iv["sum"]["end"] - iv["sum"]["start"] >= 0.5]
         if streams and "snd_cwnd" in streams[0][0]:
             cwnd = np.array([np.mean([s["snd_cwnd"] for s in ss]) for ss in streams], dtype=float)
             srtt = np.array([np.mean([s["rtt"] for s in ss]) / 1000.0 for ss in streams], dtype=float)
@@ -162,7 +167,11 @@ def jain_fairness(values: list[float]) -> float:
 
 
 def measure(flows: dict[str, FlowResult], offered_bps: float | None, t_offset: float = 0.0) -> Measurement:
-    """Trial metrics over all flows (keyed by sending host), plus per-flow series."""
+    """Trial metrics over all flows (keyed by sending host), plus per-flow series.
+
+    iperf3 restarts its interval clock after the omit period: `t_offset` (the
+    omit time) puts the series on the trial's clock, like the ping series.
+    """
     m = Measurement()
     values = list(flows.values())
     if offered_bps is not None:

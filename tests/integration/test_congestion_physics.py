@@ -1,0 +1,114 @@
+"""The congestion study on a real lab: numbers must obey the physics of a
+drop-tail bottleneck (seed 001, chapter 4), with tolerances for a noisy 2-core VM.
+
+Defaults: 100 Mbit/s bottleneck, 500 kB buffer -> a full queue delays by 40 ms.
+"""
+
+import numpy as np
+import pytest
+
+from vnetbench.store.db import Store
+from helpers import cli, run_id_of
+
+pytestmark = pytest.mark.lab
+
+BOTTLENECK_MBPS = 100.0
+QUEUE_MS = 500_000 * 8 / 100e6 * 1e3  # 40 ms
+
+
+@pytest.fixture(scope="module")
+def congestion_run(tmp_path_factory):
+    db = tmp_path_factory.mktemp("congestion") / "r.db"
+    proc = cli("run", "congestion", "--db", str(db), "--no-progress",
+               "--set", "ratios=[0.6, 2.0, 4.0]", "--set", "duration=3s", "--set", "workload.stream.omit=1s",
+               "--set", "repetitions=1", "--set", "repeat.warmup=false")
+    run_id = run_id_of(proc)
+    store = Store(db)
+    by_labels = {}
+    for c in store.configurations(run_id):
+        by_labels[(c["labels"]["ratio"], c["labels"]["proto"])] = (c, store.values(run_id).get(c["key"], {}))
+    yield store, run_id, by_labels, proc
+    store.close()
+
+
+def median(values, metric):
+    return float(np.median(values[metric]))
+
+
+def test_every_trial_ok_and_table_printed(congestion_run, no_leftovers):
+    store, run_id, by_labels, proc = congestion_run
+    trials = store.trials(run_id)
+    assert len(trials) == 6 and all(t["status"] == "ok" for t in trials), [t["reason"] for t in trials]
+    assert "throughput" in proc.stdout and "theory 0.500" in proc.stdout
+    assert store.run(run_id)["status"] == "completed"
+
+
+def test_received_throughput_never_above_the_bottleneck(congestion_run):
+    _, _, by_labels, _ = congestion_run
+    for (ratio, proto), (_, values) in by_labels.items():
+        assert values["throughput.rx_mbps"].max() <= BOTTLENECK_MBPS * 1.05, (ratio, proto)
+
+
+def test_udp_loss_follows_one_minus_one_over_ratio(congestion_run):
+    _, _, by_labels, _ = congestion_run
+    assert median(by_labels[(0.6, "udp")][1], "udp.loss_ratio") < 0.01
+    assert median(by_labels[(2.0, "udp")][1], "udp.loss_ratio") == pytest.approx(0.5, abs=0.05)
+    assert median(by_labels[(4.0, "udp")][1], "udp.loss_ratio") == pytest.approx(0.75, abs=0.05)
+    # The theory is stored alongside for reports.
+    assert by_labels[(4.0, "udp")][0]["expected"]["udp.loss_ratio"] == pytest.approx(0.75)
+
+
+def test_rtt_under_udp_saturation_is_buffer_over_rate(congestion_run):
+    _, _, by_labels, _ = congestion_run
+    for ratio in (2.0, 4.0):
+        rtt = median(by_labels[(ratio, "udp")][1], "rtt.p50_ms")
+        assert rtt == pytest.approx(QUEUE_MS, rel=0.15), ratio
+    # Below saturation the queue stays (nearly) empty.
+    assert median(by_labels[(0.6, "udp")][1], "rtt.p50_ms") < 0.1 * QUEUE_MS
+
+
+def test_tcp_fills_the_bottleneck_when_oversubscribed(congestion_run):
+    store, run_id, by_labels, _ = congestion_run
+    config, values = by_labels[(2.0, "tcp")]
+    # The 1 ms ping probe (1450 B + 42 B of headers per packet) shares the bottleneck
+    # with TCP, as in the thesis: the link is full when both together fill it.
+    trial = next(t for t in store.trials(run_id) if t["config_key"] == config["key"])
+    rtt = next(s for s in store.series(trial["id"]) if s.name == "rtt_ms")
+    probe_mbps = len(rtt.v) * (1450 + 8 + 20 + 14) * 8 / (rtt.t.max() - rtt.t.min()) / 1e6
+    assert median(values, "throughput.rx_mbps") + probe_mbps >= 0.9 * BOTTLENECK_MBPS
+    assert median(values, "throughput.rx_mbps") >= 0.8 * BOTTLENECK_MBPS
+    # Below saturation TCP gets exactly what it asked for (2 x 30 Mbit/s).
+    assert median(by_labels[(0.6, "tcp")][1], "throughput.rx_mbps") == pytest.approx(60, rel=0.03)
+
+
+def test_applied_qdisc_is_read_back_and_stored(congestion_run):
+    store, run_id, by_labels, _ = congestion_run
+    state = by_labels[(2.0, "udp")][0]["lab_state"]["qdiscs"]
+    tbf = [q for q in state if q["kind"] == "tbf"]
+    assert len(tbf) == 1 and tbf[0]["dev"] == "r" and tbf[0]["netns"].endswith("-sw")
+    assert tbf[0]["rate_bps"] == pytest.approx(100e6) and tbf[0]["limit_bytes"] == 500_000
+    fp = store.run(run_id)["fingerprint"]
+    assert fp["kernel"] and "iperf" in fp["tools"]["iperf3"] and "net.ipv4.tcp_congestion_control" in fp["sysctls"]
+    params = by_labels[(2.0, "tcp")][0]["params"]
+    assert params["congestion_control"] == "cubic" and params["senders"] == 2
+
+
+def test_series_are_stored(congestion_run):
+    store, run_id, by_labels, _ = congestion_run
+    key = by_labels[(2.0, "tcp")][0]["key"]
+    trial = next(t for t in store.trials(run_id) if t["config_key"] == key)
+    names = {s.name for s in store.series(trial["id"])}
+    assert {"rtt_ms", "throughput_mbps/s1", "throughput_mbps/s2", "cwnd_bytes/s1", "srtt_ms/s1"} <= names
+    rtt = next(s for s in store.series(trial["id"]) if s.name == "rtt_ms")
+    assert len(rtt.v) > 500 and rtt.t.min() >= 0.9  # 1 ms pings from the end of the 1 s omit period
+
+
+def test_export_one_record_per_sample(congestion_run, tmp_path):
+    store, run_id, _, _ = congestion_run
+    out = tmp_path / "x.csv"
+    cli("export", run_id, "--db", str(store.path), "--format", "csv", "-o", str(out))
+    lines = out.read_text().splitlines()
+    n_samples = sum(len(v) for per in store.values(run_id).values() for v in per.values())
+    assert len(lines) == n_samples + 1
+    assert lines[0].startswith("run_id,config_key,labels,trial_id,repetition,metric,value,unit,direction")
+    assert "label.proto" in lines[0] and "label.ratio" in lines[0]

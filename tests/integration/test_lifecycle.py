@@ -1,0 +1,207 @@
+"""Teardown, interruption, resume, bad input and failing tools, on real labs."""
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from helpers import ROOT, cli, run_id_of
+from vnetbench.lab import netns
+from vnetbench.lab.clean import leftovers
+from vnetbench.runner.bench import DumbbellBench
+from vnetbench.scenario import load, plan
+from vnetbench.store.db import Store
+
+pytestmark = pytest.mark.lab
+
+SHORT = ["--set", "duration=2s", "--set", "workload.stream.omit=0s", "--set", "repeat.warmup=false"]
+
+
+def start_run(db: Path, *extra: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "vnetbench", "run", "quick", "--db", str(db), "--no-progress",
+                             *SHORT, *extra], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def wait_for(predicate, timeout=30.0, what="condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def ok_trials(db: Path) -> int:
+    if not db.exists():
+        return 0
+    with sqlite3.connect(db) as c:
+        try:
+            return c.execute("SELECT COUNT(*) FROM trials").fetchone()[0]
+        except sqlite3.OperationalError:
+            return 0
+
+
+def run_namespaces(db: Path) -> list[str]:
+    """Namespaces of the run stored in `db` (other runs, e.g. a parallel session's, are not ours to judge)."""
+    if not db.exists():
+        return []
+    with sqlite3.connect(db) as c:
+        try:
+            row = c.execute("SELECT id FROM runs ORDER BY started DESC LIMIT 1").fetchone()
+        except sqlite3.OperationalError:
+            return []
+    return leftovers(f"vnb-{row[0][:6]}-") if row else []
+
+
+def our_processes() -> list[str]:
+    out = subprocess.run(["pgrep", "-a", "-f", "iperf3 --server|ping -4 -D"], capture_output=True, text=True).stdout
+    return [l for l in out.splitlines() if l.strip()]
+
+
+@pytest.mark.parametrize("signals", [1, 2], ids=["ctrl-c", "ctrl-c twice"])
+def test_interrupt_tears_everything_down(tmp_path, signals, no_leftovers):
+    db = tmp_path / "r.db"
+    proc = start_run(db)
+    wait_for(lambda: run_namespaces(db) and ok_trials(db) >= 1, what="the lab and a first trial")
+    for _ in range(signals):
+        proc.send_signal(signal.SIGINT)
+        time.sleep(0.05)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "interrupted" in err and "--resume" in err
+    assert run_namespaces(db) == []
+    assert not our_processes()
+    store = Store(db)
+    run = store.runs()[-1]
+    assert run["status"] == "interrupted" and run["trials_ok"] >= 1
+
+
+def test_sigterm_too(tmp_path, no_leftovers):
+    db = tmp_path / "r.db"
+    proc = start_run(db)
+    wait_for(lambda: run_namespaces(db), what="the lab")
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=60)
+    assert proc.returncode == 130
+    assert run_namespaces(db) == [] and not our_processes()
+
+
+def test_killed_run_is_cleaned_and_resumed(tmp_path, no_leftovers):
+    db = tmp_path / "r.db"
+    proc = start_run(db, "--set", "repetitions=2")
+    wait_for(lambda: ok_trials(db) >= 2, timeout=60, what="two stored trials")
+    proc.kill()  # SIGKILL: no teardown at all
+    proc.communicate(timeout=10)
+    assert run_namespaces(db), "a SIGKILLed run should have left its namespaces"
+    done_before = ok_trials(db)
+    run_id = Store(db).runs()[-1]["id"]
+
+    cleaned = cli("clean", "--run", run_id)
+    assert "removed 4 namespaces" in cleaned.stdout
+    assert run_namespaces(db) == [] and not our_processes()
+
+    resumed = cli("run", "--resume", run_id[:6], "--db", str(db), "--no-progress")
+    assert run_id_of(resumed) == run_id
+    store = Store(db)
+    trials = store.trials(run_id)
+    slots = [(t["config_key"], t["repetition"]) for t in trials]
+    assert len(slots) == 4 * 2 and len(set(slots)) == len(slots)  # every planned trial once, none twice
+    assert len(trials) - done_before >= 1
+    assert store.run(run_id)["status"] == "completed"
+
+
+def test_clean_touches_only_our_prefix(no_leftovers):
+    foreign = f"vnbtest{os.getpid()}"  # no dash after "vnb": not ours
+    netns.create(foreign)
+    try:
+        cli("clean")
+        assert netns.exists(foreign)
+    finally:
+        netns.remove(foreign)
+    assert cli("clean", "--check").returncode == 0
+
+
+def test_not_root_is_one_clear_message(tmp_path):
+    db = tmp_path / "r.db"
+    proc = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-m",
+                           "vnetbench", "run", "quick", "--db", str(db)], capture_output=True, text=True, cwd=ROOT,
+                          env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
+    assert proc.returncode == 2
+    assert "needs root" in proc.stderr and "sudo" in proc.stderr and "Traceback" not in proc.stderr
+    assert not db.exists()
+
+
+def test_missing_tool_is_named_with_its_package(tmp_path, no_leftovers):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("ip", "ss", "taskset", "ping"):  # everything but iperf3
+        (bin_dir / tool).symlink_to(subprocess.run(["which", tool], capture_output=True, text=True).stdout.strip())
+    proc = cli("run", "quick", "--db", str(tmp_path / "r.db"), check=False, env={**os.environ, "PATH": str(bin_dir)})
+    assert proc.returncode == 2
+    assert "missing tool: iperf3" in proc.stderr and "apt-get install iperf3" in proc.stderr
+
+
+def test_bad_scenario_builds_nothing(tmp_path, no_leftovers):
+    proc = cli("run", "quick", "--db", str(tmp_path / "r.db"), "--set", "buffer=100B", check=False)
+    assert proc.returncode == 2 and "lab.buffer = '100B'" in proc.stderr
+    assert not (tmp_path / "r.db").exists()  # checked before the store or the lab is touched
+
+
+def _bench_and_config(*overrides):
+    loaded = load.load("quick", ["ratios=[0.6]", "protos=[tcp]", "duration=1s", "workload.stream.omit=0s",
+                                 *overrides])
+    config = plan.expand(loaded)[0]
+    bench = DumbbellBench(f"vnb-t{os.getpid() % 100000}", senders=2)
+    return bench, config
+
+
+def test_failing_tool_is_recorded_and_the_run_goes_on(no_leftovers):
+    bench, config = _bench_and_config()
+    bench.setup()
+    try:
+        bench.prepare(config)
+        for proc in bench._servers.values():
+            proc.kill()
+            proc.wait()
+        failed = bench.run_trial(config, "t1")
+        assert failed.status == "failed" and "Connection refused" in failed.reason
+        assert failed.raw["iperf3"]["s1"]  # the tool's own output is kept
+        ok = bench.run_trial(config, "t2")  # servers were restarted
+        assert ok.status == "ok", ok.reason
+    finally:
+        bench.teardown()
+
+
+def test_hanging_tool_times_out(no_leftovers):
+    bench, config = _bench_and_config("workload.stream.timeout=3s")
+    bench.setup()
+    try:
+        bench.prepare(config)
+        for proc in bench._servers.values():
+            os.kill(proc.pid, signal.SIGSTOP)  # the server accepts nothing: clients hang
+        t0 = time.monotonic()
+        outcome = bench.run_trial(config, "t1")
+        assert outcome.status == "timeout" and "per-trial timeout" in outcome.reason
+        assert 2.5 < time.monotonic() - t0 < 10
+        assert bench.run_trial(config, "t2").status == "ok"
+    finally:
+        bench.teardown()
+
+
+@pytest.mark.parametrize("variant", [["lab.ip_version=6"], ["lab.qdisc=htb"]], ids=["ipv6", "htb"])
+def test_ipv6_and_htb_saturate_like_ipv4_tbf(tmp_path, variant, no_leftovers):
+    proc = cli("run", "quick", "--db", str(tmp_path / "r.db"), "--no-progress", *SHORT, "--set", "ratios=[2.0]",
+               "--set", "protos=[udp]", "--set", "repetitions=1", *[a for v in variant for a in ("--set", v)])
+    store = Store(tmp_path / "r.db")
+    run_id = run_id_of(proc)
+    values = next(iter(store.values(run_id).values()))
+    assert values["udp.loss_ratio"][0] == pytest.approx(0.5, abs=0.05)
+    assert values["throughput.rx_mbps"][0] <= 105
+    assert values["rtt.p50_ms"][0] == pytest.approx(40, rel=0.15)
+    qdiscs = store.configurations(run_id)[0]["lab_state"]["qdiscs"]
+    assert {q["kind"] for q in qdiscs} == ({"htb", "bfifo"} if "htb" in variant[0] else {"tbf"})

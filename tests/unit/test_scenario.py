@@ -1,0 +1,157 @@
+"""Scenario validation, --set overrides and matrix expansion."""
+
+import textwrap
+
+import pytest
+
+from vnetbench.errors import ScenarioError
+from vnetbench.scenario import load as L
+from vnetbench.scenario import plan as P
+
+
+def write(tmp_path, text):
+    f = tmp_path / "s.toml"
+    f.write_text(textwrap.dedent(text))
+    return str(f)
+
+
+MINIMAL = """
+name = "t"
+[lab]
+bottleneck = "100Mbit"
+buffer = "500kB"
+[matrix]
+ratio = [0.5, 2.0]
+proto = ["udp", "tcp"]
+[workload.stream]
+tool = "iperf3"
+duration = "3s"
+offered = "ratio * bottleneck / senders"
+[workload.probe]
+tool = "ping"
+during = "stream"
+"""
+
+
+def error_of(path, overrides=()):
+    with pytest.raises(ScenarioError) as e:
+        P.expand(L.load(path, list(overrides)))
+    return str(e.value)
+
+
+def test_builtins_load_and_expand():
+    assert {"congestion", "quick"} <= set(L.builtin_names())
+    configs = P.expand(L.load("congestion"))
+    assert len(configs) == 13 * 2
+    assert len({c.key for c in configs}) == 26
+
+
+def test_congestion_offered_load_follows_the_thesis():
+    configs = {(c.labels["ratio"], c.labels["proto"]): c for c in P.expand(L.load("congestion"))}
+    # Algorithms 1 and 2: B = ratio * 100 Mbit / n, n = 2 up to ratio 2, 3 up to 3, 4 above.
+    for ratio, senders in [(0.4, 2), (2.0, 2), (3.0, 3), (4.0, 4)]:
+        c = configs[(ratio, "udp")]
+        assert c.active_senders == senders
+        assert c.offered_bps == pytest.approx(ratio * 100e6 / senders)
+        assert c.expected["udp.loss_ratio"] == pytest.approx(max(0.0, 1 - 1 / ratio))
+    assert configs[(2.0, "tcp")].expected["queue.full_delay_ms"] == pytest.approx(40.0)
+    assert "udp.loss_ratio" not in configs[(2.0, "tcp")].expected
+
+
+def test_unknown_key_lists_valid_ones(tmp_path):
+    path = write(tmp_path, MINIMAL.replace('buffer = "500kB"', 'buffer = "500kB"\nbuffr = 3'))
+    msg = error_of(path)
+    assert path in msg and "lab.buffr: unknown key" in msg and "bottleneck" in msg
+
+
+def test_wrong_unit_names_file_key_value_and_expectation(tmp_path):
+    msg = error_of(write(tmp_path, MINIMAL.replace('"100Mbit"', '"100Mbt"')))
+    assert "lab.bottleneck = '100Mbt'" in msg and "unknown rate unit" in msg and "Mbit" in msg
+
+
+@pytest.mark.parametrize("override,needle", [
+    ("bottleneck=-5Mbit", "lab.bottleneck"),
+    ("buffer=100B", "smaller than one full-size frame"),
+    ("buffer=0.1ms", "1250 B"),
+    ("ratios=[0]", "ratio must be above 0"),
+    ("duration=0.5s", "whole seconds"),
+    ("workload.stream.omit=5s", "omit (5s) must be shorter than duration (3s)"),
+    ("workload.probe.interval=10us", "100us"),
+    ("senders=0", "senders must be between 1 and 64"),
+    ("lab.qdisc=netem", "lab.qdisc = 'netem'"),
+])
+def test_impossible_values_are_rejected_before_anything_is_built(tmp_path, override, needle):
+    assert needle in error_of(write(tmp_path, MINIMAL), [override])
+
+
+def test_set_resolves_bare_names_and_plurals(tmp_path):
+    loaded = L.load(write(tmp_path, MINIMAL), [
+        "bottleneck=50Mbit", "ratios=[1.0, 4]", "protos=[udp]", "repetitions=2", "congestion_control=reno",
+        "duration=5s", "senders=3",
+    ])
+    s = loaded.scenario
+    assert s.lab.bottleneck == 50e6 and s.lab.senders == 3
+    assert s.matrix == {"ratio": [1.0, 4], "proto": ["udp"]}
+    assert s.repeat.repetitions == 2
+    assert s.workload["stream"].congestion_control == "reno" and s.workload["stream"].duration == 5
+    configs = P.expand(loaded)
+    assert [c.offered_bps for c in configs] == pytest.approx([50e6 / 3, 200e6 / 3])
+
+
+def test_set_dotted_path_and_errors(tmp_path):
+    path = write(tmp_path, MINIMAL)
+    assert L.load(path, ["lab.buffer=40ms"]).scenario.lab.buffer.in_bytes(100e6) == pytest.approx(500_000)
+    with pytest.raises(ScenarioError, match="no parameter named 'nope'"):
+        L.load(path, ["nope=1"])
+    with pytest.raises(ScenarioError, match="ambiguous"):
+        L.load(path, ["tool=ping"])
+    with pytest.raises(ScenarioError, match="KEY=VALUE"):
+        L.load(path, ["bottleneck"])
+
+
+def test_matrix_axis_must_be_a_parameter(tmp_path):
+    msg = error_of(write(tmp_path, MINIMAL.replace("[matrix]", "[matrix]\ncolour = ['red']")))
+    assert "matrix.colour is not a parameter" in msg and "bottleneck" in msg
+
+
+def test_per_configuration_validation_names_the_configuration(tmp_path):
+    # 1514 B is fine at 100 Mbit as bytes, but "0.15ms" is 1875 B at 100 Mbit and 187 B at 10 Mbit.
+    path = write(tmp_path, MINIMAL.replace("proto = [", "bottleneck = ['100Mbit', '10Mbit']\nproto = [").replace(
+        'buffer = "500kB"', 'buffer = "0.15ms"'))
+    msg = error_of(path)
+    assert "configuration ratio=0.5, bottleneck=10Mbit" in msg and "smaller than one full-size frame" in msg
+
+
+def test_offered_expression_errors(tmp_path):
+    msg = error_of(write(tmp_path, MINIMAL.replace("ratio * bottleneck / senders", "ratio * banana")))
+    assert "unknown name 'banana'" in msg
+    msg = error_of(write(tmp_path, MINIMAL.replace("ratio * bottleneck / senders", "__import__('os')")))
+    assert "only numbers, names" in msg
+    assert P.evaluate_offered("unlimited", {}) is None
+    assert P.evaluate_offered("25Mbit", {}) == 25e6
+    assert P.evaluate_offered("(ratio + 1) * bottleneck / senders", {"ratio": 1, "bottleneck": 10, "senders": 2}) == 10
+
+
+def test_config_key_is_stable_and_independent_of_fixed_parameters(tmp_path):
+    a = {c.label_text: c.key for c in P.expand(L.load(write(tmp_path, MINIMAL)))}
+    b = {c.label_text: c.key for c in P.expand(L.load(write(tmp_path, MINIMAL), ["bottleneck=80Mbit"]))}
+    assert a == b  # results match across runs by configuration, not by what changed
+    assert P.config_key({"ratio": 0.5, "proto": "udp"}) == P.config_key({"proto": "udp", "ratio": 0.5})
+
+
+def test_interleaved_order_is_seeded_and_balanced(tmp_path):
+    configs = P.expand(L.load(write(tmp_path, MINIMAL)))
+    a = P.order_trials(configs, 5, "interleaved", seed=7, warmup=True)
+    b = P.order_trials(configs, 5, "interleaved", seed=7, warmup=True)
+    c = P.order_trials(configs, 5, "interleaved", seed=8, warmup=True)
+    keys = lambda slots: [(s.config.key, s.repetition) for s in slots]
+    assert keys(a) == keys(b) and keys(a) != keys(c)
+    assert a[0].warmup and not any(s.warmup for s in a[1:])
+    measured = a[1:]
+    assert len(measured) == 20
+    # Every round holds each configuration exactly once: drift cannot pile onto one of them.
+    for r in range(5):
+        round_keys = [s.config.key for s in measured[r * 4:(r + 1) * 4]]
+        assert sorted(round_keys) == sorted(c.key for c in configs)
+    seq = P.order_trials(configs, 2, "sequential", seed=7, warmup=False)
+    assert [s.config.key for s in seq] == [c.key for c in configs for _ in range(2)]
