@@ -32,7 +32,12 @@ numpy/scipy.
    of any current segment, accepted while its t-test p-value is below a
    relaxed first-pass threshold, 10x ``pvalue``). The next window starts half a
    window on, or at the last change found if that is further, so a change is
-   never found twice.
+   never found twice. One addition of ours: candidates in the last quarter of
+   a window (except the final one) are left to the next window, which sees
+   them from its middle. At a window's edge a step has too few points on one
+   side and E-divisive shifts it by a few positions into the old regime; the
+   shifted and the true position then both survive as a spurious 3-point
+   "regime".
 
 4. **Merge.** Candidates are then re-tested against the full segments between
    their neighbours, which the windows could not see. While some candidate has

@@ -306,7 +306,7 @@ def _analyse(items: list[_Item], seed: int, n_boot: int) -> None:
         # a resample whose A median is 0 has no relative change: +-inf (0 if B's is 0 too)
         zero = ma == 0
         if np.any(zero):
-            rel = np.where(zero, np.where(mb == ma, 0.0, np.sign(mb - ma) * np.inf), rel)
+            rel = np.where(zero, np.where(mb == ma, 0.0, np.copysign(np.inf, mb - ma)), rel)
         frac_zero = zero.mean(axis=1)
         with np.errstate(invalid="ignore"):
             lo, hi = np.quantile(rel, [tail, 1.0 - tail], axis=1)

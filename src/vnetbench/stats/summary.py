@@ -165,7 +165,11 @@ def min_n_for_median_ci(level: float = CI_LEVEL) -> int:
 # input checks
 
 
-def _as_1d(values, what: str = "values") -> np.ndarray:
+def _as_1d(
+    values,
+    what: str = "values",
+    hint: str = "leave failed trials out instead of storing a placeholder",
+) -> np.ndarray:
     arr = np.asarray(values, dtype=float)
     if arr.ndim != 1:
         raise ValueError(f"{what} must be one-dimensional (one number per trial), got shape {arr.shape}")
@@ -174,8 +178,7 @@ def _as_1d(values, what: str = "values") -> np.ndarray:
     if not np.all(np.isfinite(arr)):
         bad = int(np.count_nonzero(~np.isfinite(arr)))
         raise ValueError(
-            f"{what} contains {bad} non-finite value(s) (NaN/inf): "
-            "leave failed trials out instead of storing a placeholder"
+            f"{what} contains {bad} non-finite value(s) (NaN/inf): {hint}"
         )
     return arr
 
@@ -319,7 +322,7 @@ def series_percentiles(
     one packet more or less is counted. Lost packets have no RTT: leave them
     out (loss is its own metric). Keys are the requested ``qs`` as floats.
     """
-    arr = _as_1d(values, "series")
+    arr = _as_1d(values, "series", "drop lost packets (loss is its own metric)")
     q = np.asarray(list(qs), dtype=float)
     if q.ndim != 1 or q.size == 0:
         raise ValueError("qs must be a non-empty sequence of percentiles")

@@ -1,0 +1,278 @@
+"""A vs B comparisons: error rates, power, direction, Holm, degenerate input."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy import stats as sps
+
+from vnetbench.stats.compare import (
+    IMPROVED,
+    INCONCLUSIVE,
+    REGRESSED,
+    UNCHANGED,
+    cliffs_delta,
+    compare,
+    compare_many,
+    compare_metrics,
+    holm,
+)
+
+
+def _normal_pairs(rng, n_pairs, n, shift):
+    """Pairs (a, b), normal noise with CV drawn from 3-5%, b's mean scaled by (1 + shift)."""
+    out = []
+    for _ in range(n_pairs):
+        mu = rng.uniform(50, 5000)
+        cv = rng.uniform(0.03, 0.05)
+        a = rng.normal(mu, cv * mu, n)
+        b = rng.normal(mu * (1 + shift), cv * mu, n)
+        out.append((a, b))
+    return out
+
+
+def test_same_distribution_is_rarely_called_changed():
+    rng = np.random.default_rng(2024)
+    pairs = _normal_pairs(rng, 500, 10, 0.0)
+    results = [g[0] for g in compare_many([[("m", a, b, "higher", None)] for a, b in pairs], seed=1)]
+    quiet = sum(r.verdict in (UNCHANGED, INCONCLUSIVE) for r in results)
+    assert quiet / len(results) >= 0.95
+
+
+def test_same_distribution_low_noise_is_positively_unchanged():
+    # with n = 10 and CV 3-5% the CI of the change is about +-4-6% wide, so many equal
+    # pairs can only be "inconclusive"; at CV 1% the CI fits inside +-5% almost always
+    rng = np.random.default_rng(77)
+    groups = []
+    for _ in range(300):
+        mu = rng.uniform(50, 5000)
+        groups.append([("m", rng.normal(mu, 0.01 * mu, 10), rng.normal(mu, 0.01 * mu, 10), "lower", None)])
+    results = [g[0] for g in compare_many(groups, seed=2)]
+    assert sum(r.verdict == UNCHANGED for r in results) / len(results) >= 0.95
+
+
+def test_20pct_shift_is_detected():
+    rng = np.random.default_rng(99)
+    pairs = _normal_pairs(rng, 300, 10, 0.20)
+    results = [g[0] for g in compare_many([[("tput", a, b, "higher", None)] for a, b in pairs], seed=3)]
+    detected = sum(r.verdict == IMPROVED for r in results)
+    assert detected / len(results) >= 0.90
+    assert not any(r.verdict == REGRESSED for r in results)
+    changes = np.array([r.rel_change for r in results])
+    assert np.median(changes) == pytest.approx(0.20, abs=0.02)
+
+
+def test_direction_decides_improved_or_regressed():
+    rng = np.random.default_rng(5)
+    a = rng.normal(100, 3, 12)
+    down = rng.normal(80, 3, 12)
+    up = rng.normal(125, 3, 12)
+    assert compare(a, down, "lower").verdict == IMPROVED  # lower RTT: better
+    assert compare(a, up, "lower").verdict == REGRESSED
+    assert compare(a, down, "higher").verdict == REGRESSED  # lower throughput: worse
+    assert compare(a, up, "higher").verdict == IMPROVED
+    r = compare(a, down, "lower", metric="rtt.p50_ms")
+    assert r.rel_change == pytest.approx(np.median(down) / np.median(a) - 1, rel=1e-12)
+    assert r.rel_change_ci[1] < -0.05
+    assert "lower is better" in r.reason
+    assert r.cliffs_delta == pytest.approx(-1.0)
+
+
+def test_fewer_than_four_trials_per_side_is_inconclusive():
+    a = [100.0, 101.0, 99.0]
+    b = [150.0, 151.0, 149.0, 150.0, 152.0]
+    r = compare(a, b, "higher")
+    assert r.verdict == INCONCLUSIVE
+    assert r.reason == "fewer than 4 trials per side (a=3, b=5)"
+    assert r.p_value is None and r.p_adjusted is None and r.rel_change_ci is None
+    assert r.rel_change == pytest.approx(0.5)
+    r = compare(b, a, "higher")
+    assert r.reason == "fewer than 4 trials per side (a=5, b=3)"
+
+
+def test_holm_hand_computed():
+    # p = 0.01, 0.04, 0.03, 0.005 (m = 4); sorted: 0.005, 0.01, 0.03, 0.04
+    #   0.005 * 4 = 0.02; 0.01 * 3 = 0.03; 0.03 * 2 = 0.06; 0.04 * 1 = 0.04 -> max(0.06, 0.04) = 0.06
+    # back in input order: 0.03, 0.06, 0.06, 0.02
+    assert holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    # capped at 1: 0.5 * 2 = 1.0; then max(1.0, 0.6) = 1.0
+    assert holm([0.5, 0.6]) == pytest.approx([1.0, 1.0])
+    assert holm([0.2]) == pytest.approx([0.2])
+    assert holm([]).size == 0
+    with pytest.raises(ValueError):
+        holm([0.1, 1.5])
+
+
+def test_compare_metrics_uses_holm_adjusted_p():
+    # n = 4 per side, complete separation: exact two-sided MWU p = 2 / C(8, 4) = 2/70 = 0.02857.
+    # Alone that is < 0.05; in a family of two, Holm gives max(2 * 0.02857, 0.02857) = 0.0571.
+    a = [99.0, 100.0, 101.0, 102.0]
+    b = [149.0, 150.0, 151.0, 152.0]
+    alone = compare(a, b, "higher", metric="x")
+    assert alone.p_value == pytest.approx(2 / 70)
+    assert alone.p_adjusted == pytest.approx(2 / 70)
+    assert alone.verdict == IMPROVED
+    both = compare_metrics([("x", a, b, "higher", 0.05), ("y", a, b, "lower", 0.05)])
+    for r in both:
+        assert r.p_value == pytest.approx(2 / 70)
+        assert r.p_adjusted == pytest.approx(4 / 70)
+        assert r.verdict == INCONCLUSIVE
+        assert "not significant" in r.reason
+    # the interval is the same either way: only the p-value changed
+    assert both[0].rel_change_ci == alone.rel_change_ci
+
+
+def test_holm_family_excludes_untested_metrics():
+    rng = np.random.default_rng(8)
+    a, b = rng.normal(100, 2, 10), rng.normal(130, 2, 10)
+    res = compare_metrics([("tested", a, b, "higher", None), ("few", a[:2], b[:2], "higher", None)])
+    assert res[0].p_adjusted == pytest.approx(res[0].p_value)  # family of one
+    assert res[1].p_adjusted is None
+
+
+def test_noise_threshold_override():
+    rng = np.random.default_rng(11)
+    a = rng.normal(100, 0.5, 20)
+    b = rng.normal(108, 0.5, 20)  # +8%, tight
+    assert compare(a, b, "lower", 0.05).verdict == REGRESSED
+    r = compare(a, b, "lower", 0.10)
+    assert r.verdict == UNCHANGED and "10%" in r.reason
+    r = compare(a, b, "lower", 0.08)  # CI straddles 8%
+    assert r.verdict == INCONCLUSIVE and "straddles" in r.reason
+
+
+def test_all_identical_is_unchanged():
+    r = compare([5.0] * 6, [5.0] * 8, "higher")
+    assert (r.verdict, r.p_value, r.rel_change, r.rel_change_ci) == (UNCHANGED, 1.0, 0.0, (0.0, 0.0))
+    assert "identical" in r.reason
+    r = compare([0.0] * 6, [0.0] * 6, "lower", 0.0)  # e.g. no loss at all, even with zero noise allowed
+    assert r.verdict == UNCHANGED
+
+
+def test_median_a_zero_is_inconclusive():
+    r = compare([0.0, 0.0, 0.0, 0.0, 0.1], [0.2, 0.3, 0.2, 0.4, 0.3], "lower")
+    assert r.verdict == INCONCLUSIVE
+    assert r.rel_change is None and r.rel_change_ci is None
+    assert "median of A is 0" in r.reason
+    assert r.p_value is not None and r.p_value < 0.05
+
+
+def test_unbounded_bootstrap_interval_is_inconclusive():
+    # median of A is 0.1, but resamples with three or more zeros have median 0
+    a = [0.0, 0.0, 0.1, 0.2, 0.3]
+    r = compare(a, [0.3, 0.4, 0.5, 0.6, 0.7], "lower")
+    assert r.rel_change == pytest.approx(4.0)
+    assert r.verdict == INCONCLUSIVE
+    assert r.rel_change_ci is None and "unbounded" in r.reason
+
+
+def test_cliffs_delta_hand_computed():
+    # a = 1 2 3, b = 2 3 4: pairs with b > a: 6, b < a: 1 (2 vs 3), ties: 2 -> (6 - 1) / 9
+    assert cliffs_delta([1, 2, 3], [2, 3, 4]) == pytest.approx(5 / 9)
+    assert cliffs_delta([1, 2], [3, 4]) == 1.0
+    assert cliffs_delta([3, 4], [1, 2]) == -1.0
+
+
+def test_engine_matches_scipy_per_item_regardless_of_batch():
+    # small samples with and without ties in one batch: scipy's "auto" would switch the
+    # whole batch to asymptotic; each item must get the p-value it gets on its own.
+    rng = np.random.default_rng(17)
+    items = []
+    for k in range(30):
+        n_a, n_b = 5, 6
+        a = rng.normal(10, 1, n_a)
+        b = rng.normal(11, 1, n_b)
+        if k % 3 == 0:
+            a = np.round(a)
+            b = np.round(b)
+        items.append((f"m{k}", a, b, "higher", None))
+    batch = [g[0] for g in compare_many([[it] for it in items])]
+    for (name, a, b, _, _), r in zip(items, batch):
+        expected = sps.mannwhitneyu(a, b, alternative="two-sided").pvalue
+        if np.all(np.concatenate([a, b]) == a[0]):
+            expected = 1.0
+        assert r.p_value == pytest.approx(expected, rel=1e-12), name
+        assert r.cliffs_delta == pytest.approx(cliffs_delta(a, b), abs=1e-12), name
+
+
+def test_bootstrap_ci_matches_a_naive_bootstrap():
+    rng = np.random.default_rng(23)
+    a = rng.lognormal(3.0, 0.2, 20)
+    b = rng.lognormal(3.1, 0.2, 25)
+    r = compare(a, b, "higher", seed=4)
+    # naive percentile bootstrap, many resamples, independent stream
+    nrng = np.random.default_rng(1000)
+    ma = np.median(nrng.choice(a, size=(20000, a.size)), axis=1)
+    mb = np.median(nrng.choice(b, size=(20000, b.size)), axis=1)
+    lo, hi = np.percentile(mb / ma - 1, [2.5, 97.5])
+    assert r.rel_change_ci[0] == pytest.approx(lo, abs=0.01)
+    assert r.rel_change_ci[1] == pytest.approx(hi, abs=0.01)
+    assert r.rel_change_ci[0] < r.rel_change < r.rel_change_ci[1]
+
+
+def test_deterministic_and_independent_of_what_else_is_compared():
+    rng = np.random.default_rng(31)
+    a, b = rng.normal(100, 5, 15), rng.normal(104, 5, 15)
+    other = (rng.normal(1, 0.1, 15), rng.normal(1, 0.1, 15))
+    r1 = compare(a, b, "higher", seed=7)
+    r2 = compare(a, b, "higher", seed=7)
+    assert r1 == r2
+    in_family = compare_metrics([("o", *other, "lower", None), ("", a, b, "higher", None)], seed=7)[1]
+    assert in_family.rel_change_ci == r1.rel_change_ci
+    assert in_family.p_value == r1.p_value
+    assert compare(a, b, "higher", seed=8).rel_change_ci != r1.rel_change_ci
+
+
+def test_changed_requires_significance_and_ci_beyond_noise():
+    rng = np.random.default_rng(41)
+    for k in range(40):
+        a = rng.normal(100, rng.uniform(1, 15), int(rng.integers(4, 25)))
+        b = rng.normal(100 * rng.uniform(0.7, 1.3), rng.uniform(1, 15), int(rng.integers(4, 25)))
+        r = compare(a, b, "higher", seed=k)
+        if r.changed:
+            lo, hi = r.rel_change_ci
+            assert r.p_adjusted < 0.05
+            assert lo > 0.05 or hi < -0.05
+            assert (r.verdict == IMPROVED) == (lo > 0.05)
+        elif r.verdict == UNCHANGED:
+            assert -0.05 <= r.rel_change_ci[0] and r.rel_change_ci[1] <= 0.05
+        assert r.reason
+
+
+def test_result_to_dict_and_validation():
+    r = compare([1.0, 2.0, 3.0, 4.0], [1.0, 2.0, 3.0, 4.5], "lower", metric="rtt")
+    d = r.to_dict()
+    assert json.loads(json.dumps(d)) == d
+    assert d["metric"] == "rtt" and d["verdict"] in ("unchanged", "inconclusive")
+    with pytest.raises(ValueError, match="direction"):
+        compare([1.0] * 4, [1.0] * 4, "up")
+    with pytest.raises(ValueError, match="noise"):
+        compare([1.0] * 4, [1.0] * 4, "lower", -0.1)
+    with pytest.raises(ValueError, match="NaN"):
+        compare([1.0, np.nan, 2.0, 3.0], [1.0] * 4, "lower")
+    with pytest.raises(ValueError):
+        compare_metrics([("x", [1.0], [1.0])])
+
+
+values = st.lists(st.floats(min_value=0.1, max_value=1e4, allow_nan=False), min_size=1, max_size=15)
+
+
+@settings(derandomize=True, max_examples=100, deadline=None)
+@given(values, values, st.sampled_from(["higher", "lower"]))
+def test_verdict_rules_hold_for_arbitrary_input(a, b, direction):
+    r = compare(a, b, direction)
+    assert r.verdict in (IMPROVED, REGRESSED, UNCHANGED, INCONCLUSIVE)
+    assert r.reason
+    assert -1.0 <= r.cliffs_delta <= 1.0
+    if min(len(a), len(b)) < 4:
+        assert r.verdict == INCONCLUSIVE and r.reason.startswith("fewer than 4 trials")
+    if r.changed:
+        assert r.p_adjusted < r.alpha
+        lo, hi = r.rel_change_ci
+        increased = lo > r.noise_threshold
+        assert increased or hi < -r.noise_threshold
+        assert (r.verdict == IMPROVED) == (increased == (direction == "higher"))
