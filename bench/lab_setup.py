@@ -1,0 +1,121 @@
+"""Lab bring-up and teardown time, next to Mininet's, plus per-trial overhead.
+
+Run as root:  .venv/bin/python bench/lab_setup.py [--sizes 2 32 128] [--repeat 3]
+
+1. For N hosts on one switch (vnetbench: N namespaces with veth pairs into a
+   bridge in a switch namespace, IPv4+IPv6 addressed; Mininet:
+   `mn --topo single,N --switch lxbr --controller none --test none`), the
+   median wall time of bring-up + teardown, measured side by side in this run.
+   Mininet is measured only if `mn` is installed (Debian package `mininet`).
+2. Per-trial overhead: wall time of a whole trial slot (re-shaping, starting
+   the flows and the probe, waiting, parsing, committing to SQLite) minus the
+   time the tools were asked to measure (omit + duration).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
+
+from vnetbench.lab.topology import build_dumbbell  # noqa: E402
+from vnetbench.runner.bench import DumbbellBench  # noqa: E402
+from vnetbench.scenario import load, plan  # noqa: E402
+from vnetbench.store.db import Store, TrialRecord  # noqa: E402
+
+TARGETS = {2: 0.3, 32: 1.2, 128: 4.0}  # seconds, from the issue (Mininet here: 0.47, 1.62, 5.58)
+
+
+def vnetbench_cycle(hosts: int) -> float:
+    t0 = time.perf_counter()
+    lab = build_dumbbell(f"vnb-bench{os.getpid() % 10000}", senders=hosts - 1)
+    errors = lab.teardown()
+    if errors:
+        raise RuntimeError(errors)
+    return time.perf_counter() - t0
+
+
+def mininet_cycle(hosts: int) -> float | None:
+    if shutil.which("mn") is None:
+        return None
+    t0 = time.perf_counter()
+    out = subprocess.run(["mn", "--topo", f"single,{hosts}", "--switch", "lxbr", "--controller", "none",
+                          "--test", "none"], capture_output=True, text=True, timeout=600)
+    elapsed = time.perf_counter() - t0
+    if out.returncode != 0:
+        print(f"  mininet failed: {out.stderr.strip()[-200:]}", file=sys.stderr)
+        subprocess.run(["mn", "-c"], capture_output=True)
+        return None
+    return elapsed
+
+
+def trial_overhead(trials: int) -> list[float]:
+    loaded = load.load("quick", ["ratios=[0.6]", "protos=[udp,tcp]", "duration=1s", "workload.stream.omit=0s"])
+    configs = plan.expand(loaded)
+    bench = DumbbellBench(f"vnb-bo{os.getpid() % 10000}", senders=2)
+    overheads = []
+    with tempfile.TemporaryDirectory() as tmp:
+        store = Store(Path(tmp) / "b.db")
+        store.create_run("bench", "quick", "bench", "", "h", [], 1, {})
+        for c in configs:
+            store.add_configuration("bench", c.key, c.labels, c.params(), c.expected)
+        bench.setup()
+        try:
+            for i in range(trials):
+                config = configs[i % len(configs)]  # alternate: re-shaping is part of the cost
+                t0 = time.perf_counter()
+                bench.prepare(config)
+                outcome = bench.run_trial(config, f"t{i}")
+                store.record_trial("bench", TrialRecord(config.key, i, i, outcome.started, outcome.ended,
+                                                        outcome.status, outcome.reason, outcome.raw,
+                                                        outcome.measurement.samples, outcome.measurement.series))
+                wall = time.perf_counter() - t0
+                if outcome.status != "ok":
+                    raise RuntimeError(outcome.reason)
+                overheads.append(wall - (config.stream.omit + config.stream.duration))
+        finally:
+            bench.teardown()
+            store.close()
+    return overheads
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sizes", type=int, nargs="+", default=[2, 32, 128])
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--trials", type=int, default=8)
+    args = ap.parse_args()
+    if os.geteuid() != 0:
+        print("bench/lab_setup.py builds namespaces: run it as root", file=sys.stderr)
+        return 2
+    print("bring-up + teardown, median of", args.repeat, "(seconds)")
+    print(f"{'hosts':>6} {'vnetbench':>10} {'mininet':>9} {'ratio':>7} {'target':>7}  verdict")
+    all_ok = True
+    for n in args.sizes:
+        ours = statistics.median(vnetbench_cycle(n) for _ in range(args.repeat))
+        theirs_runs = [mininet_cycle(n) for _ in range(args.repeat)]
+        theirs_ok = [t for t in theirs_runs if t is not None]
+        theirs = statistics.median(theirs_ok) if theirs_ok else None
+        ratio = f"{theirs / ours:6.1f}x" if theirs else "    n/a"
+        target = TARGETS.get(n)
+        ok = (target is None or ours < target) and (theirs is None or ours < theirs)
+        all_ok &= ok
+        print(f"{n:>6} {ours:>10.3f} {theirs if theirs is not None else float('nan'):>9.3f} {ratio:>7} "
+              f"{target if target else float('nan'):>7.2f}  {'ok' if ok else 'MISSED'}")
+    over = trial_overhead(args.trials)
+    med = statistics.median(over)
+    print(f"\nper-trial overhead (wall - omit - duration) over {len(over)} trials: median {med:.3f} s, "
+          f"max {max(over):.3f} s; target < 0.5 s: {'ok' if med < 0.5 else 'MISSED'}")
+    return 0 if all_ok and med < 0.5 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
