@@ -47,6 +47,7 @@ demo: setup
 	$(VENV)/bin/vnetbench run quick --db demo/vnetbench.db --report demo/report.html
 
 test: setup
+	@if [ -f emulator/Cargo.toml ]; then cargo test --release --locked --manifest-path emulator/Cargo.toml; fi
 	$(VENV)/bin/pytest -q tests
 	$(VENV)/bin/vnetbench clean --check
 

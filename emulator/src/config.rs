@@ -5,7 +5,6 @@
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
-use std::sync::Arc;
 
 use crate::trace::Trace;
 
@@ -72,7 +71,9 @@ pub enum JitterDist {
 pub enum LossModel {
     None,
     /// Independent loss with probability p.
-    Bernoulli { p: f64 },
+    Bernoulli {
+        p: f64,
+    },
     /// netem `gemodel p r 1-h 1-k`: Good->Bad with p, Bad->Good with r, loss
     /// probability 1-h in Bad and 1-k in Good.
     GilbertElliott {
@@ -221,7 +222,11 @@ impl Config {
         s.sort_by(|x, y| x.at_ms.partial_cmp(&y.at_ms).unwrap());
         let (mut ab, mut ba) = self.initial()?;
         for (i, st) in s.iter().enumerate() {
-            let (nab, nba) = st.update().apply(&ab, &ba, &format!("schedule step {i} (at_ms {})", st.at_ms))?;
+            let ctx = format!("schedule step {i} (at_ms {})", st.at_ms);
+            let (nab, nba) = st.update().apply(&ab, &ba, &ctx)?;
+            // Loads (and caches) trace files now rather than on the packet path.
+            nab.compile().map_err(|e| format!("{ctx}: a_to_b: {e}"))?;
+            nba.compile().map_err(|e| format!("{ctx}: b_to_a: {e}"))?;
             ab = nab;
             ba = nba;
         }
@@ -251,7 +256,12 @@ impl Update {
     }
 
     /// New settings of both directions, or an error; the inputs are unchanged.
-    pub fn apply(&self, ab: &LinkSettings, ba: &LinkSettings, ctx: &str) -> Result<(LinkSettings, LinkSettings), String> {
+    pub fn apply(
+        &self,
+        ab: &LinkSettings,
+        ba: &LinkSettings,
+        ctx: &str,
+    ) -> Result<(LinkSettings, LinkSettings), String> {
         let (mut nab, mut nba) = (ab.clone(), ba.clone());
         if let Some(b) = &self.both {
             nab = merge(&nab, b, &format!("{ctx}: both"))?;
@@ -344,7 +354,7 @@ impl LinkSettings {
         self.validate()?;
         let trace = match &self.trace_file {
             None => None,
-            Some(path) => Some(Arc::new(Trace::load(path)?)),
+            Some(path) => Some(Trace::load_cached(path)?),
         };
         let (limit_bytes, limit_packets) = match (self.buffer_bytes, self.buffer_packets) {
             (None, None) => (u64::MAX, 1000),
@@ -378,7 +388,7 @@ pub fn ms_to_ns(ms: f64) -> u64 {
 pub struct Params {
     pub rate_bps: u64,
     pub overhead_bytes: u64,
-    pub trace: Option<Arc<Trace>>,
+    pub trace: Option<std::sync::Arc<Trace>>,
     pub limit_bytes: u64,
     pub limit_packets: u64,
     pub qdisc: Qdisc,
@@ -420,10 +430,7 @@ mod tests {
         assert_eq!(ab.delay_ms, 10.0);
         assert_eq!(ba.delay_ms, 10.0);
         assert_eq!(ba.rate_bps, 0);
-        assert_eq!(
-            ab.loss,
-            LossModel::GilbertElliott { p: 0.01, r: 0.3, one_minus_h: 1.0, one_minus_k: 0.0 }
-        );
+        assert_eq!(ab.loss, LossModel::GilbertElliott { p: 0.01, r: 0.3, one_minus_h: 1.0, one_minus_k: 0.0 });
         let s = c.sorted_schedule().unwrap();
         assert_eq!(s.len(), 1);
         // Round trip of a full settings object.

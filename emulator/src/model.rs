@@ -80,7 +80,7 @@ const PARETO_ALPHA: f64 = 3.0;
 
 /// Pareto(alpha=3, xm=1) shifted/scaled to mean 0 and sd 1. The uniform draw
 /// is kept above 2^-16 like netem's 16-bit table, which bounds the tail at
-/// about 17.6 sd.
+/// (65536^(1/3) - 1.5) / sqrt(0.75), about 45 sd.
 fn pareto_unit(rng: &mut Rng) -> f64 {
     let u = (1.0 - rng.uniform()).max(1.0 / 65536.0);
     let x = u.powf(-1.0 / PARETO_ALPHA);

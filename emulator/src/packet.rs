@@ -23,12 +23,9 @@ impl Packet {
         Packet { data, vnet: [0; VNET_HDR_LEN], arrival: 0, skip_delay: false }
     }
     #[inline]
+    #[allow(clippy::len_without_is_empty)]
     pub fn len(&self) -> usize {
         self.data.len()
-    }
-    #[inline]
-    pub fn is_empty(&self) -> bool {
-        self.data.is_empty()
     }
 }
 

@@ -4,6 +4,10 @@
 //! opportunities in the same millisecond. The trace loops with a period equal
 //! to its last timestamp (Mahimahi's semantics).
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
+
 /// Bytes one delivery opportunity can carry.
 pub const OPPORTUNITY_BYTES: u64 = 1500;
 
@@ -24,9 +28,9 @@ impl Trace {
             if l.is_empty() || l.starts_with('#') {
                 continue;
             }
-            let t: u64 = l
-                .parse()
-                .map_err(|_| format!("trace {name}: line {}: expected a millisecond timestamp (integer), got '{l}'", i + 1))?;
+            let t: u64 = l.parse().map_err(|_| {
+                format!("trace {name}: line {}: expected a millisecond timestamp (integer), got '{l}'", i + 1)
+            })?;
             if t < last {
                 return Err(format!("trace {name}: line {}: timestamp {t} is smaller than the previous {last}", i + 1));
             }
@@ -45,6 +49,26 @@ impl Trace {
     pub fn load(path: &str) -> Result<Trace, String> {
         let text = std::fs::read_to_string(path).map_err(|e| format!("trace_file '{path}': {e}"))?;
         Trace::parse(&text, path)
+    }
+
+    /// Load through a cache keyed by path, size and modification time, so a
+    /// schedule step switching back to a trace does no file I/O on the
+    /// packet path while a rewritten file is still picked up.
+    pub fn load_cached(path: &str) -> Result<Arc<Trace>, String> {
+        type Entry = (u64, SystemTime, Arc<Trace>);
+        static CACHE: Mutex<Option<HashMap<String, Entry>>> = Mutex::new(None);
+        let md = std::fs::metadata(path).map_err(|e| format!("trace_file '{path}': {e}"))?;
+        let key = (md.len(), md.modified().unwrap_or(SystemTime::UNIX_EPOCH));
+        let mut g = CACHE.lock().unwrap();
+        let map = g.get_or_insert_with(HashMap::new);
+        if let Some((len, mtime, t)) = map.get(path) {
+            if (*len, *mtime) == key {
+                return Ok(t.clone());
+            }
+        }
+        let t = Arc::new(Trace::load(path)?);
+        map.insert(path.to_string(), (key.0, key.1, t.clone()));
+        Ok(t)
     }
 
     /// Average rate of the trace in bits/s.
