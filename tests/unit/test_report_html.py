@@ -1,0 +1,439 @@
+"""The HTML report without a browser: content, escaping, self-containment, data for the charts.
+
+Runs are built through the Store API with :mod:`vnetbench.report.html_synthetic`
+(seeded numbers that follow the congestion physics), so no lab is needed.
+The browser-side checks are in tests/integration/test_report_browser.py.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from html.parser import HTMLParser
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from vnetbench.report import html_model
+from vnetbench.report.html import render_report, write_report
+from vnetbench.report.html_synthetic import make_run
+from vnetbench.stats.compare import compare_metrics
+from vnetbench.store.db import SampleRecord, SeriesRecord, Store, TrialRecord
+
+XSS_SCRIPT = "<script>alert(1)</script>"
+XSS_IMG = '"><img src=x onerror=alert(2)>'
+XSS_SVG = "</script><svg onload=alert(3)>"
+
+
+# ------------------------------------------------------------------ fixtures
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Store:
+    s = Store(tmp_path / "r.db")
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def one_run(store: Store) -> tuple[Store, str]:
+    run = make_run(store, "run0000aaaa", matrix={"ratio": [0.6, 1.0, 2.0], "proto": ["udp", "tcp"]},
+                   repetitions=6, duration_s=3, ping_interval_s=0.01, seed=1, fail_every=11)
+    return store, run
+
+
+@pytest.fixture
+def two_runs(store: Store) -> tuple[Store, str, str]:
+    matrix = {"ratio": [0.6, 2.0], "proto": ["udp", "tcp"]}
+    a = make_run(store, "base0000aaaa", matrix=matrix, repetitions=8, duration_s=3, seed=1)
+    b = make_run(store, "new00000bbbb", matrix=matrix, repetitions=8, duration_s=3, seed=2,
+                 scale={"throughput.rx_mbps": 0.8}, fingerprint={"kernel": "6.13.0-rc1"})
+    return store, a, b
+
+
+class Tags(HTMLParser):
+    """Every start tag with its attributes, and the text outside <script> and <style>."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.tags: list[tuple[str, dict[str, str | None]]] = []
+        self.text: list[str] = []
+        self._skip = 0
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append((tag, dict(attrs)))
+        if tag in ("script", "style"):
+            self._skip += 1
+
+    def handle_endtag(self, tag):
+        if tag in ("script", "style"):
+            self._skip -= 1
+
+    def handle_data(self, data):
+        if not self._skip:
+            self.text.append(data)
+
+
+def parse(page: str) -> Tags:
+    p = Tags()
+    p.feed(page)
+    return p
+
+
+def page_data(page: str) -> dict:
+    m = re.search(r'<script type="application/json" id="vnb-data">(.*?)</script>', page, re.S)
+    assert m, "the page carries its data in one application/json script"
+    return json.loads(m.group(1))
+
+
+def chart_specs(data: dict, prefix: str) -> list[dict]:
+    out = []
+    for cid, spec in data["charts"].items():
+        if cid.startswith(prefix):
+            out.extend(spec["facets"].values() if "facets" in spec else [spec])
+    return out
+
+
+# ------------------------------------------------------------------ the file
+
+
+def test_write_report_returns_the_path_and_accepts_prefixes(one_run, tmp_path):
+    store, run = one_run
+    out = write_report(store, [run[:6]], str(tmp_path / "sub" / "report.html"))
+    assert out == tmp_path / "sub" / "report.html"
+    assert out.read_text(encoding="utf-8").startswith("<!DOCTYPE html>")
+    assert write_report(store, ["last"], tmp_path / "again.html").exists()
+
+
+def test_page_is_self_contained(one_run):
+    from plotly.offline import get_plotlyjs
+
+    store, run = one_run
+    page = render_report(store, [run])
+    tags = parse(page).tags
+    scripts = [a for t, a in tags if t == "script"]
+    assert len(scripts) == 3, "data, plotly.js and the page script; nothing else"
+    assert all("src" not in a for a in scripts)
+    assert not [t for t, a in tags if t in ("link", "iframe", "object", "embed", "img", "audio", "video")]
+    assert page.count(get_plotlyjs()[:300]) == 1, "plotly.js is inlined exactly once"
+    # No stylesheet or font from elsewhere.
+    css = re.search(r"<style>(.*?)</style>", page, re.S).group(1)
+    assert "@import" not in css and "url(" not in css
+    # A Content Security Policy that forbids any request and any other script.
+    csp = next(a["content"] for t, a in tags if t == "meta" and a.get("http-equiv") == "Content-Security-Policy")
+    assert "default-src 'none'" in csp and "connect-src 'none'" in csp
+    assert "unsafe-inline" not in csp.split("script-src")[1].split(";")[0]
+    assert len(re.findall(r"'sha256-[A-Za-z0-9+/=]+'", csp)) == 2
+
+
+def test_sections_and_what_ran(one_run):
+    store, run = one_run
+    page = render_report(store, [run])
+    for sid in ("glance", "what-ran", "distributions", "sweep", "cdf", "timeseries"):
+        assert f'<section id="{sid}">' in page
+        assert f'href="#{sid}"' in page, "the table of contents links every section"
+    text = " ".join(parse(page).text)
+    assert "Synthetic over-subscribed bottleneck" in text  # description
+    assert "[workload.stream]" in text  # scenario file text
+    assert "6.12.48-amd64" in text and "iperf 3.12" in text  # fingerprint: kernel, tool versions
+    assert "100 Mbit/s" in text and "500,000 B" in text  # qdisc as applied
+    assert "Connection refused" in text and "timed out" in text  # failed trials with reasons
+    assert '<svg class="topology"' in page
+    assert "bottleneck 100 Mbit/s" in page
+
+
+# ------------------------------------------------------------------ escaping
+
+
+def test_user_strings_are_escaped_everywhere(store):
+    run = make_run(store, "evil0000run1", name=f"evil{XSS_SCRIPT}", description=f"desc {XSS_IMG}",
+                   matrix={"ratio": [0.6, 2.0], "env": [XSS_SCRIPT, XSS_IMG], XSS_SVG: ["a", "b"]},
+                   repetitions=3, duration_s=2, fail_every=5,
+                   fingerprint={"kernel": XSS_SCRIPT, XSS_IMG: "x"})
+    page = render_report(store, [run])
+    for payload in (XSS_SCRIPT, XSS_IMG, XSS_SVG, "<img src=x", "<svg onload"):
+        assert payload not in page, f"{payload!r} reached the page unescaped"
+    parsed = parse(page)
+    assert [t for t, _ in parsed.tags].count("script") == 3
+    assert not [t for t, _ in parsed.tags if t == "img"]
+    assert not [(t, a) for t, a in parsed.tags for k in a if k.startswith("on")], "no inline event handlers"
+    text = " ".join(parsed.text)
+    assert XSS_SCRIPT in text and XSS_IMG in text, "the labels read as typed"
+    # In the chart data the same strings are HTML-escaped for plotly's pseudo-HTML, and the JSON holds no '<'.
+    blob = re.search(r'id="vnb-data">(.*?)</script>', page, re.S).group(1)
+    assert "<" not in blob and ">" not in blob
+    data = json.loads(blob)
+    box = chart_specs(data, "box-")[0]["layout"]
+    assert box["legend"]["title"]["text"] == "&lt;/script&gt;&lt;svg onload=alert(3)&gt;"
+    assert "&lt;script&gt;alert(1)&lt;/script&gt; / 0.6" in box["xaxis"]["categoryarray"]
+
+
+def test_json_for_script_cannot_close_the_element():
+    from vnetbench.report.html import json_for_script
+
+    text = json_for_script({"a": "</script><!--<script>", "b": float("nan"), "c": "\u2028"})
+    assert "<" not in text and ">" not in text and "&" not in text
+    assert json.loads(text) == {"a": "</script><!--<script>", "b": None, "c": "\u2028"}
+
+
+# ------------------------------------------------------------------ charts
+
+
+def test_every_chart_has_titles_and_units(one_run):
+    store, run = one_run
+    data = page_data(render_report(store, [run]))
+    specs = chart_specs(data, "")
+    assert specs
+    for spec in specs:
+        lay = spec["layout"]
+        assert lay["title"]["text"]
+        assert lay["xaxis"]["title"]["text"] and lay["yaxis"]["title"]["text"]
+    rx = [s for s in chart_specs(data, "box-") if "throughput.rx_mbps" in s["layout"]["title"]["text"]][0]
+    assert rx["layout"]["yaxis"]["title"]["text"] == "throughput.rx_mbps (Mbit/s)"
+    assert "over-subscription ratio" in rx["layout"]["xaxis"]["title"]["text"]
+
+
+def test_box_plots_show_every_trial_grouped_by_labels(one_run):
+    store, run = one_run
+    values = store.values(run)
+    data = page_data(render_report(store, [run]))
+    rx = [s for s in chart_specs(data, "box-") if "throughput.rx_mbps" in s["layout"]["title"]["text"]][0]
+    assert {t["name"] for t in rx["data"]} == {"udp", "tcp"}, "one colour per proto, the fewest-valued label"
+    assert all(t["type"] == "box" and t["boxpoints"] == "all" for t in rx["data"])
+    n_points = sum(len(t["y"]) for t in rx["data"])
+    assert n_points == sum(len(v["throughput.rx_mbps"]) for v in values.values())
+    assert rx["layout"]["xaxis"]["categoryarray"] == ["0.6", "1", "2"], "numeric labels sort numerically"
+    colours = {t["name"]: t["marker"]["color"] for t in rx["data"]}
+    for spec in chart_specs(data, "box-"):
+        for t in spec["data"]:
+            assert t["marker"]["color"] == colours[t["name"]], "a configuration keeps its colour in every chart"
+
+
+def test_sweep_has_median_ci_band_and_theory(one_run):
+    store, run = one_run
+    data = page_data(render_report(store, [run]))
+    loss = [s for s in chart_specs(data, "sweep-") if "udp.loss_ratio" in s["layout"]["title"]["text"]][0]
+    theory = [t for t in loss["data"] if t["name"].startswith("theory")]
+    assert theory and theory[0]["name"] == "theory: 1 − 1/ratio"
+    x, y = np.array(theory[0]["x"]), np.array(theory[0]["y"])
+    assert np.allclose(y, np.maximum(0, 1 - 1 / x), atol=1e-5) and len(x) > 50, "a dense curve, not two points"
+    bands = [t for t in loss["data"] if t.get("fill") == "toself"]
+    assert bands, "95% CI band of the median (6 trials per configuration)"
+    medians = [t for t in loss["data"] if t.get("mode") == "lines+markers"]
+    assert medians[0]["x"] == [0.6, 1.0, 2.0]
+    rx = [s for s in chart_specs(data, "sweep-") if "throughput.rx_mbps" in s["layout"]["title"]["text"]][0]
+    th = [t for t in rx["data"] if t["name"].startswith("theory")][0]
+    assert np.allclose(th["y"], np.minimum(th["x"], 1.0) * 100, atol=1e-3)
+    rtt = [s for s in chart_specs(data, "sweep-") if "rtt.avg_ms" in s["layout"]["title"]["text"]][0]
+    ref = [t for t in rtt["data"] if t["name"].startswith("full buffer")]
+    assert ref and ref[0]["y"] == [40.0, 40.0], "queueing delay of a full buffer = buffer / rate"
+
+
+def test_no_ci_band_below_six_trials(store):
+    run = make_run(store, "few000trials", matrix={"ratio": [0.6, 2.0], "proto": ["udp"]}, repetitions=3,
+                   duration_s=2)
+    data = page_data(render_report(store, [run]))
+    for spec in chart_specs(data, "sweep-"):
+        assert not [t for t in spec["data"] if t.get("fill") == "toself"]
+    assert "fewer than 6 trials" in render_report(store, [run])
+
+
+def test_cdf_pools_every_packet(one_run):
+    store, run = one_run
+    data = page_data(render_report(store, [run]))
+    cdf = chart_specs(data, "cdf")[0]
+    assert len(cdf["data"]) == 6, "one line per configuration"
+    for t in cdf["data"]:
+        assert t["y"][-1] == 1.0 and np.all(np.diff(t["x"]) >= 0)
+    assert cdf["layout"]["xaxis"]["title"]["text"] == "round-trip time (ms)"
+
+
+def test_time_series_for_the_trial_selector(one_run):
+    store, run = one_run
+    data = page_data(render_report(store, [run]))
+    s = data["series"]
+    assert [r["id"] for r in s["rows"]] == ["throughput_mbps", "rtt_ms", "cwnd_bytes"]
+    ok = [t for t in s["trials"] if t["status"] == "ok"]
+    assert len(ok) == sum(1 for t in store.trials(run) if t["status"] == "ok")
+    tcp = next(t for t in ok if any(s["kinds"][i["k"]]["kind"] == "cwnd_bytes" for i in t["series"]))
+    stored = {r.name: r for r in store.series(next(
+        x["id"] for x in store.trials(run) if x["status"] == "ok" and x["config_key"] ==
+        next(e for e in store.configurations(run) if e["labels"]["proto"] == "tcp")["key"]))}
+    assert {"cwnd_bytes/s1", "srtt_ms/s1", "throughput_mbps/s1", "rtt_ms"} <= set(stored)
+    item = next(i for i in tcp["series"] if s["kinds"][i["k"]]["kind"] == "throughput_mbps")
+    assert len(item["t"]) == 2, "per-second times are stored as t0 and dt"
+    failed = [t for t in s["trials"] if t["status"] != "ok"]
+    assert failed and all(t["reason"] for t in failed)
+
+
+# ------------------------------------------------------------------ downsampling
+
+
+def test_downsample_minmax_keeps_extremes_and_order():
+    rng = np.random.default_rng(3)
+    t = np.arange(20_000) * 0.001
+    v = rng.normal(10, 1, t.size)
+    v[12_345] = 500.0
+    v[777] = -50.0
+    v[5000] = np.nan
+    td, vd = html_model.downsample_minmax(t, v, 2000)
+    assert len(td) <= 2000 and np.all(np.diff(td) > 0)
+    assert 500.0 in vd and -50.0 in vd
+    assert td[0] == t[0] and td[-1] == t[-1]
+    short_t, short_v = html_model.downsample_minmax(t[:100], v[:100], 2000)
+    assert np.array_equal(short_v, v[:100])
+
+
+def test_pack_round_trip_and_gaps():
+    v = np.array([0.08, 40.0, np.nan, 12.345678, 39.9])
+    out = html_model.unpack(html_model.pack(v))
+    assert np.isnan(out[2])
+    fin = ~np.isnan(v)
+    assert np.allclose(out[fin], v[fin], atol=(40 - 0.08) / 65534)
+    assert html_model.pack_time(np.arange(1.0, 21.0)) == [1.0, 1.0]
+    irregular = np.array([0.0, 0.1, 0.25, 0.3])
+    assert np.allclose(html_model.unpack(html_model.pack_time(irregular)), irregular, atol=1e-5)
+    assert html_model.unpack(html_model.pack(np.full(3, 7.0))).tolist() == [7.0, 7.0, 7.0]
+
+
+def test_series_cap_fills_the_budget():
+    few = [(20, True)] * 10 + [(20_000, False)] * 4
+    assert html_model.series_cap(few) == html_model.MAX_POINTS_PER_SERIES
+    many = [(20, True)] * 18_000 + [(1850, False)] * 4000
+    cap = html_model.series_cap(many)
+    assert html_model.MIN_POINTS_PER_SERIES <= cap < 1850
+    cost = 18_000 * 20 * 8 / 3 + 4000 * cap * 16 / 3
+    assert cost <= html_model.SERIES_BYTE_BUDGET
+
+
+def test_long_series_are_downsampled_and_the_page_says_so(store):
+    run = "long00series"
+    store.create_run(run, "long", "long.toml", 'name = "long"\n', "h", [], 1, {})
+    store.add_configuration(run, "k1", {"proto": "udp"}, {}, {})
+    t = np.arange(60_000) * 0.001
+    v = np.full(t.size, 0.2)
+    v[30_000] = 42.0
+    store.record_trial(run, TrialRecord("k1", 0, 0, 0.0, 60.0, "ok", None, {}, [
+        SampleRecord("rtt.avg_ms", 0.2, "ms", "lower")], [SeriesRecord("rtt_ms", "ms", t, v)]))
+    page = render_report(store, [run])
+    data = page_data(page)
+    item = data["series"]["trials"][0]["series"][0]
+    assert item["n"] == 60_000
+    shown = html_model.unpack(item["v"])
+    assert len(shown) <= html_model.MAX_POINTS_PER_SERIES and abs(shown.max() - 42.0) < 1e-3
+    assert "downsampled" in page and "60000 points" in page
+    cdf = chart_specs(data, "cdf")[0]["data"][0]
+    assert cdf["x"][-1] == pytest.approx(42.0), "CDFs use every point"
+
+
+# ------------------------------------------------------------------ comparison
+
+
+def test_two_runs_compared_with_regressions_first(two_runs):
+    store, a, b = two_runs
+    page = render_report(store, [a, b])
+    assert '<section id="comparison">' in page
+    rows = re.findall(r'<tr data-verdict="(\w+)"', page)
+    assert rows and rows[0] == "regressed"
+    assert rows == sorted(rows, key=["regressed", "improved", "inconclusive", "unchanged"].index)
+    first = page[page.index('<tr data-verdict="regressed"'):]
+    first = first[:first.index("</tr>")]
+    assert "throughput.rx_mbps" in first and "-2" in first, "20% less goodput is the regression"
+    assert "▼" in first and "regressed" in first, "the verdict is text and a symbol, not colour alone"
+    # Side by side: the fingerprint marks what differs.
+    assert "6.13.0-rc1" in page and "differ between the runs" in page
+    # Runs become the colour of the box plots, matched by configuration.
+    data = page_data(page)
+    rx = [s for s in chart_specs(data, "box-") if "throughput.rx_mbps" in s["layout"]["title"]["text"]][0]
+    assert {t["name"] for t in rx["data"]} == {a[:8], b[:8]}
+
+
+def test_run_ids_are_shortened_to_a_unique_prefix(store):
+    a = make_run(store, "same0000aaaa", matrix={"proto": ["udp"]}, repetitions=2, duration_s=2, series=False)
+    b = make_run(store, "same0000bbbb", matrix={"proto": ["udp"]}, repetitions=2, duration_s=2, series=False)
+    m = html_model.load(store, [a, b])
+    assert [r.short for r in m.runs] == ["same0000a", "same0000b"]
+
+
+def test_given_comparison_is_shown(two_runs):
+    store, a, b = two_runs
+    va, vb = store.values(a), store.values(b)
+    key = next(iter(va))
+    res = compare_metrics([("throughput.rx_mbps", va[key]["throughput.rx_mbps"], vb[key]["throughput.rx_mbps"],
+                            "higher", None)])
+    given = {"a": "baseline-kernel", "b": "new-kernel",
+             "configurations": [{"labels": {"ratio": 2.0, "proto": "<b>udp</b>"},
+                                 "results": [r.to_dict() for r in res]}]}
+    page = render_report(store, [a], comparison=given)
+    assert "baseline-kernel → new-kernel" in page
+    assert "proto=&lt;b&gt;udp&lt;/b&gt;" in page
+    assert re.findall(r'<tr data-verdict="(\w+)"', page) == [res[0].verdict]
+
+
+def test_comparison_report_of_vnetbench_compare_is_accepted(two_runs):
+    analysis = pytest.importorskip("vnetbench.analysis")
+    store, a, b = two_runs
+    report = analysis.compare_runs(store, a, b)
+    given = json.loads(json.dumps(report.to_dict()))  # as it would arrive from JSON
+    page = render_report(store, [a, b], comparison=given)
+    verdicts = re.findall(r'<tr data-verdict="(\w+)"', page)
+    assert len(verdicts) == len(report.rows())
+    assert sorted(verdicts) == sorted(r.verdict for _, r in report.rows())
+    assert verdicts[0] == "regressed"
+    assert "6.13.0-rc1" in page
+    within = analysis.compare_within(store, a, "proto", "udp")
+    page = render_report(store, [a], comparison=within.to_dict())
+    assert "proto: udp → tcp" in page or "udp → tcp" in page
+
+
+def test_within_run_comparison_against_the_reference_value(store):
+    run = make_run(store, "env000000run", matrix={"ratio": [0.6, 2.0], "env": ["bare", "container"]},
+                   repetitions=6, duration_s=2)
+    page = render_report(store, [run])
+    assert "Within the run: each env against env=bare" in page
+    assert "env: bare → container" in page
+
+
+def test_single_run_without_reference_has_no_comparison(one_run):
+    store, run = one_run
+    assert '<section id="comparison">' not in render_report(store, [run])
+
+
+# ------------------------------------------------------------------ shapes of data
+
+
+def test_many_configurations_are_faceted(store):
+    matrix = {"ratio": [0.4, 0.6, 0.8, 1.0, 1.2, 2.0], "delay": ["0ms", "10ms", "20ms", "50ms"],
+              "env": ["bare", "container"], "proto": ["udp", "tcp"]}
+    run = make_run(store, "many00config", matrix=matrix, repetitions=2, duration_s=2, series=False)
+    page = render_report(store, [run])
+    assert '<select id="facet">' in page
+    data = page_data(page)
+    assert len(data["facets"]) > 1
+    for spec in data["charts"].values():
+        assert set(spec["facets"]) <= {f["id"] for f in data["facets"]}
+    m = html_model.load(store, [run])
+    assert m.layout.sweep.name == "ratio"
+    assert m.axes["delay"].numeric and m.axes["delay"].unit == "ms", "'10ms' labels are a numeric axis"
+    for f in m.layout.facets:
+        assert len(m.entries_in(f.id)) <= html_model.MAX_ENTRIES_PER_VIEW
+
+
+def test_run_with_only_failed_trials_still_reports(store):
+    run = "fail00000run"
+    store.create_run(run, "broken", "broken.toml", 'name = "broken"\n', "h", [], 1, {"kernel": "6.1"})
+    store.add_configuration(run, "k1", {"proto": "tcp"}, {"topology": "dumbbell", "senders": 2}, {})
+    store.record_trial(run, TrialRecord("k1", 0, 0, 0.0, 1.0, "failed", "iperf3 not found on PATH", {}, [], []))
+    store.finish_run(run, "failed", "every trial failed")
+    page = render_report(store, [run])
+    assert "iperf3 not found on PATH" in page and "every trial failed" in page
+    assert "No trial produced a metric" in page
+
+
+def test_single_configuration_without_labels(store):
+    run = make_run(store, "single000run", matrix={}, repetitions=4, duration_s=2)
+    data = page_data(render_report(store, [run]))
+    box = chart_specs(data, "box-")[0]
+    assert box["layout"]["showlegend"] is False
+    assert "sweep" not in " ".join(data["charts"])
