@@ -1,15 +1,19 @@
-"""Terminal tables with rich: runs, and a run's per-configuration summary."""
+"""Terminal tables with rich: runs, a run's per-configuration summary, comparisons, history."""
 
 from __future__ import annotations
 
 import datetime as dt
+import math
+import re
 from typing import Any
 
 import numpy as np
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from vnetbench.metrics import METRICS
+from vnetbench.stats import IMPROVED, INCONCLUSIVE, REGRESSED, UNCHANGED, summarize
 from vnetbench.store.db import Store
 
 # The columns people look for first in a congestion study; the rest follow.
@@ -42,8 +46,37 @@ def runs_table(store: Store) -> Table:
     return t
 
 
+def _summary_cell(values: np.ndarray, theory: float | None) -> str:
+    """Median (bold), its exact 95% CI or "n too small", min..max, CV with the unstable mark, outliers, theory."""
+    s = summarize(values)
+    lines = [f"[bold]{_fmt(s.median)}[/]"]
+    if s.ci is not None:
+        lines.append(escape(f"[{_fmt(s.ci[0])}, {_fmt(s.ci[1])}]"))
+    else:
+        lines.append("[dim]n too small[/]")
+    if s.n > 1:
+        lines.append(f"[dim]{_fmt(s.min)}..{_fmt(s.max)}[/]")
+    if s.cv is not None:
+        lines.append(f"[red]cv {_pct(s.cv)} unstable[/]" if s.unstable else f"[dim]cv {_pct(s.cv)}[/]")
+    if s.outliers:
+        lines.append(f"[yellow]{s.outliers} outlier{'s' if s.outliers > 1 else ''}[/]")
+    if theory is not None:
+        lines.append(f"[cyan]theory {_fmt(theory)}[/]")
+    return "\n".join(lines)
+
+
+def _pct(x: float) -> str:
+    v = 100 * x
+    return f"{v:.1f}%" if abs(v) < 10 else f"{v:.0f}%"
+
+
+def _label_keys(configs: list[dict[str, Any]]) -> list[str]:
+    first = list(configs[0]["labels"]) if configs else []
+    return sorted({k for c in configs for k in c["labels"]}, key=lambda k: first.index(k) if k in first else 99)
+
+
 def show(store: Store, run_id: str, console: Console, metrics: list[str] | None = None) -> None:
-    """Per configuration and metric: n, median, min, max (and theory where it exists)."""
+    """Per configuration and metric: n, median with its exact 95% CI, min..max, CV, outliers, theory."""
     run = store.run(run_id)
     configs = store.configurations(run_id)
     values = store.values(run_id)
@@ -55,18 +88,20 @@ def show(store: Store, run_id: str, console: Console, metrics: list[str] | None 
     console.print(f"kernel {fp.get('kernel')}  cpu {fp.get('cpu_model')} x{fp.get('cpus')}  "
                   f"iperf3 {(fp.get('tools') or {}).get('iperf3')}")
     for t in failed[:10]:
-        console.print(f"  [yellow]{t['status']}[/] {t['config_key']} #{t['repetition']}: {t['reason']}")
+        console.print(f"  [yellow]{t['status']}[/] {t['config_key']} #{t['repetition']}: {escape(str(t['reason']))}")
     present = sorted({m for per in values.values() for m in per})
     wanted = metrics or [m for m in PREFERRED if m in present]
-    label_keys = sorted({k for c in configs for k in c["labels"]}, key=lambda k: list(configs[0]["labels"]).index(k)
-                        if configs and k in configs[0]["labels"] else 99)
-    table = Table(title="median per configuration, min..max below (n = trials)", show_lines=True)
+    label_keys = _label_keys(configs)
+    table = Table(title="per configuration: median, its exact 95% CI, min..max, CV, outliers (n = successful trials)",
+                  show_lines=True)
     for k in label_keys:
         table.add_column(k)
     table.add_column("n", justify="right")
     for m in wanted:
         meta = METRICS.get(m)
-        table.add_column(f"{m.replace('.', chr(10), 1)}\n({meta.unit if meta else ''})", justify="right")
+        arrow = "" if meta is None else (" ↑" if meta.direction == "higher" else " ↓")
+        table.add_column(f"{m.replace('.', chr(10), 1)}\n({meta.unit if meta else ''}){arrow}", justify="right")
+    unstable = outliers = 0
     for c in configs:
         per = values.get(c["key"], {})
         n = max((len(v) for v in per.values()), default=0)
@@ -76,25 +111,219 @@ def show(store: Store, run_id: str, console: Console, metrics: list[str] | None 
             if v is None or len(v) == 0:
                 row.append("-")
                 continue
-            cell = _fmt(float(np.median(v)))
-            if len(v) > 1:
-                cell += f"\n[dim]{_fmt(float(v.min()))}..{_fmt(float(v.max()))}[/]"
-            theory = c["expected"].get(m)
-            if theory is not None:
-                cell += f"\n[cyan]theory {_fmt(theory)}[/]"
-            row.append(cell)
+            s = summarize(v)
+            unstable += s.unstable
+            outliers += s.outliers
+            row.append(_summary_cell(v, c["expected"].get(m)))
         table.add_row(*row)
     console.print(table)
+    legend = ("[dim]↑/↓ higher/lower is better; CI: exact order-statistic interval of the median (n >= 6); "
+              "unstable: CV >= 10%; outliers: beyond Tukey's fences, counted, never dropped[/]")
+    console.print(legend)
+    if unstable or outliers:
+        console.print(f"[yellow]{unstable} unstable cell(s), {outliers} outlier trial value(s)[/]: "
+                      "vnetbench export RUN shows every trial")
+    _stop_reasons(configs, label_keys, console)
     if len(present) > len(wanted):
         console.print(f"[dim]more metrics stored: {', '.join(m for m in present if m not in wanted)} "
                       f"(vnetbench show RUN --metric NAME ...)[/]")
 
 
+def _stop_reasons(configs: list[dict[str, Any]], label_keys: list[str], console: Console) -> None:
+    reasons = [c.get("stop_reason") for c in configs]
+    if not any(reasons) or all((r or "").startswith("fixed") for r in reasons):
+        return
+    t = Table(title="adaptive repetition: why each configuration stopped", title_justify="left")
+    for k in label_keys:
+        t.add_column(k)
+    t.add_column("stopped because")
+    for c in configs:
+        t.add_row(*[str(c["labels"].get(k, "")) for k in label_keys],
+                  escape(c.get("stop_reason") or "not finished (resume the run)"))
+    console.print(t)
+
+
 def summary_rows(store: Store, run_id: str) -> list[dict[str, Any]]:
-    """Flat summary for scripts: configuration, labels, metric, n, median, min, max."""
+    """Flat summary for scripts: configuration, labels, metric and its statistics (see stats.Summary)."""
     out = []
+    values = store.values(run_id)
     for c in store.configurations(run_id):
-        for m, v in store.values(run_id).get(c["key"], {}).items():
-            out.append({"config_key": c["key"], "labels": c["labels"], "metric": m, "n": len(v),
-                        "median": float(np.median(v)), "min": float(v.min()), "max": float(v.max())})
+        for m, v in values.get(c["key"], {}).items():
+            out.append({"config_key": c["key"], "labels": c["labels"], "metric": m, **summarize(v).to_dict()})
     return out
+
+
+# ------------------------------------------------------------------ comparisons
+
+VERDICT_STYLE = {REGRESSED: "bold red", IMPROVED: "bold green", INCONCLUSIVE: "yellow", UNCHANGED: "dim"}
+_CHANGE_PREFIX = re.compile(r"^median [+-]?[\d.]+% \(95% CI [^)]*\) ")
+
+
+def _signed_pct(x: float | None) -> str:
+    if x is None or not math.isfinite(x):
+        return "-"
+    return f"{100 * x:+.1f}%"
+
+
+def _p(x: float | None) -> str:
+    if x is None:
+        return "-"
+    if x == 0:
+        return "0"
+    return f"{x:.2g}" if x >= 0.001 else f"{x:.0e}"
+
+
+_P_CLAUSE = re.compile(r", p=\S+( \(Holm; raw [^)]*\))?(?=;)")
+
+
+def _short_reason(reason: str) -> str:
+    """The reason without the change, interval and p-value where they only repeat their own columns."""
+    return _P_CLAUSE.sub("", _CHANGE_PREFIX.sub("", reason))
+
+
+def _run_line(side: str, info: dict[str, Any], console: Console) -> None:
+    when = (info.get("started") or "").replace("T", " ").replace("+00:00", " UTC")
+    console.print(f"  {side} [bold]{info.get('id')}[/]  {info.get('scenario')}  started {when}  {info.get('status')}")
+    if info.get("overrides"):
+        console.print("      [dim]" + escape(" ".join(f"--set {o}" for o in info["overrides"])) + "[/]")
+
+
+def comparison_view(report, console: Console) -> None:
+    """The comparison table: regressions first, colour per verdict, why a verdict was inconclusive."""
+    if report.kind == "runs":
+        console.print("[bold]compare[/] A (reference) → B, configurations matched by key")
+        _run_line("A", report.a_info, console)
+        _run_line("B", report.b_info, console)
+    else:
+        console.print(f"[bold]compare within run {report.a}[/]: each value of [bold]{report.by}[/] against "
+                      f"{report.by}=[bold]{report.ref}[/], the other labels held equal")
+        _run_line("run", report.a_info, console)
+    if report.differences:
+        console.print("  what differs:")
+        for d in report.differences:
+            console.print(f"    {d['what']} {d['name']}: {escape(d['a'])} → {escape(d['b'])}")
+
+    table = Table(show_lines=False, header_style="bold")
+    # numbers keep their width on a narrow terminal; the interval and the reason wrap instead
+    table.add_column("configuration" if report.kind == "runs" else f"{report.by}: {report.ref} →", min_width=12)
+    table.add_column("metric", no_wrap=True)
+    table.add_column("A" if report.kind == "runs" else escape(str(report.ref)), justify="right", no_wrap=True)
+    table.add_column("B" if report.kind == "runs" else "variant", justify="right", no_wrap=True)
+    table.add_column("change (95% CI)", justify="right", min_width=16)
+    table.add_column("p Holm", justify="right", no_wrap=True)
+    table.add_column("δ", justify="right", no_wrap=True)
+    sizes = {(r.n_a, r.n_b) for _, r in report.rows()}
+    if len(sizes) > 1:  # the same everywhere: said once under the table instead
+        table.add_column("n A/B", justify="right", no_wrap=True)
+    table.add_column("verdict", no_wrap=True)
+    why: list[str] = []  # reasons of inconclusive verdicts, as numbered notes under the table
+    previous = None
+    for pair, r in report.sorted_rows():
+        style = VERDICT_STYLE[r.verdict]
+        arrow = "↑" if r.direction == "higher" else "↓"
+        change = _signed_pct(r.rel_change)
+        if r.rel_change_ci is not None:
+            change += f" [dim]({_signed_pct(r.rel_change_ci[0])}..{_signed_pct(r.rel_change_ci[1])})[/]"
+        if r.verdict in (REGRESSED, IMPROVED):
+            change = f"[{style}]{change}[/]"
+        if previous is not None and previous != r.verdict:
+            table.add_section()
+        previous = r.verdict
+        where = escape(pair.config)
+        if report.kind == "within":
+            where = f"{escape(str(pair.labels.get(report.by)))} [dim]{where}[/]"
+        cells = [where, f"{r.metric} [dim]{arrow}[/]", _fmt(r.median_a), _fmt(r.median_b),
+                 change, _p(r.p_adjusted), f"{r.cliffs_delta:+.2f}",
+                 *([f"{r.n_a}/{r.n_b}"] if len(sizes) > 1 else []), f"[{style}]{r.verdict}[/]"]
+        if r.verdict == INCONCLUSIVE:
+            why.append(f"{escape(pair.config)} {r.metric}: {escape(_short_reason(r.reason))}")
+            cells[-1] += f" [dim]({len(why)})[/]"
+        table.add_row(*cells)
+    if report.rows():
+        console.print(table)
+    if why:
+        console.print("[yellow]why inconclusive:[/]")
+        for i, text in enumerate(why, 1):
+            console.print(f"  ({i}) {text}")
+    for pair in report.pairs:
+        if pair.note:
+            console.print(f"[yellow]{escape(pair.config)}[/]: {escape(pair.note)}")
+    for side, items in (("only in A", report.only_a), ("only in B", report.only_b)):
+        if items and report.kind == "within":
+            side = "not paired"
+        for c in items:
+            console.print(f"[yellow]{side}[/]: {escape(c['config'])} [dim]({escape(c.get('reason', ''))})[/]")
+
+    counts = report.counts()
+    parts = [f"[{VERDICT_STYLE[v]}]{counts[v]} {v}[/]" for v in (REGRESSED, IMPROVED, INCONCLUSIVE, UNCHANGED)]
+    noise = f"noise threshold {100 * report.noise_default:g}%"
+    special = sorted({(r.metric, r.noise_threshold) for _, r in report.rows()
+                      if r.noise_threshold != report.noise_default})
+    if special:
+        noise += " (" + ", ".join(f"{m} {100 * t:g}%" for m, t in special) + ")"
+    matched = "configuration pair(s)" if report.kind == "within" else "configuration(s) matched by key"
+    trials = f"; {next(iter(sizes))[0]} vs {next(iter(sizes))[1]} trials each" if len(sizes) == 1 else ""
+    console.print(f"{', '.join(parts)} in {len(report.pairs)} {matched}{trials}")
+    console.print(f"[dim]alpha {report.alpha:g} (Holm across the metrics of each configuration), {noise}, "
+                  f"bootstrap seed {report.seed}; δ: Cliff's delta; ↑/↓ higher/lower is better[/]")
+    for n in report.notes:
+        console.print(f"[dim]note: {escape(n)}[/]")
+
+
+# ------------------------------------------------------------------ history
+
+_SPARK = "▁▂▃▄▅▆▇█"
+
+
+def sparkline(values: list[float]) -> str:
+    if not values:
+        return ""
+    lo, hi = min(values), max(values)
+    if hi == lo:
+        return _SPARK[3] * len(values)
+    return "".join(_SPARK[min(7, int((v - lo) / (hi - lo) * 8))] for v in values)
+
+
+def history_view(hist, console: Console) -> None:
+    """One table per configuration: time, run, n, median and CI; change points marked where they start."""
+    better = "higher" if hist.direction == "higher" else "lower"
+    where = (" where " + ", ".join(f"{k}={v}" for k, v in hist.where.items())) if hist.where else ""
+    console.print(f"[bold]{hist.metric}[/] ({hist.unit}, {better} is better) per run of scenario "
+                  f"[bold]{hist.scenario}[/]{where}: median over the run's trials, oldest first")
+    console.print(f"[dim]change points: E-divisive means (Hunter), window {hist.window}, p <= {hist.pvalue:g}, "
+                  f"minimum magnitude {100 * hist.min_magnitude:g}%[/]")
+    for line in hist.lines:
+        medians = [p["median"] for p in line.points]
+        cps = {cp["index"]: cp for cp in line.change_points}
+        t = Table(title=f"{escape(line.config)}  {sparkline(medians)}", title_justify="left", header_style="bold")
+        for col, just in (("time (UTC)", "left"), ("run", "left"), ("status", "left"), ("n", "right"),
+                          ("median", "right"), ("95% CI", "right"), ("change point", "left")):
+            t.add_column(col, justify=just)
+        for i, p in enumerate(line.points):
+            ci = escape(f"[{_fmt(p['ci'][0])}, {_fmt(p['ci'][1])}]") if p["ci"] else "[dim]n too small[/]"
+            mark = ""
+            cp = cps.get(i)
+            if cp is not None:
+                rel = cp["rel_change"]
+                good = rel is not None and ((rel > 0) == (hist.direction == "higher"))
+                colour = "green" if good else "red"
+                mark = (f"[bold {colour}]◆ {_signed_pct(rel)}[/] {_fmt(cp['mean_before'])} → "
+                        f"{_fmt(cp['mean_after'])} (p={_p(cp['pvalue'])})")
+            status = p["status"] if p["status"] == "completed" else f"[yellow]{p['status']}[/]"
+            t.add_row((p["time"] or "").replace("T", " ").replace("+00:00", ""), p["run_id"], status, str(p["n"]),
+                      _fmt(p["median"]), ci, mark)
+        console.print(t)
+        found = len(line.change_points)
+        console.print(f"  {found} change point{'s' if found != 1 else ''} in {len(line.points)} runs")
+    for n in hist.notes:
+        console.print(f"[dim]note: {escape(n)}[/]")
+
+
+def baselines_table(rows: list[dict[str, Any]], path: Any) -> Table:
+    t = Table(title=f"baselines in {path}", title_justify="left")
+    for col in ("name", "run", "scenario", "run started (UTC)", "status", "set (UTC)"):
+        t.add_column(col)
+    for b in rows:
+        t.add_row(escape(b["name"]), b["run_id"], b["scenario"], (b["run_started"] or "").replace("T", " ")[:19],
+                  b["status"], (b["set"] or "").replace("T", " ")[:19])
+    return t

@@ -1,0 +1,117 @@
+"""Compare, baseline, JUnit and history end to end, on real congestion runs through the CLI.
+
+Three short runs of `congestion` at twice saturation (UDP and TCP): A, B with a
+20% smaller bottleneck, and C with A's settings. Physics says B's received
+throughput is 20% lower (80 instead of 100 Mbit/s at the bottleneck) and its
+queueing delay 25% longer (500 kB at 80 Mbit/s is 50 ms instead of 40 ms), so
+`compare A B --fail-on regression` must exit 1 naming throughput.rx_mbps, and
+`compare A C` must exit 0. Six trials per configuration: with 5 judged metrics
+in a Holm family, 6 trials leave margin (the smallest Holm-adjusted p is
+5 x 0.0022) where 5 would need every trial of A above every trial of B
+(5 x 0.0079 = 0.04).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import xml.etree.ElementTree as ET
+
+import pytest
+
+from helpers import cli, run_id_of
+from vnetbench.lab.clean import leftovers
+
+pytestmark = pytest.mark.lab
+
+RX = "throughput.rx_mbps"
+SHORT = ["--no-progress", "--set", "ratios=[2.0]", "--set", "protos=[tcp,udp]", "--set", "duration=2s",
+         "--set", "workload.stream.omit=1s", "--set", "repetitions=6", "--set", "repeat.warmup=false"]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    db = str(tmp_path_factory.mktemp("compare") / "r.db")
+    a = run_id_of(cli("run", "congestion", "--db", db, *SHORT))
+    b = run_id_of(cli("run", "congestion", "--db", db, *SHORT, "--set", "bottleneck=80Mbit"))
+    c = run_id_of(cli("run", "congestion", "--db", db, *SHORT))
+    return db, a, b, c
+
+
+def results(data: dict, metric: str) -> dict[str, dict]:
+    return {cfg["config"]: next(r for r in cfg["results"] if r["metric"] == metric) for cfg in data["configurations"]}
+
+
+def test_runs_leave_nothing_behind(no_leftovers, runs):
+    """First, so that the three runs happen inside no_leftovers' watch; then precisely: none of our prefixes."""
+    db, *ids = runs
+    assert not [n for i in ids for n in leftovers(f"vnb-{i[:6]}-")]
+
+
+def test_smaller_bottleneck_fails_the_gate_and_names_throughput(runs):
+    db, a, b, _ = runs
+    gate = cli("compare", a, b, "--db", db, "--fail-on", "regression", check=False)
+    assert gate.returncode == 1, gate.stdout + gate.stderr
+    fail_line = next(line for line in gate.stdout.splitlines() if line.startswith("FAIL"))
+    assert RX in fail_line and "regressed" in fail_line
+    assert "bottleneck_bps: 100Mbit → 80Mbit" in gate.stdout  # what differs between the runs is named
+
+    data = json.loads(cli("compare", a, b, "--db", db, "--json").stdout)  # no gate: exit 0
+    assert data["regressed"] is True
+    rx = results(data, RX)
+    assert set(rx) == {"ratio=2.0, proto=tcp", "ratio=2.0, proto=udp"}  # matched by key, both configurations
+    for config, r in rx.items():
+        assert r["verdict"] == "regressed", (config, r["reason"])
+        assert r["rel_change"] == pytest.approx(-0.20, abs=0.04), config  # 80/100 - 1
+        lo, hi = r["rel_change_ci"]
+        assert hi < -0.05 and r["p_adjusted"] < 0.05 and r["cliffs_delta"] == -1.0
+    # the queue in front of a slower link delays longer: 500 kB at 80 instead of 100 Mbit/s, +25%
+    p50 = results(data, "rtt.p50_ms")["ratio=2.0, proto=udp"]
+    assert p50["verdict"] == "regressed" and p50["rel_change"] == pytest.approx(0.25, abs=0.05)
+
+
+def test_identical_settings_pass_the_gate(runs):
+    db, a, _, c = runs
+    gate = cli("compare", a, c, "--db", db, "--fail-on", "regression", check=False)
+    assert gate.returncode == 0, gate.stdout + gate.stderr
+    assert "PASS" in gate.stdout and "0 regressed" in gate.stdout
+    data = json.loads(cli("compare", a, c, "--db", db, "--json").stdout)
+    # unchanged, or inconclusive when a busy machine widened an interval; never a change
+    verdicts = {config: (r["verdict"], r["reason"]) for config, r in results(data, RX).items()}
+    assert all(v in ("unchanged", "inconclusive") for v, _ in verdicts.values()), verdicts
+
+
+def test_baseline_gate_writes_junit_with_the_regression_as_failures(runs, tmp_path):
+    db, a, b, c = runs
+    cli("baseline", "set", a, "--db", db)
+    listed = json.loads(cli("baseline", "list", "--db", db, "--json").stdout)
+    assert [(x["name"], x["run_id"]) for x in listed] == [("congestion", a)]
+
+    junit = tmp_path / "junit.xml"
+    gate = cli("compare", b, "--baseline", "--junit", str(junit), "--fail-on", "regression", "--db", db, check=False)
+    assert gate.returncode == 1, gate.stdout + gate.stderr
+    root = ET.parse(junit).getroot()
+    cases = root.findall("./testsuite/testcase")
+    # one test case per configuration and judged metric: 5 for TCP, 5 for UDP
+    assert len(cases) == 10 and root.get("tests") == "10"
+    failed = {(c.get("classname"), c.get("name")) for c in cases if c.find("failure") is not None}
+    assert {("ratio=2.0, proto=tcp", RX), ("ratio=2.0, proto=udp", RX)} <= failed
+    assert root.get("failures") == str(len(failed))
+    assert all(c.find("failure").get("type") == "regression" for c in cases if c.find("failure") is not None)
+
+    ok = tmp_path / "ok.xml"
+    assert cli("compare", c, "--baseline", "--junit", str(ok), "--fail-on", "regression", "--db", db,
+               check=False).returncode == 0
+    assert ET.parse(ok).getroot().get("failures") == "0"
+
+
+def test_history_shows_the_dip_and_writes_csv(runs, tmp_path):
+    db, a, b, c = runs
+    path = tmp_path / "rx.csv"
+    proc = cli("history", "--metric", RX, "--where", "proto=udp", "--csv", str(path), "--db", db)
+    assert a in proc.stdout and b in proc.stdout and c in proc.stdout
+    rows = list(csv.reader(path.open()))
+    assert rows[0] == ["time", "run", RX]
+    assert [r[1] for r in rows[1:]] == [a, b, c]  # time order
+    va, vb, vc = (float(r[2]) for r in rows[1:])
+    assert vb / va == pytest.approx(0.8, abs=0.04) and vc / va == pytest.approx(1.0, abs=0.03)
