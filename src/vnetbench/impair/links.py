@@ -1,0 +1,302 @@
+"""The lab's links under their conditions, for a whole run.
+
+A :class:`LinkManager` sits between the bench and the backends:
+
+- ``plan(configs)`` chooses each link's backend once for the run (``auto`` is
+  resolved over the union of what every configuration asks, so one sweep is
+  never measured with two instruments), checks explicit choices and places the
+  emulators on their own cores (hosts move to the others);
+- ``apply(config)`` realises a configuration's conditions, switching backend
+  when a matrix sweeps it, and returns the state to record: the kernel's
+  qdiscs and, per link, the backend and its settings as applied;
+- ``start_trial`` / ``failure`` / ``end_trial`` bracket each trial (the
+  emulator restarts with the trial's seed and schedule; a dead emulator is the
+  trial's failure reason; counters are per trial).
+
+Link names in a dumbbell: ``bottleneck`` (switch port -> receiver, the lab's
+``bottleneck``/``buffer``/``delay``... short-hands feed it) and ``s1``..``sN``
+(sender -> switch). `forward` is always the stream's direction.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from vnetbench.errors import EnvironmentProblem, LabError, ScenarioError
+from vnetbench.impair import backends as B
+from vnetbench.impair.model import LinkSpec, capability_list, lab_links
+from vnetbench.lab.teardown import Registry
+
+
+def lab_link(lab: Any, name: str, host: str | None = None) -> B.LabLink:
+    """Link `name` of a built dumbbell ("bottleneck": the receiver's; "sN": a sender's),
+    on host `host` (default: "r" for the bottleneck, else the link's name)."""
+    host = host or ("r" if name == "bottleneck" else name)
+    uplinks = getattr(lab, "uplinks", None) or {}
+    host_end = uplinks.get(host) or (lab.hosts[host].iface if host in lab.hosts else None)
+    if host not in lab.ports or host_end is None:
+        raise LabError(f"the lab has no link {name!r} on host {host!r} (hosts: {', '.join(sorted(lab.ports))})")
+    return B.LabLink(name=name, switch_end=lab.ports[host], host_end=host_end, host_upstream=(name != "bottleneck"))
+
+
+def preflight(configs: list) -> None:
+    """Before anything is built: links exist and their backends can do what is asked here;
+    the emulator's binary and ethtool are present when the userspace backend will run."""
+    from vnetbench.workloads.base import ETHTOOL, require
+
+    n = max((c.active_senders for c in configs), default=1)
+    auto = check_configs(configs, n_senders=n)
+    uses_emulator = "userspace" in auto.values() or any(
+        spec.backend == "userspace" for c in configs for spec in lab_links(c.scenario.lab).values())
+    if uses_emulator:
+        B.require_binary()
+        require([ETHTOOL])
+
+
+class LinkFailed(Exception):
+    """A link stopped working during a trial (its emulator died); the message says how."""
+
+
+def link_metrics(counters: dict[str, B.TrialCounters]) -> list[tuple[str, float]]:
+    """Per-trial metrics from the emulator's own counters on the bottleneck (forward)."""
+    c = counters.get("bottleneck")
+    if c is None or "forward" not in c.per_direction:
+        return []
+    fwd = c.per_direction["forward"]
+    out = []
+    if "lost" in fwd:
+        out.append(("link.lost_packets", float(fwd["lost"])))
+    if "max_queue_delay_us" in fwd:
+        out.append(("link.max_queue_delay_ms", float(fwd["max_queue_delay_us"]) / 1e3))
+    return out
+
+
+def staggered(argv: list[str], start: float) -> list[str]:
+    """`argv`, started `start` seconds later (sleep inside the process: nothing to schedule here)."""
+    if start <= 0:
+        return argv
+    return ["sh", "-c", f'sleep {start:g}; exec "$@"', "sh", *argv]
+
+
+def bottleneck_drops(counters: dict[str, B.TrialCounters]) -> float | None:
+    """Packets the bottleneck's queue dropped in the forward direction during the trial."""
+    c = counters.get("bottleneck")
+    if c is None or "forward" not in c.per_direction:
+        return None
+    fwd = c.per_direction["forward"]
+    return float(fwd.get("dropped_queue", fwd.get("drops", 0.0)))
+
+
+def link_names(n_senders: int) -> list[str]:
+    return ["bottleneck"] + [f"s{i}" for i in range(1, n_senders + 1)]
+
+
+def check_configs(configs: list, caps: B.Capabilities | None = None, n_senders: int | None = None) -> dict[str, str]:
+    """Before anything is built: every link exists, every explicit backend can do
+    what it is asked and exists here, and `auto` resolves. Returns the run-wide
+    choice for each link whose backend is `auto`."""
+    needs: dict[str, set[str]] = {}
+    shaper: dict[str, str] = {}
+    for c in configs:
+        lab = c.scenario.lab
+        where = f"[{c.label_text}] " if c.labels else ""
+        names = link_names(n_senders) if n_senders else None
+        for name, spec in lab_links(lab).items():
+            if names is not None and name not in names:
+                raise ScenarioError(f"{where}lab.link.{name}: the lab has no link {name!r} "
+                                    f"(links: {', '.join(names)})")
+            if spec.backend == "auto":
+                needs.setdefault(name, set()).update(spec.needs())
+                shaper[name] = lab.qdisc
+            else:
+                B.choose(spec, caps=caps, shaper=lab.qdisc, where=f"{where}lab.link.{name}: ")
+    return {name: _choose_needs(n, caps, shaper[name], name) for name, n in needs.items()}
+
+
+def _choose_needs(needs: set[str], caps: B.Capabilities | None, shaper: str, name: str) -> str:
+    """`auto` over everything the run asks of one link (see backends.choose)."""
+    if not needs:
+        return shaper
+    caps = caps or B.capabilities()
+    if needs <= B.SHAPER_NEEDS and caps.available(shaper):
+        return shaper
+    if caps.available("netem") and needs <= B.CAN["netem"]:
+        return "netem"
+    if caps.vnb_link is None:
+        raise EnvironmentProblem(f"lab.link.{name} needs the userspace emulator for "
+                                 f"{capability_list(needs - B.SHAPER_NEEDS)}, and {B.missing_binary_message()}")
+    return "userspace"
+
+
+@dataclass
+class LinkManager:
+    lab: Any
+    registry: Registry
+    workdir: Path
+    run_prefix: str
+    mtu: int = 1500
+    auto: dict[str, str] = field(default_factory=dict)  # run-wide choice for links left on auto
+    backends: dict[str, B.Backend] = field(default_factory=dict)
+    emulator_cpus: dict[str, int | None] = field(default_factory=dict)
+    repinned: bool = False
+    _current: dict[str, LinkSpec] = field(default_factory=dict)  # host -> spec applied on its link
+    _records: dict[str, dict] = field(default_factory=dict)  # host -> what apply() returned
+    _active: dict[str, str] = field(default_factory=dict)  # host -> link name, for the current configuration
+    _state: dict[str, Any] = field(default_factory=dict)  # link name -> record of the current configuration
+    _parked: dict[str, B.Backend] = field(default_factory=dict)  # host -> userspace backend taken off its link
+
+    # ------------------------------------------------------------- planning
+
+    def plan(self, configs: list) -> None:
+        self.auto = check_configs(configs, n_senders=max((c.active_senders for c in configs), default=1))
+        users = sorted({name for c in configs for name, spec in lab_links(c.scenario.lab).items()
+                        if self._name_of(name, spec, c.scenario.lab) == "userspace"})
+        self._place_emulators(users)
+
+    def _name_of(self, name: str, spec: LinkSpec, lab: Any) -> str:
+        if spec.backend != "auto":
+            return spec.backend
+        if name in self.auto:
+            return self.auto[name]
+        return B.choose(spec, "auto", shaper=lab.qdisc, where=f"lab.link.{name}: ")
+
+    def _place_emulators(self, names: list[str]) -> None:
+        """Emulators spin their core: give them the last cores, the hosts the others."""
+        new = [n for n in names if n not in self.emulator_cpus]
+        if not new:
+            return
+        cpus = sorted(os.sched_getaffinity(0))
+        taken = set(c for c in self.emulator_cpus.values() if c is not None)
+        for name in new:
+            free = [c for c in reversed(cpus) if c not in taken]
+            cpu = free[0] if len(free) > 1 else None  # never the machine's only remaining core
+            self.emulator_cpus[name] = cpu
+            if cpu is not None:
+                taken.add(cpu)
+        rest = [c for c in cpus if c not in taken] or cpus
+        for i, host in enumerate(sorted(self.lab.hosts.values(), key=lambda h: h.name)):
+            if host.cpu is not None and host.cpu in taken:
+                host.cpu = rest[i % len(rest)]
+                self.repinned = True
+
+    # -------------------------------------------------------------- applying
+
+    def apply(self, config: Any, receiver: str = "r", senders: list[str] | None = None) -> dict[str, Any]:
+        """Realise the configuration's link conditions on the hosts it runs on (its
+        receiver and senders); the state to record: {"qdiscs": [...], "links": {...}}."""
+        lab_spec = config.scenario.lab
+        senders = senders if senders is not None else sorted(h for h in self.lab.hosts if h != receiver)
+        hosts = {"bottleneck": receiver, **{f"s{i}": h for i, h in enumerate(senders, start=1)}}
+        links: dict[str, Any] = {}
+        active: dict[str, str] = {}
+        for name, spec in lab_links(lab_spec).items():
+            host = hosts.get(name)
+            if host is None:
+                continue  # a sender this configuration does not use (senders = "auto", a low ratio)
+            if host not in self.backends and name != "bottleneck" and spec.is_plain() and spec.backend == "auto":
+                continue
+            backend_name = self._name_of(name, spec, lab_spec)
+            backend = self._backend(name, host, backend_name, lab_spec.qdisc)
+            cached = self._records.get(host)
+            if cached is None or self._current.get(host) != spec or not backend.healthy():
+                cached = backend.apply(spec)
+                self._current[host] = spec
+                self._records[host] = cached
+            active[host] = name
+            links[name] = {"backend": backend_name, "host": host, "requested": spec.request(),
+                           "describe": spec.describe(), "needs": sorted(spec.needs()),
+                           **{k: v for k, v in cached.items() if k != "backend"}}
+        for host, backend in self.backends.items():
+            if host not in active:
+                backend.idle()  # another variant's link: no emulator spinning for it meanwhile
+        self._active = active
+        self._state = links
+        qdiscs = [q for h in active for q in self.backends[h].qdiscs()]
+        return {"qdiscs": qdiscs, "links": links}
+
+    def _backend(self, name: str, host: str, backend_name: str, shaper: str) -> B.Backend:
+        current = self.backends.get(host)
+        wanted_shaper = backend_name if backend_name in ("tbf", "htb") else shaper
+        if current is not None and current.name == backend_name and (
+                backend_name == "userspace" or current.shaper == wanted_shaper):
+            return current
+        if current is not None:
+            current.clear()
+            current.uninstall()
+            self._records.pop(host, None)
+            if current.name == "userspace":
+                self._parked[host] = current  # keeps its (now empty) namespace for next time
+        link = lab_link(self.lab, name, host)
+        cls = B.backend_class(backend_name)
+        if backend_name == "userspace" and host in self._parked:
+            backend = self._parked.pop(host)
+        elif backend_name == "userspace":
+            from vnetbench.impair.userspace import UserspaceContext
+
+            self._place_emulators([name])
+            ctx = UserspaceContext(self.registry, self.workdir, f"{self.run_prefix}-e{host}"[:60],
+                                   self.emulator_cpus.get(name))
+            backend = cls(link, self.mtu, shaper, context=ctx)
+        else:
+            backend = cls(link, self.mtu, wanted_shaper)
+        backend.install()
+        self.backends[host] = backend
+        return backend
+
+    # ---------------------------------------------------------------- trials
+
+    def start_trial(self, seconds: float) -> None:
+        """Right before the flows start: emulators restart with the trial's seed and schedule."""
+        for host in self._active:
+            self.backends[host].start_trial(self._current[host], seconds)
+
+    def failure(self) -> str | None:
+        """Why a link of the running trial stopped working (its emulator died), or None."""
+        for host in self._active:
+            reason = self.backends[host].failure()
+            if reason:
+                return reason
+        return None
+
+    def end_trial(self) -> dict[str, B.TrialCounters]:
+        """Per link name: what its backend counted during the trial."""
+        return {name: self.backends[host].end_trial() for host, name in self._active.items()}
+
+    def wait(self, proc: Any, end_by: float, poll: float = 0.1) -> None:
+        """Wait for `proc` until `end_by` (time.time()), watching the links: raises
+        LinkFailed as soon as one stops working, subprocess.TimeoutExpired at end_by."""
+        import subprocess
+        import time
+
+        while True:
+            try:
+                proc.wait(timeout=max(0.0, min(poll, end_by - time.time())))
+                return
+            except subprocess.TimeoutExpired:
+                reason = self.failure()
+                if reason:
+                    raise LinkFailed(reason) from None
+                if time.time() >= end_by:
+                    raise
+
+    def state(self) -> dict[str, Any]:
+        """The current configuration's links as applied: {"links": {name: {backend, requested, applied...}}}."""
+        return {"links": self._state}
+
+    def extra_rtt(self, config: Any) -> float:
+        """Seconds the links' delay (and 3 x jitter) add to a round trip."""
+        total = 0.0
+        for spec in lab_links(config.scenario.lab).values():
+            for d in ("forward", "reverse"):
+                c = spec.direction(d)
+                total += c.delay + 3 * c.jitter
+            if spec.schedule is not None:
+                total += max((c.delay + 3 * c.jitter for s in spec.schedule.steps
+                              for c in (s.forward, s.reverse, s.both) if c is not None), default=0.0)
+        return total
+
+    def uses_emulator(self) -> bool:
+        return any(b.name == "userspace" for b in self.backends.values())

@@ -1,0 +1,693 @@
+"""Link conditions as data: what one direction of a link does to packets, a
+schedule that changes it over time, and which capabilities a request needs.
+
+::
+
+    [lab.link.bottleneck]                  # the switch port toward the receiver
+    backend = "auto"                       # auto | tbf | htb | netem | userspace
+    forward = {rate = "100Mbit", buffer = "20ms", delay = "15ms", loss = "0.1%"}
+    reverse = {delay = "15ms"}
+    schedule = "100Mbit/5s 20Mbit/5s"      # or steps, or "trace:FILE" (Mahimahi)
+
+Units are parsed here (:mod:`vnetbench.units`): rates in bit/s, sizes in
+bytes, durations in seconds, probabilities as fractions ("1%" = 0.01).
+
+Order of effects on a packet (netem's, and vnb-link's): loss, duplicate,
+corrupt, reorder mark, queue (buffer + discipline), serialisation at the rate,
+delay + jitter.
+
+A model dumps only the fields that were given (``model_dump`` drops defaults
+nobody wrote), so a partial setting, e.g. a schedule step that changes only
+the rate, stays partial when a scenario is re-validated after matrix expansion.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+from typing import Annotated, Any, Iterable, Literal
+
+from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer,
+                      model_validator)
+
+from vnetbench import units
+
+DIRECTIONS = ("forward", "reverse")
+BACKENDS = ("auto", "tbf", "htb", "netem", "userspace")
+FRAME_OVERHEAD = 14  # Ethernet header on top of the MTU: a full frame is MTU + 14 bytes
+MAHIMAHI_OPPORTUNITY_BYTES = 1500
+
+
+# --------------------------------------------------------------------- parsing
+
+
+def _rate(v: Any) -> Any:
+    if v is None:
+        return None
+    if isinstance(v, str) and v.strip().lower() in ("unlimited", "none", "0"):
+        return None
+    value = units.parse_rate(v)
+    if value < 0:
+        raise ValueError(f"{v!r}: a rate cannot be negative")
+    return value or None
+
+
+def _duration(v: Any) -> Any:
+    value = units.parse_duration(v)
+    if value < 0:
+        raise ValueError(f"{v!r}: a duration cannot be negative")
+    return value
+
+
+def _probability(v: Any) -> Any:
+    """'1%', '0.01' or 0.01 -> 0.01; must lie in [0, 1]."""
+    if isinstance(v, bool):
+        raise ValueError(f"{v!r} is not a probability; write a percentage (\"1%\") or a fraction (0.01)")
+    if isinstance(v, (int, float)):
+        value = float(v)
+    else:
+        text = str(v).strip()
+        try:
+            value = float(text[:-1]) / 100.0 if text.endswith("%") else float(text)
+        except ValueError:
+            raise ValueError(f"{v!r} is not a probability; write a percentage (\"1%\") or a fraction (0.01)") from None
+    if not 0.0 <= value <= 1.0 or math.isnan(value):
+        raise ValueError(f"{v!r} is not a probability between 0 and 1 (0% and 100%)")
+    return value
+
+
+Rate = Annotated[float | None, BeforeValidator(_rate)]
+Duration = Annotated[float, BeforeValidator(_duration)]
+Probability = Annotated[float, BeforeValidator(_probability)]
+
+
+class _Partial(BaseModel):
+    """Strict, frozen, and dumps only the fields that were given."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @model_serializer(mode="wrap")
+    def _only_given(self, handler: SerializerFunctionWrapHandler) -> Any:
+        data = handler(self)
+        if isinstance(data, dict):
+            return {k: v for k, v in data.items() if k in self.model_fields_set}
+        return data
+
+
+class LinkBuffer(_Partial):
+    """A queue limit in bytes ("500kB") or as time at the link's rate ("20ms")."""
+
+    bytes: float | None = None
+    seconds: float | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _parse(cls, v: Any) -> Any:
+        if isinstance(v, (dict, LinkBuffer)):
+            return v
+        try:
+            return {"bytes": units.parse_size(v)}
+        except units.UnitError:
+            pass
+        try:
+            return {"seconds": units.parse_duration(v)}
+        except units.UnitError:
+            raise ValueError(f"{v!r} is neither a size ({units.SIZE_UNITS}) nor a time at the link rate "
+                             f"({units.DURATION_UNITS})") from None
+
+    @model_validator(mode="after")
+    def _one(self) -> "LinkBuffer":
+        if (self.bytes is None) == (self.seconds is None):
+            raise ValueError("a buffer is either bytes or seconds, not both or neither")
+        if (self.bytes or 0) < 0 or (self.seconds or 0) < 0:
+            raise ValueError("a buffer cannot be negative")
+        return self
+
+    def in_bytes(self, rate_bps: float | None) -> float:
+        if self.bytes is not None:
+            return self.bytes
+        if not rate_bps:
+            raise ValueError(f"a buffer of {units.format_duration(self.seconds)} is a time at the link's rate, but "
+                             "this direction has no rate: give the buffer in bytes (e.g. \"500kB\") or set a rate")
+        return self.seconds * rate_bps / 8.0
+
+    def __str__(self) -> str:
+        return units.format_size(self.bytes) if self.bytes is not None else units.format_duration(self.seconds)
+
+
+QUEUE_KINDS = ("drop_tail", "drop_head", "codel", "red", "pie")
+
+
+class QueueSpec(_Partial):
+    """The bottleneck queue's discipline, on top of the buffer limit.
+
+    ``"drop_tail"`` (default), ``"drop_head"``, ``"codel"`` (target 5 ms,
+    interval 100 ms), ``"red"`` (min, max in bytes, p_max 0.1), ``"pie"``
+    (target 15 ms). A string names the kind with its defaults; a table sets
+    parameters: ``queue = {kind = "codel", target = "2ms"}``.
+    """
+
+    kind: Literal["drop_tail", "drop_head", "codel", "red", "pie"] = "drop_tail"
+    target: Duration | None = None
+    interval: Duration | None = None
+    min: Annotated[float | None, BeforeValidator(lambda v: None if v is None else units.parse_size(v))] = None
+    max: Annotated[float | None, BeforeValidator(lambda v: None if v is None else units.parse_size(v))] = None
+    p_max: Probability | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _parse(cls, v: Any) -> Any:
+        if isinstance(v, str):
+            v = {"kind": v}
+        if isinstance(v, dict) and isinstance(v.get("kind"), str):
+            v = {**v, "kind": v["kind"].strip().lower().replace("-", "_").replace("droptail", "drop_tail")
+                 .replace("drophead", "drop_head")}
+        return v
+
+    @model_validator(mode="after")
+    def _params_fit_kind(self) -> "QueueSpec":
+        allowed = {"drop_tail": set(), "drop_head": set(), "codel": {"target", "interval"},
+                   "red": {"min", "max", "p_max"}, "pie": {"target"}}[self.kind]
+        extra = sorted(k for k in ("target", "interval", "min", "max", "p_max")
+                       if getattr(self, k) is not None and k not in allowed)
+        if extra:
+            raise ValueError(f"queue kind {self.kind!r} takes no {', '.join(extra)}"
+                             + (f" (its parameters: {', '.join(sorted(allowed))})" if allowed else ""))
+        if self.kind == "red":
+            if self.min is None or self.max is None:
+                raise ValueError("a RED queue needs min and max (average queue thresholds in bytes), "
+                                 "e.g. queue = {kind = \"red\", min = \"30kB\", max = \"90kB\"}")
+            if not self.min < self.max:
+                raise ValueError(f"RED min ({self.min:g} B) must be below max ({self.max:g} B)")
+        for k in ("target", "interval"):
+            if getattr(self, k) is not None and getattr(self, k) <= 0:
+                raise ValueError(f"queue {k} must be positive")
+        return self
+
+
+class LossSpec(_Partial):
+    """Packet loss at ingress: none, Bernoulli, or Gilbert-Elliott.
+
+    ``loss = "1%"`` (Bernoulli), ``loss = {model = "gilbert_elliott", p = "1%",
+    r = "30%", loss_bad = "100%", loss_good = "0%"}``: p is Good->Bad, r
+    Bad->Good, loss_bad (netem's 1-h) and loss_good (1-k) the loss
+    probabilities in each state, as netem's ``gemodel p r 1-h 1-k``.
+    """
+
+    model: Literal["none", "bernoulli", "gilbert_elliott"] = "none"
+    p: Probability = 0.0
+    r: Probability | None = None
+    loss_bad: Probability = 1.0
+    loss_good: Probability = 0.0
+
+    @model_validator(mode="before")
+    @classmethod
+    def _parse(cls, v: Any) -> Any:
+        if v is None:
+            return {"model": "none"}
+        if isinstance(v, str) and v.strip().lower() in ("none", "off"):
+            return {"model": "none"}
+        if isinstance(v, (int, float, str)) and not isinstance(v, bool):
+            p = _probability(v)
+            return {"model": "bernoulli", "p": p} if p > 0 else {"model": "none"}
+        if isinstance(v, dict) and isinstance(v.get("model"), str):
+            name = v["model"].strip().lower().replace("-", "_")
+            name = {"ge": "gilbert_elliott", "gemodel": "gilbert_elliott", "gilbert": "gilbert_elliott",
+                    "random": "bernoulli"}.get(name, name)
+            v = {**v, "model": name}
+        return v
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "LossSpec":
+        if self.model == "gilbert_elliott" and self.r is None:
+            raise ValueError("Gilbert-Elliott loss needs r (Bad->Good transition probability) as well as p")
+        if self.model != "gilbert_elliott" and ({"r", "loss_bad", "loss_good"} & self.model_fields_set):
+            raise ValueError(f"r, loss_bad and loss_good belong to model = \"gilbert_elliott\", not {self.model!r}")
+        return self
+
+    @property
+    def active(self) -> bool:
+        if self.model == "bernoulli":
+            return self.p > 0
+        if self.model == "gilbert_elliott":
+            return self.loss_bad > 0 or self.loss_good > 0
+        return False
+
+    def mean_loss(self) -> float:
+        """Long-run loss probability (the GE chain's stationary mix)."""
+        if self.model == "bernoulli":
+            return self.p
+        if self.model == "gilbert_elliott":
+            r = self.r or 0.0
+            bad = self.p / (self.p + r) if self.p + r > 0 else 0.0
+            return bad * self.loss_bad + (1 - bad) * self.loss_good
+        return 0.0
+
+
+CAPABILITY_TEXT = {
+    "rate": "a rate limit",
+    "buffer": "a buffer limit",
+    "overhead": "per-frame overhead bytes",
+    "delay": "delay",
+    "jitter": "jitter",
+    "jitter:pareto": "Pareto jitter",
+    "jitter:paretonormal": "Pareto-normal jitter",
+    "loss": "random loss",
+    "loss:gilbert_elliott": "Gilbert-Elliott loss",
+    "reorder": "reordering",
+    "duplicate": "duplication",
+    "corrupt": "corruption",
+    "queue:drop_head": "a drop-head queue",
+    "queue:codel": "a CoDel queue",
+    "queue:red": "a RED queue",
+    "queue:pie": "a PIE queue",
+    "schedule": "a schedule (conditions that change during a trial)",
+    "trace": "a Mahimahi rate trace",
+}
+
+
+class LinkConditions(_Partial):
+    """What one direction of a link does to packets. Nothing given: a plain wire."""
+
+    rate: Rate = Field(default=None, description="bottleneck rate, e.g. \"100Mbit\"; none = line speed")
+    buffer: LinkBuffer | None = Field(default=None, description="queue limit: bytes, or time at the rate")
+    queue: QueueSpec = Field(default_factory=QueueSpec, description="queue discipline")
+    delay: Duration = Field(default=0.0, description="one-way propagation delay")
+    jitter: Duration = Field(default=0.0, description="delay variation: the standard deviation (normal, pareto, "
+                                                      "paretonormal) or half-width (uniform)")
+    distribution: Literal["normal", "uniform", "pareto", "paretonormal"] = "normal"
+    jitter_reorders: bool = Field(default=False, description="false: packets keep their order (a packet never "
+                                                             "leaves before the one ahead of it)")
+    loss: LossSpec = Field(default_factory=LossSpec)
+    reorder: Probability = Field(default=0.0, description="probability a packet skips the delay (netem reorder)")
+    duplicate: Probability = 0.0
+    corrupt: Probability = Field(default=0.0, description="probability of one flipped bit after the Ethernet header")
+    overhead: int = Field(default=0, ge=0, le=1000, description="bytes added per frame for serialisation only "
+                                                                "(24 = preamble + IFG + FCS)")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "LinkConditions":
+        if self.buffer is not None and self.buffer.seconds is not None and not self.rate \
+                and "rate" in self.model_fields_set:
+            raise ValueError(f"buffer = {self.buffer} is a time at the link's rate, but rate is unlimited: "
+                             "give the buffer in bytes")
+        return self
+
+    def given(self) -> set[str]:
+        return set(self.model_fields_set)
+
+    def is_plain(self) -> bool:
+        """True when this direction changes nothing."""
+        return not self.needs()
+
+    def needs(self) -> set[str]:
+        """Capabilities this direction uses (see CAPABILITY_TEXT)."""
+        out: set[str] = set()
+        if self.rate:
+            out.add("rate")
+        if self.buffer is not None:
+            out.add("buffer")
+        if self.overhead:
+            out.add("overhead")
+        if self.queue.kind != "drop_tail":
+            out.add(f"queue:{self.queue.kind}")
+        if self.delay > 0:
+            out.add("delay")
+        if self.jitter > 0:
+            out.add("jitter")
+            if self.distribution in ("pareto", "paretonormal"):
+                out.add(f"jitter:{self.distribution}")
+        if self.loss.active:
+            out.add("loss:gilbert_elliott" if self.loss.model == "gilbert_elliott" else "loss")
+        for k in ("reorder", "duplicate", "corrupt"):
+            if getattr(self, k) > 0:
+                out.add(k)
+        return out
+
+    def buffer_bytes(self, rate_bps: float | None = None) -> float | None:
+        if self.buffer is None:
+            return None
+        return self.buffer.in_bytes(rate_bps if rate_bps is not None else self.rate)
+
+    def merged(self, other: "LinkConditions") -> "LinkConditions":
+        """These conditions with every field `other` gives replaced."""
+        data = {k: getattr(self, k) for k in self.model_fields_set}
+        data.update({k: getattr(other, k) for k in other.model_fields_set})
+        return LinkConditions.model_validate(data)
+
+    def describe(self) -> str:
+        """One line, as a person would write it: 'rate 100Mbit, buffer 20ms, delay 15ms'."""
+        parts = []
+        if self.rate:
+            parts.append(f"rate {units.format_rate(self.rate)}")
+        if self.buffer is not None:
+            parts.append(f"buffer {self.buffer}")
+        if self.queue.kind != "drop_tail":
+            parts.append(f"queue {self.queue.kind}")
+        if self.delay:
+            parts.append(f"delay {units.format_duration(self.delay)}")
+        if self.jitter:
+            parts.append(f"jitter {units.format_duration(self.jitter)} {self.distribution}"
+                         + (" (reorders)" if self.jitter_reorders else ""))
+        if self.loss.active:
+            parts.append(f"loss {self.loss.model} {100 * self.loss.mean_loss():.3g}%")
+        for k in ("reorder", "duplicate", "corrupt"):
+            if getattr(self, k):
+                parts.append(f"{k} {100 * getattr(self, k):.3g}%")
+        return ", ".join(parts) or "plain"
+
+
+# -------------------------------------------------------------------- schedule
+
+
+class ScheduleStep(_Partial):
+    """At time `at` (from the start of the trial's flows), change the given fields."""
+
+    at: Duration
+    forward: LinkConditions | None = None
+    reverse: LinkConditions | None = None
+    both: LinkConditions | None = None
+
+    def for_direction(self, direction: str) -> LinkConditions | None:
+        parts = [p for p in (self.both, getattr(self, direction)) if p is not None]
+        if not parts:
+            return None
+        out = parts[0]
+        for p in parts[1:]:
+            out = out.merged(p)
+        return out
+
+
+_CYCLE_ITEM = re.compile(r"^\s*(?P<rate>[^/\s]+)\s*/\s*(?P<dur>[^/\s]+)\s*$")
+
+
+def read_mahimahi(path: str | Path) -> list[int]:
+    """A Mahimahi trace: one delivery opportunity (1500 bytes) per line, at the
+    line's millisecond timestamp; non-decreasing; the trace loops with period
+    = its last timestamp."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as e:
+        raise ValueError(f"trace file {str(path)!r} cannot be read: {e.strerror or e}") from None
+    stamps: list[int] = []
+    for n, line in enumerate(text.splitlines(), start=1):
+        line = line.strip()
+        if not line:
+            continue
+        if not line.isdigit():
+            raise ValueError(f"trace file {str(path)!r} line {n}: {line[:40]!r} is not a whole number of "
+                             "milliseconds (Mahimahi format: one timestamp per line)")
+        value = int(line)
+        if stamps and value < stamps[-1]:
+            raise ValueError(f"trace file {str(path)!r} line {n}: {value} ms comes before {stamps[-1]} ms "
+                             "(timestamps must not decrease)")
+        stamps.append(value)
+    if not stamps:
+        raise ValueError(f"trace file {str(path)!r} is empty: it needs at least one timestamp")
+    if stamps[-1] <= 0:
+        raise ValueError(f"trace file {str(path)!r} ends at {stamps[-1]} ms: its last timestamp is its period "
+                         "and must be positive")
+    return stamps
+
+
+def mahimahi_mean_rate(stamps: list[int]) -> float:
+    """Average rate of a looping trace, bit/s."""
+    return len(stamps) * MAHIMAHI_OPPORTUNITY_BYTES * 8 / (stamps[-1] / 1000.0)
+
+
+class Schedule(_Partial):
+    """Conditions that change during a trial.
+
+    - steps: ``[{at = "5s", forward = {rate = "20Mbit"}}, {at = "10s", forward = {rate = "100Mbit"}}]``
+    - repeating: the same with ``every = "10s"`` (steps' times within one period)
+    - compact rate cycle: ``"100Mbit/5s 20Mbit/5s"`` (rate for a time, repeating)
+    - a Mahimahi trace for the rate: ``"trace:path/to/file"`` or ``{trace = "file"}``
+
+    `direction` says where the compact and trace forms apply (forward by
+    default). Times count from the start of the trial's flows.
+    """
+
+    steps: list[ScheduleStep] = Field(default_factory=list)
+    every: Duration | None = None
+    trace: str | None = None
+    direction: Literal["forward", "reverse", "both"] = "forward"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _parse(cls, v: Any) -> Any:
+        if isinstance(v, list):
+            return {"steps": v}
+        if isinstance(v, str):
+            return cls.parse_text(v)
+        if isinstance(v, dict) and isinstance(v.get("cycle"), str):
+            parsed = cls.parse_text(v["cycle"], v.get("direction", "forward"))
+            return {**{k: x for k, x in v.items() if k != "cycle"}, **parsed}
+        return v
+
+    @staticmethod
+    def parse_text(text: str, direction: str = "forward") -> dict[str, Any]:
+        t = text.strip()
+        if t.lower().startswith("trace:"):
+            return {"trace": t[6:].strip(), "direction": direction}
+        items = [x for x in re.split(r"[,\s]+(?=[^/\s]+\s*/)", t) if x.strip()]
+        steps, at = [], 0.0
+        for item in items:
+            m = _CYCLE_ITEM.match(item)
+            if not m:
+                raise ValueError(f"schedule {text!r}: {item!r} is not RATE/TIME; write e.g. \"100Mbit/5s 20Mbit/5s\" "
+                                 "(each rate for its time, repeating), a list of steps, or \"trace:FILE\"")
+            try:
+                rate = units.parse_rate(m["rate"])
+                dur = units.parse_duration(m["dur"])
+            except units.UnitError as e:
+                raise ValueError(f"schedule {text!r}: {e}") from None
+            if dur <= 0:
+                raise ValueError(f"schedule {text!r}: {item!r} lasts no time")
+            steps.append({"at": at, direction: {"rate": rate}})
+            at += dur
+        if not steps:
+            raise ValueError(f"schedule {text!r} is empty")
+        return {"steps": steps, "every": at, "direction": direction}
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "Schedule":
+        if self.trace is not None:
+            read_mahimahi(self.trace)  # fail at validation, naming the file and line
+        times = [s.at for s in self.steps]
+        if times != sorted(times):
+            raise ValueError(f"schedule steps must be in time order (have {', '.join(f'{t:g}s' for t in times)})")
+        if self.every is not None:
+            if self.every <= 0:
+                raise ValueError("schedule every must be positive")
+            if any(t >= self.every for t in times):
+                raise ValueError(f"with every = {self.every:g}s each step's time must lie within one period "
+                                 f"(0 <= at < {self.every:g}s)")
+        if not self.steps and self.trace is None:
+            raise ValueError("a schedule needs steps or a trace")
+        return self
+
+    def needs(self) -> set[str]:
+        out = {"schedule"} if self.steps else set()
+        if self.trace:
+            out.add("trace")
+        for s in self.steps:
+            for d in (s.forward, s.reverse, s.both):
+                if d is not None:
+                    out |= d.needs()
+        return out
+
+    def expand(self, until: float) -> list[ScheduleStep]:
+        """The steps in time order up to `until` seconds (repeating ones unrolled)."""
+        if self.every is None:
+            return [s for s in self.steps if s.at <= until]
+        out = []
+        base = 0.0
+        while base <= until:
+            for s in self.steps:
+                t = base + s.at
+                if t > until:
+                    break
+                if t == 0 and base == 0:
+                    out.append(s)
+                else:
+                    out.append(s.model_copy(update={"at": t}))
+            base += self.every
+        return out
+
+    def initial(self, direction: str) -> LinkConditions | None:
+        """What a step at time 0 sets in `direction` (it holds from the start)."""
+        zero = [s for s in self.steps if s.at == 0]
+        out = None
+        for s in zero:
+            c = s.for_direction(direction)
+            if c is not None:
+                out = c if out is None else out.merged(c)
+        return out
+
+    def trace_directions(self) -> tuple[str, ...]:
+        if self.trace is None:
+            return ()
+        return DIRECTIONS if self.direction == "both" else (self.direction,)
+
+    def describe(self) -> str:
+        if self.trace:
+            return f"trace {self.trace} ({self.direction})"
+        if self.every is not None and all(s.for_direction(self.direction if self.direction != "both" else "forward")
+                                          is not None for s in self.steps):
+            d = self.direction if self.direction != "both" else "forward"
+            parts = []
+            for i, s in enumerate(self.steps):
+                end = self.steps[i + 1].at if i + 1 < len(self.steps) else self.every
+                c = s.for_direction(d)
+                parts.append(f"{c.describe()} for {units.format_duration(end - s.at)}")
+            return "repeat: " + "; ".join(parts)
+        return f"{len(self.steps)} steps"
+
+
+# ----------------------------------------------------------------- one link
+
+
+class LinkSpec(_Partial):
+    """Conditions on one link of the lab, per direction, and who realises them.
+
+    `forward` is the direction of the stream's data (toward the receiver),
+    `reverse` the way back (ACKs, ping replies). `both` is a short-hand merged
+    under each direction (a direction's own keys win).
+    """
+
+    backend: Literal["auto", "tbf", "htb", "netem", "userspace"] = "auto"
+    forward: LinkConditions = Field(default_factory=LinkConditions)
+    reverse: LinkConditions = Field(default_factory=LinkConditions)
+    schedule: Schedule | None = None
+    seed: int = Field(default=1, ge=0, le=2**63 - 1, description="seed of the loss/jitter/... random streams")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _both(cls, v: Any) -> Any:
+        if isinstance(v, dict) and "both" in v:
+            v = dict(v)
+            both = v.pop("both") or {}
+            if not isinstance(both, dict):
+                raise ValueError("both must be a table of link conditions, e.g. both = {delay = \"5ms\"}")
+            for d in DIRECTIONS:
+                own = v.get(d) or {}
+                if isinstance(own, LinkConditions):
+                    own = {k: getattr(own, k) for k in own.model_fields_set}
+                v[d] = {**both, **own}
+        return v
+
+    def direction(self, name: str) -> LinkConditions:
+        return self.forward if name == "forward" else self.reverse
+
+    def needs(self) -> set[str]:
+        out = self.forward.needs() | self.reverse.needs()
+        if self.schedule is not None:
+            out |= self.schedule.needs()
+        return out
+
+    def is_plain(self) -> bool:
+        return not self.needs()
+
+    def describe(self) -> str:
+        parts = [f"{d}: {self.direction(d).describe()}" for d in DIRECTIONS if not self.direction(d).is_plain()]
+        if self.schedule is not None:
+            parts.append(f"schedule: {self.schedule.describe()}")
+        return "; ".join(parts) or "plain"
+
+    def request(self) -> dict[str, Any]:
+        """The request as data, for the record (base units)."""
+        return self.model_dump(mode="json")
+
+
+# ------------------------------------------------- lab-level short-hands
+
+
+def shaped_directions(shape: str) -> tuple[str, ...]:
+    return DIRECTIONS if shape == "both" else (shape,)
+
+
+def bottleneck_from_lab(lab: Any) -> LinkSpec:
+    """The link named "bottleneck" from a LabSpec: its short-hands (bottleneck,
+    buffer, delay, jitter, loss, backend, bottleneck_schedule, in the `shape`
+    direction(s)) with ``[lab.link.bottleneck]`` on top (its keys win)."""
+    explicit: LinkSpec | None = (getattr(lab, "link", None) or {}).get("bottleneck")
+    short: dict[str, Any] = {}
+    rate = getattr(lab, "bottleneck", None)
+    if rate:
+        short["rate"] = rate
+        short["buffer"] = LinkBuffer(bytes=lab.buffer.in_bytes(rate))
+    if getattr(lab, "delay", 0):
+        short["delay"] = lab.delay
+    if getattr(lab, "jitter", 0):
+        short["jitter"] = lab.jitter
+    loss = getattr(lab, "loss", None)
+    if loss is not None and loss.active:
+        short["loss"] = loss
+    data: dict[str, Any] = {}
+    for d in DIRECTIONS:
+        own = explicit.direction(d) if explicit is not None else LinkConditions()
+        base = LinkConditions.model_validate(short) if d in shaped_directions(lab.shape) else LinkConditions()
+        data[d] = base.merged(own)
+    backend = explicit.backend if explicit is not None and "backend" in explicit.model_fields_set \
+        else getattr(lab, "backend", "auto")
+    data["backend"] = backend
+    schedule = explicit.schedule if explicit is not None and explicit.schedule is not None else None
+    text = getattr(lab, "bottleneck_schedule", None)
+    if schedule is None and text:
+        parsed = Schedule.parse_text(text, lab.shape) if isinstance(text, str) else text
+        schedule = Schedule.model_validate(parsed)
+    if schedule is not None:
+        data["schedule"] = schedule
+    if explicit is not None and "seed" in explicit.model_fields_set:
+        data["seed"] = explicit.seed
+    return LinkSpec.model_validate(data)
+
+
+def short_hand_conflicts(lab: Any, defaults: dict[str, Any]) -> list[str]:
+    """Short-hands given a non-default value that `[lab.link.bottleneck]` sets too
+    in a shaped direction: one of them would be silently ignored."""
+    explicit: LinkSpec | None = (getattr(lab, "link", None) or {}).get("bottleneck")
+    if explicit is None:
+        return []
+    pairs = {"bottleneck": "rate", "buffer": "buffer", "delay": "delay", "jitter": "jitter", "loss": "loss"}
+    out = []
+    for short, key in pairs.items():
+        value = getattr(lab, short, None)
+        if value is None or _same(value, defaults.get(short)):
+            continue
+        for d in shaped_directions(lab.shape):
+            if key in explicit.direction(d).model_fields_set:
+                out.append(f"lab.{short} and lab.link.bottleneck.{d}.{key} both set the bottleneck's {d} {key}: "
+                           f"keep one")
+    if getattr(lab, "bottleneck_schedule", None) and explicit.schedule is not None:
+        out.append("lab.bottleneck_schedule and lab.link.bottleneck.schedule both give a schedule: keep one")
+    if getattr(lab, "backend", "auto") != "auto" and "backend" in explicit.model_fields_set \
+            and explicit.backend != lab.backend:
+        out.append(f"lab.backend = {lab.backend!r} and lab.link.bottleneck.backend = {explicit.backend!r} disagree: "
+                   "keep one")
+    return out
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, BaseModel) and isinstance(b, BaseModel):
+        return a.model_dump() == b.model_dump()
+    return a == b
+
+
+def capability_list(needs: Iterable[str]) -> str:
+    items = [CAPABILITY_TEXT.get(n, n) for n in sorted(needs)]
+    if len(items) <= 1:
+        return "".join(items)
+    return ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def lab_links(lab: Any) -> dict[str, LinkSpec]:
+    """Every link of a LabSpec that has conditions (or a named backend), by name;
+    "bottleneck" always (it carries the lab-level short-hands)."""
+    out = {"bottleneck": bottleneck_from_lab(lab)}
+    for name, spec in (getattr(lab, "link", None) or {}).items():
+        if name != "bottleneck":
+            out[name] = spec
+    return out

@@ -1,0 +1,197 @@
+"""Kernel netem (+ a tbf or htb child for rate and buffer), from tc-netem(8).
+
+Untested on the machine this was written on: its kernel has no sch_netem. The
+commands are built from tc-netem(8) and tc-tbf(8)/tc-htb(8) semantics and the
+unit tests check them (tests/unit/test_impair_netem.py); `vnetbench doctor`
+says whether this kernel has netem, and ``backend = "auto"`` only picks it
+where the probe installed one.
+
+Why the ``tc`` binary and not netlink through pyroute2 (which lab/ uses
+elsewhere): jitter distributions are tables that tc loads from
+/usr/lib/tc/*.dist, and pyroute2's netem codec has no distribution tables and
+no Gilbert-Elliott model.
+
+Layout on the egress of each direction::
+
+    root 1: netem  limit L delay D J distribution X loss ... duplicate ... corrupt ... reorder ...
+      └─ 1:1 → 10: tbf rate R burst B limit BUFFER            (shaper = tbf)
+             or 10: htb → class 10:1 rate R → 11: bfifo limit BUFFER   (shaper = htb)
+
+So a packet is lost/duplicated/corrupted and delayed by netem, then queued and
+serialised by the shaper (vnb-link queues before it delays: the steady-state
+RTT, queueing delay and drop behaviour are the same).
+
+Order when jitter must not reorder: netem keeps FIFO order only when its own
+``rate`` is set (each packet's time then counts from the previous packet's), so
+``rate 100gbit`` is added; it costs nothing at real rates.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import subprocess
+from typing import Any
+
+from vnetbench.errors import LabError
+from vnetbench.impair.backends import Backend, LabLink, TrialCounters
+from vnetbench.impair.model import LinkConditions, LinkSpec
+
+ORDERING_RATE = "100gbit"
+ASSUMED_LINE_BPS = 10e9  # delay-line sizing when a direction has no rate
+MIN_AVG_FRAME = 100  # bytes: sizes the delay line for small frames too
+
+
+def _time(seconds: float) -> str:
+    us = seconds * 1e6
+    return f"{round(us, 3):g}us"
+
+
+def _pct(p: float) -> str:
+    return f"{round(p * 100, 6):g}%"
+
+
+def burst_bytes(rate_bps: float, mtu: int) -> int:
+    """The same burst as tc.Shaping: 1 ms of tokens, at least two full frames."""
+    return int(max(2 * (mtu + 14), rate_bps / 8 * 1e-3))
+
+
+def delay_line_limit(cond: LinkConditions, mtu: int) -> int:
+    """netem's `limit` (packets) must hold everything in the delay line plus the
+    queue behind it, or netem itself drops: 1000 (its default) at least."""
+    rate = cond.rate or ASSUMED_LINE_BPS
+    in_flight = rate / 8 * (cond.delay + 4 * cond.jitter) / MIN_AVG_FRAME
+    queue = (cond.buffer_bytes() or 1000 * (mtu + 14)) / MIN_AVG_FRAME
+    return int(min(2**31 - 1, max(1000, math.ceil(in_flight + queue))))
+
+
+def netem_args(cond: LinkConditions, mtu: int = 1500, seed: int | None = None) -> list[str]:
+    """`netem ...` options for one direction (tc-netem(8) syntax)."""
+    args = ["netem", "limit", str(delay_line_limit(cond, mtu))]
+    if cond.delay > 0 or cond.jitter > 0:
+        args += ["delay", _time(cond.delay)]
+        if cond.jitter > 0:
+            args.append(_time(cond.jitter))
+            # Without a table netem's jitter is uniform on [-J, +J]; tc loads the others.
+            if cond.distribution != "uniform":
+                args += ["distribution", cond.distribution]
+    loss = cond.loss
+    if loss.model == "bernoulli" and loss.p > 0:
+        args += ["loss", "random", _pct(loss.p)]
+    elif loss.model == "gilbert_elliott":
+        args += ["loss", "gemodel", _pct(loss.p), _pct(loss.r or 0.0), _pct(loss.loss_bad), _pct(loss.loss_good)]
+    if cond.duplicate > 0:
+        args += ["duplicate", _pct(cond.duplicate)]
+    if cond.corrupt > 0:
+        args += ["corrupt", _pct(cond.corrupt)]
+    if cond.reorder > 0:
+        args += ["reorder", _pct(cond.reorder)]
+    if cond.jitter > 0 and not cond.jitter_reorders:
+        args += ["rate", ORDERING_RATE]
+    if seed is not None:
+        args += ["seed", str(seed)]
+    return args
+
+
+def commands(ns: str, dev: str, cond: LinkConditions, shaper: str = "tbf", mtu: int = 1500,
+             seed: int | None = None) -> list[list[str]]:
+    """Every tc command that puts `cond` on the egress of `dev` in namespace `ns`
+    (after clear_command). A plain direction gets none."""
+    if cond.is_plain():
+        return []
+    tc = ["tc", "-n", ns]
+    out = [tc + ["qdisc", "add", "dev", dev, "root", "handle", "1:", *netem_args(cond, mtu, seed)]]
+    if cond.rate:
+        rate = f"{int(cond.rate)}bit"
+        burst = str(burst_bytes(cond.rate, mtu))
+        limit = str(int(cond.buffer_bytes() or 1000 * (mtu + 14)))
+        overhead = ["overhead", str(cond.overhead)] if cond.overhead else []
+        if shaper == "tbf":
+            out.append(tc + ["qdisc", "add", "dev", dev, "parent", "1:1", "handle", "10:", "tbf", "rate", rate,
+                             "burst", burst, "limit", limit, *overhead])
+        elif shaper == "htb":
+            out.append(tc + ["qdisc", "add", "dev", dev, "parent", "1:1", "handle", "10:", "htb", "default", "1"])
+            out.append(tc + ["class", "add", "dev", dev, "parent", "10:", "classid", "10:1", "htb", "rate", rate,
+                             "ceil", rate, "burst", burst, "cburst", burst, *overhead])
+            out.append(tc + ["qdisc", "add", "dev", dev, "parent", "10:1", "handle", "11:", "bfifo", "limit", limit])
+        else:
+            raise ValueError(f"unknown shaper {shaper!r}; expected tbf or htb")
+    return out
+
+
+def clear_command(ns: str, dev: str) -> list[str]:
+    return ["tc", "-n", ns, "qdisc", "del", "dev", dev, "root"]
+
+
+def tc_supports_seed(version_text: str) -> bool:
+    """netem's `seed` came with iproute2 6.5 (kernel 6.6)."""
+    m = re.search(r"iproute2-(?:ss)?(\d+)\.(\d+)", version_text)
+    return bool(m) and (int(m[1]), int(m[2])) >= (6, 5)
+
+
+def parse_show(text: str) -> list[dict[str, Any]]:
+    """`tc -j -s qdisc show` output, less the noqueue placeholders."""
+    try:
+        items = json.loads(text or "[]")
+    except json.JSONDecodeError:
+        return [{"unparsed": text[:500]}]
+    return [q for q in items if q.get("kind") != "noqueue"]
+
+
+class NetemBackend(Backend):
+    name = "netem"
+
+    def __init__(self, link: LabLink, mtu: int = 1500, shaper: str = "tbf"):
+        super().__init__(link, mtu, shaper)
+        self._seed_ok: bool | None = None
+        self._before: dict[str, float] = {}
+
+    def _run(self, argv: list[str], check: bool = True) -> subprocess.CompletedProcess:
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=10)
+        if check and r.returncode != 0:
+            raise LabError(f"`{' '.join(argv)}` failed: {r.stderr.strip() or r.stdout.strip()}")
+        return r
+
+    def _seed(self, spec: LinkSpec) -> int | None:
+        if self._seed_ok is None:
+            v = subprocess.run(["tc", "-V"], capture_output=True, text=True).stdout
+            self._seed_ok = tc_supports_seed(v)
+        return spec.seed if self._seed_ok else None
+
+    def apply(self, spec: LinkSpec) -> dict:
+        out: dict[str, Any] = {"backend": "netem", "directions": {}}
+        seed = self._seed(spec)
+        for d in ("forward", "reverse"):
+            iface = self.link.egress(d)
+            self._run(clear_command(iface.ns.name, iface.name), check=False)
+            cmds = commands(iface.ns.name, iface.name, spec.direction(d), self.shaper, self.mtu, seed)
+            for argv in cmds:
+                self._run(argv)
+            out["directions"][d] = {"commands": [" ".join(c[3:]) for c in cmds],
+                                    "qdiscs": self._show(iface)}
+        if seed is None:
+            out["note"] = "this tc has no netem seed option (iproute2 < 6.5): loss patterns are not reproducible"
+        return out
+
+    def _show(self, iface) -> list[dict]:
+        r = self._run(["tc", "-n", iface.ns.name, "-j", "-s", "qdisc", "show", "dev", iface.name], check=False)
+        return parse_show(r.stdout)
+
+    def qdiscs(self) -> list[dict]:
+        return [dict(q, netns=i.ns.name, dev=i.name) for i in (self.link.switch_end, self.link.host_end)
+                for q in self._show(i)]
+
+    def _drops(self, direction: str) -> float:
+        return float(sum(q.get("drops", 0) for q in self._show(self.link.egress(direction))))
+
+    def start_trial(self, spec: LinkSpec, seconds: float) -> None:
+        self._before = {d: self._drops(d) for d in ("forward", "reverse")}
+
+    def end_trial(self) -> TrialCounters:
+        # netem counts its loss-model drops with the queue's: one number, "drops".
+        return TrialCounters({d: {"drops": self._drops(d) - b} for d, b in self._before.items()})
+
+    def clear(self) -> None:
+        for iface in (self.link.switch_end, self.link.host_end):
+            self._run(clear_command(iface.ns.name, iface.name), check=False)

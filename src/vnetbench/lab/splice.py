@@ -1,0 +1,149 @@
+"""Put a middle namespace on an existing veth link, and take it off again.
+
+Before::
+
+    switch [bridge]─ X ──veth── eth0  host
+
+After splice (X keeps its name and bridge; the host side is not touched, so its
+addresses, routes and neighbours stay)::
+
+    switch [bridge]─ X ──veth── a  [middle]  b ──veth── eth0  host
+                                   (vnb-link)
+
+The switch's old end moves into the middle namespace (renamed ``a`` or ``b``,
+so that ``a -> b`` is the link's forward direction) and a new veth pair joins
+the switch to the middle. Offloads: segmentation and receive offloads are off
+on both ends of both pairs (a TSO sender would hand 64 kB super-frames through
+a veth as they are); checksum offload stays on. ``unsplice`` restores the
+original wiring and the host end's offload settings.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from dataclasses import dataclass, field
+
+from vnetbench.errors import LabError
+from vnetbench.lab import netns
+from vnetbench.lab.nodes import Interface, Link, Namespace
+from vnetbench.lab.teardown import Registry, atomic
+
+OFFLOADS = ("tso", "gso", "gro")
+
+
+def ethtool_features(iface: Interface) -> dict[str, bool]:
+    """Current state of the offloads we touch (ethtool -k)."""
+    r = subprocess.run(["ip", "netns", "exec", iface.ns.name, "ethtool", "-k", iface.name], capture_output=True,
+                       text=True, timeout=10)
+    names = {"tcp-segmentation-offload": "tso", "generic-segmentation-offload": "gso",
+             "generic-receive-offload": "gro"}
+    out = {}
+    for line in r.stdout.splitlines():
+        key, _, value = line.strip().partition(":")
+        if key in names:
+            out[names[key]] = value.strip().startswith("on")
+    return out
+
+
+def set_offloads(iface: Interface, on: bool | dict[str, bool]) -> None:
+    wanted = {k: on for k in OFFLOADS} if isinstance(on, bool) else on
+    args = []
+    for k, v in wanted.items():
+        args += [k, "on" if v else "off"]
+    if not args:
+        return
+    r = subprocess.run(["ip", "netns", "exec", iface.ns.name, "ethtool", "-K", iface.name, *args],
+                       capture_output=True, text=True, timeout=10)
+    if r.returncode != 0 and "Could not change any device features" not in r.stderr:
+        raise LabError(f"ethtool -K {iface.name} {' '.join(args)} in {iface.ns.name} failed: {r.stderr.strip()}")
+
+
+@dataclass
+class Splice:
+    """A middle namespace on one link; `a -> b` is the link's forward direction."""
+
+    middle: Namespace
+    switch_end: Interface  # the new end in the switch (same name as before)
+    host_end: Interface  # unchanged
+    moved_name: str  # "a" or "b": the switch's old end, now in the middle
+    original_name: str
+    host_features: dict[str, bool] = field(default_factory=dict)
+    switch_features: dict[str, bool] = field(default_factory=dict)
+
+    @property
+    def a(self) -> Interface:
+        return Interface(self.middle, "a")
+
+    @property
+    def b(self) -> Interface:
+        return Interface(self.middle, "b")
+
+    def ends(self) -> list[Interface]:
+        return [self.switch_end, self.a, self.b, self.host_end]
+
+
+def middle_namespace(name: str, registry: Registry) -> Namespace:
+    """The (empty) middle namespace, registered for teardown; its own IPv6 is off so it stays quiet."""
+    middle = Namespace.create(name, registry)
+    middle.sysctl("net.ipv6.conf.all.disable_ipv6", "1")
+    middle.sysctl("net.ipv6.conf.default.disable_ipv6", "1")
+    return middle
+
+
+def splice(switch_end: Interface, host_end: Interface, middle: Namespace, registry: Registry,
+           host_upstream: bool) -> Splice:
+    """Insert namespace `middle` (see middle_namespace) on the link switch_end <-> host_end.
+
+    host_upstream: forward traffic comes from the host (a sender's link), so
+    the host side becomes ``a``; otherwise (the receiver's link) it becomes ``b``.
+    """
+    sw = switch_end.ns
+    name = switch_end.name
+    index = switch_end.index
+    info = sw.ipr.get_links(index)[0]
+    kind = info.get_nested("IFLA_LINKINFO", "IFLA_INFO_KIND")
+    if kind != "veth":
+        raise LabError(f"cannot place an emulator on {sw.name}/{name}: it is a {kind or 'non-veth'} device, not a veth")
+    master = info.get_attr("IFLA_MASTER")
+    mtu = info.get_attr("IFLA_MTU") or 1500
+    host_features = ethtool_features(host_end)
+    switch_features = ethtool_features(switch_end)
+    moved, new = ("a", "b") if host_upstream else ("b", "a")
+    tmp = f"vnbmv{index}"[:15]
+    with atomic():
+        # Rename in place, move, rename again: the middle's names never clash with the switch's.
+        sw.ipr.link("set", index=index, state="down")
+        sw.ipr.link("set", index=index, ifname=tmp)
+        sw.ipr.link("set", index=index, net_ns_fd=f"{netns.NETNS_DIR}/{middle.name}")
+        middle.ipr.link("set", index=middle.index(tmp), ifname=moved)
+        middle.link_up(moved)
+        Link.connect(sw, name, middle, new, registry, mtu=mtu)
+        if master:
+            sw.ipr.link("set", index=sw.index(name), master=master)
+    result = Splice(middle, Interface(sw, name), host_end, moved, name, host_features, switch_features)
+    for iface in result.ends():
+        set_offloads(iface, False)
+    return result
+
+
+def unsplice(s: Splice) -> None:
+    """Back to switch_end <-> host_end without the middle (the middle namespace stays, empty)."""
+    sw = s.switch_end.ns
+    info = sw.ipr.get_links(s.switch_end.index)[0]
+    master = info.get_attr("IFLA_MASTER")
+    with atomic():
+        sw.ipr.link("del", index=s.switch_end.index)  # takes its peer in the middle with it
+        m = s.middle
+        idx = m.index(s.moved_name)
+        m.ipr.link("set", index=idx, state="down")
+        m.ipr.link("set", index=idx, net_ns_fd=f"{netns.NETNS_DIR}/{sw.name}")
+        sw_idx = sw.index(s.moved_name)
+        sw.ipr.link("set", index=sw_idx, ifname=s.original_name)
+        if master:
+            sw.ipr.link("set", index=sw_idx, master=master)
+        sw.link_up(s.original_name)
+    # Both ends get their settings from before the splice back.
+    if s.switch_features:
+        set_offloads(Interface(sw, s.original_name), s.switch_features)
+    if s.host_features:
+        set_offloads(s.host_end, s.host_features)

@@ -1,0 +1,283 @@
+"""Link emulation on a real lab: the userspace emulator (vnb-link) against
+issue 5's targets, with tolerances wide enough for a shared 2-core CI machine
+and tight enough to catch a 1 ms timer granularity or a missing delay; an
+emulator killed mid-trial; and the two built-in scenarios, run as a user would.
+
+Physics behind the tolerances: 10 ms each way is an RTT of 20 ms (a 1 ms
+release granularity would move the median by ~0.5 ms and the p99 by ~1 ms);
+a full drop-tail buffer delays by buffer / rate (one packet = 121 us at
+100 Mbit/s); Bernoulli loss has a binomial spread; a 50 Mbit/s link carries
+at most rate x 1448/1514 of TCP payload; TCP cannot exceed window / RTT
+(seed 001, equation 4.4).
+"""
+
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+
+from helpers import ROOT, cli, run_id_of
+from vnetbench.impair import fidelity as F
+from vnetbench.impair.backends import find_binary
+from vnetbench.lab import netns
+from vnetbench.lab.clean import leftovers
+from vnetbench.store.db import Store
+
+pytestmark = [pytest.mark.lab, pytest.mark.skipif(find_binary() is None, reason="vnb-link not built: make setup")]
+
+
+# Leftovers are judged by each lab's own prefix: other sessions may run labs on this machine meanwhile.
+
+
+@pytest.fixture(scope="module")
+def lab():
+    with F.FidelityLab(settings=F.Settings.quick()) as lab:
+        yield lab
+    assert not leftovers(lab.prefix + "-"), "the fidelity lab left namespaces behind"
+
+
+def test_fixed_delay_rtt(lab):
+    # Up to three attempts: the machine's other work can stretch a tail once; a granularity or a
+    # missing delay shows in every attempt. When other work held the emulator's core (schedstat:
+    # runnable but waiting) in every attempt, the tail measures the machine, not the emulator: skip,
+    # saying so. The median is asserted regardless.
+    attempts = []
+    for _ in range(3):
+        median_check, p99_check = F.check_delay(lab, "userspace")
+        median, p99 = median_check.values["median_ms"], p99_check.values["p99_ms"]
+        attempts.append((median, p99, p99_check.values["emulator_waiting"]))
+        if abs(median - 20) <= 0.5 and p99 <= 22:
+            break
+    assert median == pytest.approx(20, abs=0.5)
+    if p99 > 22 and all((w or 0) > 0.05 for _, _, w in attempts):
+        pytest.skip("RTT p99 beyond 22 ms while other work held the emulator's core: "
+                    + "; ".join(f"p99 {p:.1f} ms, waiting {w:.0%}" for _, p, w in attempts))
+    assert p99 <= 22, f"RTT p99 {p99:.2f} ms (median {median:.2f}); attempts (median, p99, waiting): {attempts}"
+
+
+def test_rate_50mbit_tcp_goodput(lab):
+    c = F.check_rate(lab, "userspace", 50e6, 0.95)
+    assert c.values["fraction"] >= 0.95, c.achieved
+    assert c.values["goodput_bps"] <= 50e6 * 1448 / 1514 * 1.01  # and never above the rate
+
+
+def test_queue_delay_is_buffer_over_rate_and_no_early_drop(lab):
+    checks = {c.target: c for c in F.check_queue(lab, "userspace")}
+    target_ms, packet_ms = 8.0, 1514 * 8 / 100e6 * 1e3
+    emu = checks["max queueing delay = buffer / rate (emulator)"].values["max_ms"]
+    assert emu == pytest.approx(target_ms, abs=packet_ms)
+    ping_p50 = checks["queue delay of a full drop-tail buffer (ping)"].values["median_ms"]
+    assert ping_p50 == pytest.approx(target_ms, abs=0.6)  # seen from outside, by probes in the full queue
+    burst = checks["no drop before the buffer is full (bursts)"].values
+    assert burst["lost_small"] == 0 and burst["accepted_bytes"] >= 100_000 - 1514
+
+
+def test_loss_ratio_and_same_seed_same_pattern(lab):
+    ratio, pattern = F.check_loss(lab, "userspace", p=0.02)
+    assert abs(ratio.values["z"]) <= 3, ratio.achieved
+    assert pattern.values["same"] and pattern.values["other_seed_differs"], pattern.achieved
+
+
+def test_jitter_standard_deviation(lab):
+    c = F.check_jitter(lab, "userspace", jitter_ms=2.0)
+    assert abs(c.values["rel_error"]) <= 0.15, c.achieved
+
+
+def test_schedule_rate_change_on_time(lab):
+    c = F.check_schedule(lab, at_s=1.0)
+    assert c.ok is not None and "lag_ms" in c.values, c.achieved
+    assert abs(c.values["lag_ms"]) <= 5.0, c.achieved
+
+
+# ------------------------------------------------------------ a dying emulator
+
+KILL_SCENARIO = """
+name = "emulator-kill"
+[lab]
+senders = 1
+bottleneck = "50Mbit"
+buffer = "100kB"
+delay = "5ms"
+[workload.stream]
+tool = "iperf3"
+duration = "4s"
+omit = "0s"
+[repeat]
+repetitions = 2
+warmup = false
+"""
+
+
+def _iperf3_clients(ns: str) -> list[int]:
+    out = []
+    for pid in netns.pids(ns):
+        try:
+            cmd = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
+        except OSError:
+            continue
+        if cmd and cmd[0].endswith(b"iperf3") and b"--client" in cmd:
+            out.append(pid)
+    return out
+
+
+def _all_vnb_link() -> list[int]:
+    out = subprocess.run(["pgrep", "-x", "vnb-link"], capture_output=True, text=True).stdout
+    return [int(p) for p in out.split()]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_emulator_killed_mid_trial_fails_the_trial_and_leaves_nothing(tmp_path):
+    scenario = tmp_path / "kill.toml"
+    scenario.write_text(KILL_SCENARIO)
+    db = tmp_path / "r.db"
+    before = set(leftovers())
+    proc = subprocess.Popen([sys.executable, "-m", "vnetbench", "run", str(scenario), "--db", str(db),
+                             "--no-progress"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        emu_ns = sender_ns = None
+        seen_emulators: set[int] = set()
+        while time.monotonic() < deadline and not (emu_ns and sender_ns and _iperf3_clients(sender_ns)):
+            names = [n for n in leftovers() if n not in before]
+            emu_ns = next((n for n in names if n.endswith("-er")), None)
+            sender_ns = next((n for n in names if n.endswith("-s1")), None)
+            if emu_ns:
+                seen_emulators.update(netns.pids(emu_ns))
+            time.sleep(0.05)
+        assert emu_ns and sender_ns, "the run's emulator and first trial never showed up"
+        time.sleep(1.0)  # one second into the first trial
+        victims = [p for p in netns.pids(emu_ns) if open(f"/proc/{p}/comm").read().strip() == "vnb-link"]
+        assert len(victims) == 1
+        t_kill = time.monotonic()
+        subprocess.run(["kill", "-KILL", str(victims[0])], check=True)
+        out, err = proc.communicate(timeout=90)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    run_id = run_id_of(subprocess.CompletedProcess([], 0, out, err))
+    store = Store(db)
+    trials = sorted(store.trials(run_id), key=lambda t: t["position"])
+    assert [t["status"] for t in trials] == ["failed", "ok"], [t["reason"] for t in trials]
+    reason = trials[0]["reason"]
+    assert "link emulator on link 'bottleneck'" in reason and "killed by SIGKILL" in reason
+    assert trials[0]["ended"] - trials[0]["started"] < 4.0  # ended at the death, not at the timeout
+    assert time.monotonic() - t_kill < 60
+    assert store.run(run_id)["status"] == "completed"
+    assert "1 of 2 trials failed" in out
+    assert not leftovers(f"vnb-{run_id[:6]}-")
+    for pid in victims + [p for p in _all_vnb_link() if p in seen_emulators]:
+        assert not _alive(pid)
+
+
+# --------------------------------------------------------- built-in scenarios
+
+
+def _series(store, trial_id, prefix):
+    return [s for s in store.series(trial_id) if s.name.startswith(prefix)]
+
+
+def test_static_congestion_short_run_shows_the_bdp_limit(tmp_path):
+    db = tmp_path / "r.db"
+    proc = cli("run", "static-congestion", "--db", str(db), "--no-progress", "--set", "duration=3s",
+               "--set", "workload.stream.omit=1s", "--set", "repetitions=1", "--set", "repeat.warmup=false",
+               "--set", "lengths=[16000]", "--set", "ip_versions=[4]", "--set", "protos=[tcp]", timeout=300)
+    run_id = run_id_of(proc)
+    store = Store(db)
+    trials = store.trials(run_id)
+    assert len(trials) == 9 and all(t["status"] == "ok" for t in trials), [t["reason"] for t in trials]
+    rx = {}
+    for c in store.configurations(run_id):
+        assert c["lab_state"]["links"]["bottleneck"]["backend"] == "userspace"  # no netem on this kernel
+        rx[(c["labels"]["delay"], c["labels"]["ratio"])] = float(np.median(store.values(run_id)[c["key"]]
+                                                                           ["throughput.rx_mbps"]))
+    bottleneck = {2: 500, 4: 250, 8: 125}
+    for ratio, rate in bottleneck.items():
+        for delay in ("0.3ms", "3ms"):  # the window is no limit: TCP fills the bottleneck (a busy CI box: 75%)
+            assert rx[(delay, ratio)] >= 0.75 * rate, (delay, ratio, rx[(delay, ratio)])
+        assert rx[("30ms", ratio)] <= 1.02 * rate
+    # 30 ms: the window (400 kB socket buffers) caps TCP near window / RTT, far below a 500 Mbit/s bottleneck
+    assert rx[("30ms", 2)] < 0.5 * 500 and rx[("30ms", 2)] < 0.6 * rx[("0.3ms", 2)]
+    assert "delay" in proc.stdout and "bottleneck" in proc.stdout and "30ms" in proc.stdout
+    assert not leftovers(f"vnb-{run_id[:6]}-")
+
+
+def test_dynamic_congestion_series_follow_the_alternating_rate(tmp_path):
+    db = tmp_path / "r.db"
+    proc = cli("run", "dynamic-congestion", "--db", str(db), "--no-progress", "--set", "duration=8s",
+               "--set", "bottleneck_schedule=100Mbit/2s 20Mbit/2s", "--set", "congestion_controls=[cubic]",
+               "--set", "repetitions=1", "--set", 'workload.stream.flows=[{start="0s"}, {start="2s", duration="4s"}]',
+               timeout=300)
+    run_id = run_id_of(proc)
+    store = Store(db)
+    (trial,) = store.trials(run_id)
+    assert trial["status"] == "ok", trial["reason"]
+    srtt = _series(store, trial["id"], "ss.srtt_ms/s1:")[0]
+    cwnd = _series(store, trial["id"], "ss.cwnd_segments/s1:")[0]
+    rate = _series(store, trial["id"], "ss.delivery_rate_mbps/s1:")[0]
+    assert len(srtt.t) > 200  # 20 ms sampling over ~9 s
+
+    def phase(series, fast):
+        # seconds [0.5, 2) of each 2 s phase: 100 Mbit/s in even phases, 20 Mbit/s in odd ones
+        k = np.floor(series.t / 2.0)
+        keep = ((series.t - 2.0 * k) >= 0.5) & (k % 2 == (0 if fast else 1)) & (series.t < 8.5)
+        return float(np.nanmedian(series.v[keep]))
+
+    # RTT: base 5 ms + the queue; 250 kB drain in 20 ms at 100 Mbit/s, in 100 ms at 20 Mbit/s
+    assert phase(srtt, fast=False) > 2.5 * phase(srtt, fast=True)
+    assert phase(rate, fast=True) > 2.0 * phase(rate, fast=False)
+    # cwnd / RTT is the sending rate (seed 001, equation 4.4): it follows the bottleneck
+    mss = 1448 * 8 / 1e6  # Mbit per segment
+    est = srtt.__class__(name="x", unit="Mbit/s", t=srtt.t, v=cwnd.v * mss / (srtt.v / 1e3))
+    assert phase(est, fast=True) > 2.0 * phase(est, fast=False)
+    state = store.configurations(run_id)[0]["lab_state"]["links"]["bottleneck"]
+    assert state["backend"] == "userspace" and "repeat: rate 100Mbit for 2s; rate 20Mbit for 2s" in state["schedule"]
+    names = {s.name.split("/")[0] for s in store.series(trial["id"])}
+    assert {"ss.cwnd_segments", "ss.srtt_ms", "ss.delivery_rate_mbps", "ss.retrans", "rtt_ms"} <= names
+    assert not leftovers(f"vnb-{run_id[:6]}-")
+
+
+def test_a_sweep_over_backends_moves_the_link_between_them(tmp_path):
+    scenario = tmp_path / "backends.toml"
+    scenario.write_text(textwrap.dedent("""
+        name = "backend-sweep"
+        [lab]
+        senders = 1
+        bottleneck = "50Mbit"
+        buffer = "100kB"
+        [matrix]
+        backend = ["tbf", "userspace", "htb"]
+        [workload.stream]
+        tool = "iperf3"
+        duration = "2s"
+        omit = "0s"
+        [repeat]
+        repetitions = 2
+        warmup = false
+    """))
+    db = tmp_path / "r.db"
+    run_id = run_id_of(cli("run", str(scenario), "--db", str(db), "--no-progress", timeout=300))
+    store = Store(db)
+    assert all(t["status"] == "ok" for t in store.trials(run_id)), [t["reason"] for t in store.trials(run_id)]
+    rx = {}
+    for c in store.configurations(run_id):
+        backend = c["labels"]["backend"]
+        state = c["lab_state"]
+        assert state["links"]["bottleneck"]["backend"] == backend
+        kinds = {q["kind"] for q in state["qdiscs"]}
+        assert kinds == {"tbf": {"tbf"}, "htb": {"htb", "bfifo"}, "userspace": set()}[backend]
+        rx[backend] = float(np.median(store.values(run_id)[c["key"]]["throughput.rx_mbps"]))
+    # the same rate, whichever backend realises it (the emulator spliced in and out between trials)
+    for backend, value in rx.items():
+        assert 0.85 * 50 * 1448 / 1514 <= value <= 50 * 1.02, (backend, value)
+    assert not leftovers(f"vnb-{run_id[:6]}-")
