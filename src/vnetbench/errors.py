@@ -17,5 +17,16 @@ class LabError(VnetbenchError):
     """Building or configuring the lab failed."""
 
 
+class EnvironmentUnavailable(LabError):
+    """One environment variant of the lab could not be brought up (a guest that did not boot).
+
+    The rest of the lab is fine: the variant's trials fail with this message, and the
+    files in ``evidence`` (console logs) are kept next to the results database."""
+
+    def __init__(self, message: str, evidence: list | None = None):
+        super().__init__(message)
+        self.evidence = list(evidence or [])
+
+
 class StoreError(VnetbenchError):
     """The results database cannot answer (unknown run id, wrong file)."""

@@ -1,0 +1,154 @@
+"""What every environment shares: the lab it attaches to, addresses, and the
+one way an endpoint's node joins the switch.
+
+Address plan (benchmarking ranges only, RFC 2544 / RFC 5180)::
+
+    underlay (nodes on the switch)  198.18.0.0/16        2001:2::/64
+    subnet k (k = 1..255): a container bridge, an overlay segment or a node's
+    routed container block          198.19.k.0/24        2001:2:0:1kk::/64
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from vnetbench.errors import LabError
+from vnetbench.lab.nodes import Host, Interface, Link, Namespace
+from vnetbench.lab.teardown import Registry
+
+UNDERLAY_V4_PREFIXLEN = 16
+UNDERLAY_V6_PREFIXLEN = 64
+SUBNET_V4_PREFIXLEN = 24
+SUBNET_V6_PREFIXLEN = 64
+
+
+def underlay_addresses(n: int) -> tuple[str, str]:
+    """The n-th node's underlay addresses (n >= 1): 198.18.0.2, ..., 198.18.1.1, ...; 2001:2::1, ..."""
+    if not 1 <= n <= 63_749:
+        raise LabError(f"host number {n} is outside the benchmarking range plan (1..63749)")
+    return f"198.18.{n // 250}.{n % 250 + 1}", f"2001:2::{n:x}"
+
+
+@dataclass(frozen=True)
+class Subnet:
+    """A /24 in 198.19.0.0/16 and its /64 in 2001:2:0:100::/56 (k = 1..255)."""
+
+    index: int
+
+    def v4(self, host: int) -> str:
+        return f"198.19.{self.index}.{host}"
+
+    def v6(self, host: int) -> str:
+        return f"2001:2:0:{0x100 + self.index:x}::{host:x}"
+
+    @property
+    def cidr4(self) -> str:
+        return f"198.19.{self.index}.0/{SUBNET_V4_PREFIXLEN}"
+
+    @property
+    def cidr6(self) -> str:
+        return f"2001:2:0:{0x100 + self.index:x}::/{SUBNET_V6_PREFIXLEN}"
+
+
+def direct_link(ctx: "LabContext", name: str, ns: Namespace, mtu: int) -> tuple[Interface, Interface]:
+    """A veth pair from the switch bridge (port named after the endpoint) to ``eth0`` in `ns`."""
+    link = Link.connect(ctx.switch, name, ns, "eth0", ctx.registry, mtu=mtu)
+    ctx.switch.ipr.link("set", index=link.a.index, master=ctx.switch.index(ctx.bridge))
+    return link.a, link.b
+
+
+@dataclass
+class LabContext:
+    """The lab under construction, as an environment sees it."""
+
+    run_prefix: str
+    registry: Registry
+    switch: Namespace
+    bridge: str = "br0"
+    workdir: Path | None = None
+    _subnets: int = 0
+
+    def ns_name(self, node: str) -> str:
+        return f"{self.run_prefix}-{node}"
+
+    def new_subnet(self) -> Subnet:
+        self._subnets += 1
+        if self._subnets > 255:
+            raise LabError("more than 255 container/overlay subnets requested: 198.19.0.0/16 is full")
+        return Subnet(self._subnets)
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """One host the topology asks an environment for."""
+
+    name: str  # host name in the lab: "r", "s1", or with a variant tag "c-r"
+    number: int  # its node's underlay address number
+    cpu: int | None  # CPU to pin its workloads to (None: not pinned)
+    mtu: int  # underlay MTU
+
+
+@dataclass
+class Node:
+    """A namespace on the switch: the bare host itself, or the machine a container or guest runs on."""
+
+    ns: Namespace
+    iface: Interface  # its end of the link to the switch ("eth0")
+    port: Interface  # the switch's end, named after the endpoint
+    ipv4: str
+    ipv6: str
+
+
+@dataclass
+class Attached:
+    """An endpoint, ready: the host workloads run on, and the link impairments attach to."""
+
+    host: Any  # Host, or any object with Host's interface (a VM guest)
+    port: Interface  # switch side: its egress carries traffic toward the endpoint
+    uplink: Interface  # endpoint side of the same link: its egress carries the endpoint's traffic out
+    offload_ifaces: list[Interface] = field(default_factory=list)  # host-side interfaces on the path
+
+
+def attach_node(ctx: LabContext, name: str, number: int, mtu: int) -> Node:
+    """A namespace joined to the switch by a veth pair, with its underlay addresses."""
+    ns = new_namespace(ctx, name)
+    # An impairment on this link (the emulator) is spliced in later, between port and iface
+    # (vnetbench.lab.splice): attach_node's result stays the endpoint's view of it.
+    port, iface = direct_link(ctx, name, ns, mtu)
+    v4, v6 = underlay_addresses(number)
+    iface.add_address(f"{v4}/{UNDERLAY_V4_PREFIXLEN}")
+    iface.add_address(f"{v6}/{UNDERLAY_V6_PREFIXLEN}")
+    return Node(ns=ns, iface=iface, port=port, ipv4=v4, ipv6=v6)
+
+
+def new_namespace(ctx: LabContext, name: str) -> Namespace:
+    """A namespace of this lab whose IPv6 addresses are usable at once: no duplicate address
+    detection, also for link-local ones (neighbour discovery waits for them otherwise)."""
+    ns = Namespace.create(ctx.ns_name(name), ctx.registry)
+    for scope in ("all", "default"):
+        ns.sysctl(f"net.ipv6.conf.{scope}.accept_dad", "0")
+    return ns
+
+
+def add_default_routes(ns: Namespace, iface: Interface, gw4: str, gw6: str) -> None:
+    ns.ipr.route("add", dst="0.0.0.0/0", gateway=gw4, oif=iface.index)
+    ns.ipr.route("add", dst="::/0", gateway=gw6, oif=iface.index, family=10)
+
+
+def add_route(ns: Namespace, cidr: str, via: str) -> None:
+    net = ipaddress.ip_network(cidr)
+    ns.ipr.route("add", dst=str(net), gateway=via, family=10 if net.version == 6 else 2)
+
+
+def enable_forwarding(ns: Namespace) -> None:
+    ns.sysctl("net.ipv4.ip_forward", "1")
+    ns.sysctl("net.ipv6.conf.all.forwarding", "1")
+
+
+def plain_host(endpoint: Endpoint, ns: Namespace, registry: Registry, iface: Interface, ipv4: str, ipv6: str,
+               **kwargs: Any) -> Host:
+    return Host(name=endpoint.name, ns=ns, registry=registry, ipv4=ipv4, ipv6=ipv6, cpu=endpoint.cpu, iface=iface,
+                **kwargs)

@@ -1,0 +1,147 @@
+"""`container`: Docker's default bridge network, built from its parts.
+
+::
+
+    [ container ns ]                 [ node ns (the Docker host) ]
+      eth0 198.19.k.2 ──veth── veth0 ─ docker0 198.19.k.1    eth0 198.18.0.x ──veth── [ switch ]
+      default via .1                   nftables: DNAT published ports -> container,
+                                                 MASQUERADE container -> node address
+      processes in cgroup vnb-<run>-<node> (cpu quota, cpuset, memory), when limits are set
+
+As with Docker, traffic between hosts goes through the node's address and its
+NAT: a client in one container reaches a server in another at the server's
+*node* address on a published port (DNAT), and the server sees the client's
+*node* address (MASQUERADE). IPv6 follows Docker's ``ip6tables`` mode (the
+default since Docker 27): a ULA-like /64 behind NAT66, the same rules.
+
+One deliberate difference: ICMP echo requests to the node are forwarded to the
+container too (Docker answers them on the host), so the ping probe crosses the
+same NAT, bridge and veth as the streams it runs beside.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from typing import Any
+
+from vnetbench.errors import LabError
+from vnetbench.lab import cgroups, offload
+from vnetbench.lab.environments.base import (SUBNET_V4_PREFIXLEN, SUBNET_V6_PREFIXLEN, Attached, Endpoint,
+                                             LabContext, add_default_routes, attach_node, enable_forwarding,
+                                             new_namespace, plain_host)
+from vnetbench.lab.nodes import Interface, Link, Namespace
+
+BRIDGE = "docker0"
+PUBLISHED_PORTS = (5201, 5299)  # iperf3's servers listen from 5201 up (one per sender)
+
+RULESET = """\
+# vnetbench container NAT for {node}: Docker's bridge model (DOCKER chain + MASQUERADE)
+table ip vnb_docker {{
+  chain prerouting {{
+    type nat hook prerouting priority dstnat; policy accept;
+    ip daddr {node_v4} meta l4proto {{ tcp, udp }} th dport {p0}-{p1} dnat to {ctr_v4}
+    ip daddr {node_v4} icmp type echo-request dnat to {ctr_v4}
+  }}
+  chain postrouting {{
+    type nat hook postrouting priority srcnat; policy accept;
+    ip saddr {net_v4} oifname != "{bridge}" masquerade
+  }}
+}}
+table ip6 vnb_docker {{
+  chain prerouting {{
+    type nat hook prerouting priority dstnat; policy accept;
+    ip6 daddr {node_v6} meta l4proto {{ tcp, udp }} th dport {p0}-{p1} dnat to {ctr_v6}
+    ip6 daddr {node_v6} icmpv6 type echo-request dnat to {ctr_v6}
+  }}
+  chain postrouting {{
+    type nat hook postrouting priority srcnat; policy accept;
+    ip6 saddr {net_v6} oifname != "{bridge}" masquerade
+  }}
+}}
+"""
+
+
+def apply_ruleset(ns: Namespace, ruleset: str) -> None:
+    """Load an nftables ruleset inside a namespace (nft -f, from stdin)."""
+    try:
+        out = subprocess.run(["ip", "netns", "exec", ns.name, "nft", "-f", "-"], input=ruleset, capture_output=True,
+                             text=True, timeout=10)
+    except FileNotFoundError:
+        raise LabError("nft is missing: apt-get install nftables") from None
+    if out.returncode != 0:
+        raise LabError(f"nftables ruleset refused in {ns.name}: {out.stderr.strip()[-400:]}")
+
+
+class ContainerEnvironment:
+    kind = "container"
+
+    def __init__(self, ctx: LabContext, variant: Any):
+        self.ctx = ctx
+        self.variant = variant
+        self._offload: offload.OffloadControl | None = None
+        self.limits = cgroups.Limits(
+            cpu_quota=variant.cpu_quota, cpuset=variant.cpuset,
+            memory_bytes=int(variant.memory_limit) if variant.memory_limit else None)
+        self.attached: list[Attached] = []
+
+    def attach(self, endpoint: Endpoint) -> Attached:
+        ctx, reg = self.ctx, self.ctx.registry
+        node = attach_node(ctx, endpoint.name, endpoint.number, endpoint.mtu)
+        ctr = new_namespace(ctx, f"{endpoint.name}-ctr")
+        subnet = ctx.new_subnet()
+        gw4, gw6, c4, c6 = subnet.v4(1), subnet.v6(1), subnet.v4(2), subnet.v6(2)
+
+        node.ns.ipr.link("add", ifname=BRIDGE, kind="bridge")
+        bridge = Interface(node.ns, BRIDGE)
+        if endpoint.mtu != 1500:
+            bridge.set_mtu(endpoint.mtu)
+        bridge.add_address(f"{gw4}/{SUBNET_V4_PREFIXLEN}")
+        bridge.add_address(f"{gw6}/{SUBNET_V6_PREFIXLEN}")
+        bridge.up()
+        link = Link.connect(node.ns, "veth0", ctr, "eth0", reg, mtu=endpoint.mtu)
+        node.ns.ipr.link("set", index=link.a.index, master=bridge.index)
+        link.b.add_address(f"{c4}/{SUBNET_V4_PREFIXLEN}")
+        link.b.add_address(f"{c6}/{SUBNET_V6_PREFIXLEN}")
+        add_default_routes(ctr, link.b, gw4, gw6)
+        enable_forwarding(node.ns)
+        ruleset = RULESET.format(node=node.ns.name, node_v4=node.ipv4, node_v6=node.ipv6, ctr_v4=c4, ctr_v6=c6,
+                                 net_v4=subnet.cidr4, net_v6=subnet.cidr6, bridge=BRIDGE,
+                                 p0=PUBLISHED_PORTS[0], p1=PUBLISHED_PORTS[1])
+        apply_ruleset(node.ns, ruleset)
+
+        wrapper: tuple[str, ...] = ()
+        group = None
+        if self.limits:
+            group = cgroups.CGroup.create(ctx.ns_name(endpoint.name), self.limits, reg)
+            wrapper = tuple(group.wrapper())
+        facts: dict[str, Any] = {
+            "env": "container", "node_netns": node.ns.name, "container_netns": ctr.name,
+            "container_address": [c4, c6], "node_address": [node.ipv4, node.ipv6],
+            "published_ports": f"{PUBLISHED_PORTS[0]}-{PUBLISHED_PORTS[1]}/tcp+udp, icmp echo",
+        }
+        if group:
+            facts["cgroup"] = {"dirs": {k: str(v) for k, v in group.dirs.items()}, "limits": group.read()}
+        # A cpuset confines the container's processes; pinning them elsewhere would contradict it.
+        cpu = None if self.limits.cpuset else endpoint.cpu
+        host = plain_host(endpoint, ctr, reg, link.b, c4, c6, public_ipv4=node.ipv4, public_ipv6=node.ipv6,
+                          wrapper=wrapper, env_facts=facts)
+        host.cpu = cpu
+        host.extra.update({"node": node, "cgroup": group, "ruleset": ruleset})
+        att = Attached(host=host, port=node.port, uplink=node.iface,
+                       offload_ifaces=[link.b, link.a, bridge, node.iface])
+        self.attached.append(att)
+        return att
+
+    def finish(self) -> None:
+        pass
+
+    def set_offload(self, on: bool) -> list[dict[str, Any]]:
+        if self._offload is None:
+            self._offload = offload.OffloadControl([i for a in self.attached for i in a.offload_ifaces])
+        return self._offload.set(on)
+
+    def facts(self) -> dict[str, Any]:
+        limits = {k: v for k, v in (("cpu_quota", self.limits.cpu_quota), ("cpuset", self.limits.cpuset),
+                                    ("memory_bytes", self.limits.memory_bytes)) if v is not None}
+        return {"env": "container", "model": "docker bridge: veth + docker0 + nftables NAT/DNAT",
+                "limits": limits, "cgroups": cgroups.describe() if limits else None}

@@ -1,0 +1,145 @@
+"""`overlay`: containers on different nodes joined across an underlay.
+
+``overlay = "vxlan"`` — the model of Docker's overlay driver, Flannel (vxlan
+backend) and Weave's fast datapath: one L2 segment for the containers of all
+nodes, carried between nodes in VXLAN (UDP 4789) over the underlay::
+
+    [ container ns ]             [ node ns ]                                         underlay
+      eth0 198.19.S.n ──veth── veth0 ─ ovbr0 ─ vxlan0 (VNI, dstport 4789, local 198.18.0.x) ── eth0 ── [ switch ]
+      MTU = underlay MTU - 50    FDB: 00:00:00:00:00:00 -> every other node's underlay address
+                                 (head-end replication for flooding; unicast MACs are learnt)
+
+``overlay = "routed"`` — Calico's model: no encapsulation; each node owns a
+container block and routes to the other nodes' blocks via their underlay
+addresses (static routes here, BGP in Calico)::
+
+    [ container ns ]                 [ node ns, forwarding on ]
+      eth0 198.19.k.2 ──veth── veth0 198.19.k.1    route 198.19.j.0/24 via node j   eth0 ── [ switch ]
+
+The underlay is the lab's switch, so whatever impairs a node's link (the
+bottleneck, an emulated delay) acts on the encapsulated traffic, as on a WAN.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from vnetbench.lab import offload
+from vnetbench.lab.environments.base import (SUBNET_V4_PREFIXLEN, SUBNET_V6_PREFIXLEN, Attached, Endpoint,
+                                             LabContext, Node, Subnet, add_default_routes, add_route, attach_node,
+                                             enable_forwarding, new_namespace, plain_host)
+from vnetbench.lab.nodes import Interface, Link
+
+VXLAN_PORT = 4789  # IANA
+VXLAN_OVERHEAD_V4 = 50  # outer Ethernet 14 + IPv4 20 + UDP 8 + VXLAN 8
+BRIDGE = "ovbr0"
+VXLAN_DEV = "vxlan0"
+VNI_BASE = 4096
+
+
+class OverlayEnvironment:
+    kind = "overlay"
+
+    def __init__(self, ctx: LabContext, variant: Any):
+        self.ctx = ctx
+        self.variant = variant
+        self._offload: offload.OffloadControl | None = None
+        self.mode = variant.overlay or "vxlan"
+        self.nodes: list[tuple[Node, Subnet | None, Attached]] = []
+        self.segment: Subnet | None = None  # vxlan: the one overlay subnet of this variant
+        self.vni: int | None = None
+
+    def inner_mtu(self, underlay_mtu: int) -> int:
+        return underlay_mtu - VXLAN_OVERHEAD_V4 if self.mode == "vxlan" else underlay_mtu
+
+    def attach(self, endpoint: Endpoint) -> Attached:
+        ctx, reg = self.ctx, self.ctx.registry
+        node = attach_node(ctx, endpoint.name, endpoint.number, endpoint.mtu)
+        ctr = new_namespace(ctx, f"{endpoint.name}-ctr")
+        mtu = self.inner_mtu(endpoint.mtu)
+        link = Link.connect(node.ns, "veth0", ctr, "eth0", reg, mtu=mtu)
+        enable_forwarding(node.ns)
+        facts: dict[str, Any] = {"env": "overlay", "overlay": self.mode, "node_netns": node.ns.name,
+                                 "container_netns": ctr.name, "underlay_address": [node.ipv4, node.ipv6],
+                                 "container_mtu": mtu}
+        extra_ifaces: list[Interface] = []
+        block: Subnet | None = None
+        if self.mode == "vxlan":
+            if self.segment is None:
+                self.segment = ctx.new_subnet()
+                self.vni = VNI_BASE + self.segment.index
+            n = len(self.nodes) + 2  # .1 is left free, as a gateway would use it
+            c4, c6 = self.segment.v4(n), self.segment.v6(n)
+            node.ns.ipr.link("add", ifname=BRIDGE, kind="bridge")
+            bridge = Interface(node.ns, BRIDGE)
+            node.ns.ipr.link("add", ifname=VXLAN_DEV, kind="vxlan", vxlan_id=self.vni, vxlan_port=VXLAN_PORT,
+                             vxlan_local=node.ipv4, vxlan_link=node.iface.index, vxlan_learning=1)
+            vxlan = Interface(node.ns, VXLAN_DEV)
+            vxlan.set_mtu(mtu)
+            for dev in (vxlan, link.a):
+                node.ns.ipr.link("set", index=dev.index, master=bridge.index)
+            bridge.set_mtu(mtu)
+            vxlan.up()
+            bridge.up()
+            link.b.add_address(f"{c4}/{SUBNET_V4_PREFIXLEN}")
+            link.b.add_address(f"{c6}/{SUBNET_V6_PREFIXLEN}")
+            facts.update({"vni": self.vni, "dstport": VXLAN_PORT, "segment": [self.segment.cidr4, self.segment.cidr6]})
+            extra_ifaces = [bridge, vxlan]
+        else:
+            block = ctx.new_subnet()
+            gw4, gw6, c4, c6 = block.v4(1), block.v6(1), block.v4(2), block.v6(2)
+            link.a.add_address(f"{gw4}/{SUBNET_V4_PREFIXLEN}")
+            link.a.add_address(f"{gw6}/{SUBNET_V6_PREFIXLEN}")
+            link.b.add_address(f"{c4}/{SUBNET_V4_PREFIXLEN}")
+            link.b.add_address(f"{c6}/{SUBNET_V6_PREFIXLEN}")
+            add_default_routes(ctr, link.b, gw4, gw6)
+            facts["block"] = [block.cidr4, block.cidr6]
+        facts["container_address"] = [c4, c6]
+        host = plain_host(endpoint, ctr, reg, link.b, c4, c6, env_facts=facts)
+        host.extra["node"] = node
+        att = Attached(host=host, port=node.port, uplink=node.iface,
+                       offload_ifaces=[link.b, link.a, *extra_ifaces, node.iface])
+        self.nodes.append((node, block, att))
+        return att
+
+    def finish(self) -> None:
+        """Join the nodes: VXLAN flood entries, or routes to each other's container blocks."""
+        for node, _block, att in self.nodes:
+            peers = [(n, b) for n, b, _ in self.nodes if n is not node]
+            if self.mode == "vxlan":
+                index = node.ns.index(VXLAN_DEV)
+                for peer, _ in peers:
+                    node.ns.ipr.fdb("append", ifindex=index, lladdr="00:00:00:00:00:00", dst=peer.ipv4)
+                att.host.env_facts["vxlan_remotes"] = [p.ipv4 for p, _ in peers]
+            else:
+                for peer, block in peers:
+                    add_route(node.ns, block.cidr4, peer.ipv4)
+                    add_route(node.ns, block.cidr6, peer.ipv6)
+                att.host.env_facts["routes"] = {b.cidr4: p.ipv4 for p, b in peers}
+
+    def set_offload(self, on: bool) -> list[dict[str, Any]]:
+        if self._offload is None:
+            self._offload = offload.OffloadControl([i for _, _, a in self.nodes for i in a.offload_ifaces])
+        return self._offload.set(on)
+
+    def vxlan_counters(self) -> dict[str, dict[str, int]]:
+        """{host name: {tx_packets, rx_packets, tx_bytes, rx_bytes}} of each node's VXLAN device."""
+        out = {}
+        for node, _, att in self.nodes:
+            if self.mode != "vxlan":
+                continue
+            msg = node.ns.ipr.get_links(node.ns.index(VXLAN_DEV))[0]
+            stats = msg.get_attr("IFLA_STATS64") or msg.get_attr("IFLA_STATS")
+            out[att.host.name] = {k: stats[k] for k in ("tx_packets", "rx_packets", "tx_bytes", "rx_bytes")}
+        return out
+
+    counters = vxlan_counters  # per-trial before/after, recorded with the trial's raw output
+
+    def facts(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"env": "overlay", "overlay": self.mode}
+        if self.mode == "vxlan":
+            out.update({"vni": self.vni, "dstport": VXLAN_PORT, "encapsulation_overhead": VXLAN_OVERHEAD_V4,
+                        "model": "VXLAN in a per-node bridge, head-end replication (Docker overlay / Flannel / Weave)"})
+        else:
+            out["model"] = "per-node container blocks, static routes via underlay addresses (Calico, no BGP)"
+        return out

@@ -1,0 +1,133 @@
+"""Environments relative to `bare`: each configuration's medians next to the bare
+configuration that ran the same workload (same labels apart from the environment).
+
+Throughput, RTT and jitter are shown as ratios (env / bare); loss, which is
+often 0 on bare, as a difference in percentage points. The pairing is by labels,
+so it works for any scenario whose matrix has an ``env`` label.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+
+from vnetbench.metrics import METRICS
+from vnetbench.store.db import Store
+
+# Labels that say which environment a configuration ran in (LabSpec.env and its options).
+ENV_LABELS = ("env", "overlay", "nic", "vcpus", "memory", "cpu_quota", "cpuset", "memory_limit")
+# Metric -> how to compare: "ratio" (env / bare) or "pp" (difference, in percentage points).
+RELATIVE = {
+    "throughput.rx_mbps": "ratio",
+    "udp.loss_ratio": "pp",
+    "rtt.avg_ms": "ratio",
+    "rtt.p99_ms": "ratio",
+    "rtt.stdev_ms": "ratio",
+    "rtt.ipdv_ms": "ratio",
+}
+
+
+@dataclass
+class Row:
+    environment: str  # "container", "vm nic=e1000", ...
+    context: dict[str, Any]  # the other labels (workload, offload, ...)
+    reference: str  # which bare configuration it is compared with
+    cells: dict[str, tuple[float, float] | None]  # metric -> (this median, bare median)
+
+
+def _environment(labels: dict[str, Any]) -> str:
+    """"container", "vm e1000", "overlay routed", "container cpu_quota=50%"."""
+    extra = " ".join(str(labels[k]) if k in ("overlay", "nic") else f"{k}={labels[k]}"
+                     for k in ENV_LABELS[1:] if k in labels)
+    return f"{labels.get('env', 'bare')}{' ' + extra if extra else ''}"
+
+
+def _num(v: float) -> str:
+    a = abs(v)
+    return f"{v:.0f}" if a >= 1000 else f"{v:.1f}" if a >= 100 else f"{v:.2f}" if a >= 1 else f"{v:.3g}"
+
+
+def _context(labels: dict[str, Any], drop: tuple[str, ...] = ()) -> tuple:
+    return tuple(sorted((k, repr(v)) for k, v in labels.items() if k not in ENV_LABELS and k not in drop))
+
+
+def relative_rows(configs: list[dict[str, Any]], values: dict[str, dict[str, np.ndarray]],
+                  metrics: list[str] | None = None) -> list[Row]:
+    """One row per configuration that has a bare counterpart (bare ones included, as the reference)."""
+    metrics = metrics or list(RELATIVE)
+    bare = [c for c in configs if c["labels"].get("env") == "bare"
+            and not any(k in c["labels"] for k in ENV_LABELS[1:])]
+    if not bare or not any("env" in c["labels"] for c in configs):
+        return []
+    exact = {_context(c["labels"]): c for c in bare}
+    loose = {_context(c["labels"], ("offload",)): c for c in bare if c["labels"].get("offload", "on") == "on"}
+    rows = []
+    for c in configs:
+        labels = c["labels"]
+        ref = exact.get(_context(labels))
+        note = ""
+        if ref is None:  # e.g. an offload=off entry without a bare offload=off: compare with bare as deployed
+            ref = loose.get(_context(labels, ("offload",)))
+            note = " (offload on)"
+        if ref is None:
+            continue
+        mine, theirs = values.get(c["key"], {}), values.get(ref["key"], {})
+        cells: dict[str, tuple[float, float] | None] = {}
+        for m in metrics:
+            a, b = mine.get(m), theirs.get(m)
+            cells[m] = (float(np.median(a)), float(np.median(b))) if a is not None and len(a) and b is not None \
+                and len(b) else None
+        context = {k: v for k, v in labels.items() if k not in ENV_LABELS}
+        rows.append(Row(_environment(labels), context, "bare" + note, cells))
+    # Workloads in the order the matrix has them; within each, bare first, then the environments as listed.
+    contexts = {k: i for i, k in enumerate(dict.fromkeys(_context(r.context) for r in rows))}
+    order = {k: i for i, k in enumerate(dict.fromkeys(r.environment for r in rows))}
+    rows.sort(key=lambda r: (contexts[_context(r.context)], r.environment != "bare", order[r.environment]))
+    return rows
+
+
+def _cell(kind: str, pair: tuple[float, float] | None) -> str:
+    if pair is None:
+        return "-"
+    mine, bare = pair
+    if kind == "pp":
+        return f"{100 * (mine - bare):+.2f} pp\n[dim]{100 * mine:.2f}%[/]"
+    if not np.isfinite(mine) or not np.isfinite(bare) or bare == 0:
+        return f"-\n[dim]{_num(mine)}[/]"
+    return f"{mine / bare:.2f}x\n[dim]{_num(mine)}[/]"
+
+
+def relative_table(store: Store, run_id: str, metrics: list[str] | None = None) -> Table | None:
+    configs = store.configurations(run_id)
+    values = store.values(run_id)
+    present = {m for per in values.values() for m in per}
+    metrics = [m for m in (metrics or list(RELATIVE)) if m in present]
+    rows = relative_rows(configs, values, metrics)
+    if not rows or not metrics:
+        return None
+    context_keys = list(dict.fromkeys(k for r in rows for k in r.context))
+    table = Table(title="relative to env=bare with the same workload: ratio env/bare (loss: difference), "
+                        "median below", show_lines=True)
+    for k in context_keys:
+        table.add_column(k)
+    table.add_column("environment")
+    for m in metrics:
+        meta = METRICS.get(m)
+        arrow = "" if meta is None else (" ↑" if meta.direction == "higher" else " ↓")
+        table.add_column(f"{m.replace('.', chr(10), 1)}{arrow}", justify="right")
+    for r in rows:
+        env = r.environment + ("" if r.reference == "bare" else f"\n[dim]vs {r.reference}[/]")
+        table.add_row(*[str(r.context.get(k, "")) for k in context_keys], env,
+                      *[_cell(RELATIVE.get(m, "ratio"), r.cells.get(m)) for m in metrics])
+    return table
+
+
+def show_relative(store: Store, run_id: str, console: Console) -> None:
+    """Print the relative table when the run compared environments (nothing otherwise)."""
+    table = relative_table(store, run_id)
+    if table is not None:
+        console.print(table)

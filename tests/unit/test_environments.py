@@ -1,0 +1,92 @@
+"""Environment plumbing that needs no root: variants, host names, cgroup wrapper, relative report."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from vnetbench.lab import cgroups
+from vnetbench.lab.environments import Variant
+from vnetbench.lab.environments.base import Subnet, underlay_addresses
+from vnetbench.lab.topology import variant_tags
+from vnetbench.report.relative import relative_rows
+from vnetbench.runner.bench import variant_of
+from vnetbench.scenario import load as L
+from vnetbench.scenario import plan as P
+
+
+def test_variants_are_the_structural_environment_choices():
+    configs = P.expand(L.load("virt-compare"))
+    variants = list(dict.fromkeys(variant_of(c) for c in configs))
+    # offload and the workload are applied per trial: they do not multiply the hosts or guests to build.
+    assert variants == [Variant("bare"), Variant("container"), Variant("vm", nic="virtio-net"),
+                        Variant("vm", nic="e1000"), Variant("overlay", overlay="vxlan"),
+                        Variant("overlay", overlay="routed")]
+    assert str(Variant("vm", nic="e1000")) == "vm(nic=e1000)" and str(Variant("bare")) == "bare"
+
+
+def test_host_names_carry_a_short_tag_only_when_the_lab_has_several_variants():
+    assert variant_tags([Variant("bare")]) == {Variant("bare"): ""}  # the dumbbell as it always was: r, s1, ...
+    tags = variant_tags([Variant("bare"), Variant("container"), Variant("overlay", overlay="vxlan"),
+                         Variant("overlay", overlay="routed"), Variant("vm", nic="e1000")])
+    assert list(tags.values()) == ["b-", "c-", "o1-", "o2-", "v-"]
+
+
+def test_addresses_stay_in_the_benchmarking_ranges():
+    import ipaddress
+
+    v4 = ipaddress.ip_network("198.18.0.0/15")
+    v6 = ipaddress.ip_network("2001:2::/48")
+    for n in (1, 249, 250, 63_749):
+        a4, a6 = underlay_addresses(n)
+        assert ipaddress.ip_address(a4) in ipaddress.ip_network("198.18.0.0/16") and ipaddress.ip_address(a6) in v6
+    for k in (1, 255):
+        s = Subnet(k)
+        assert ipaddress.ip_network(s.cidr4).subnet_of(ipaddress.ip_network("198.19.0.0/16"))
+        assert ipaddress.ip_network(s.cidr6).subnet_of(v6) and ipaddress.ip_address(s.v6(2)) in v6
+        assert ipaddress.ip_address(s.v4(2)) in v4
+
+
+def test_cgroup_wrapper_joins_every_hierarchy_then_execs():
+    group = cgroups.CGroup("vnb-x-c-r", cgroups.Limits(cpu_quota=0.5, memory_bytes=1 << 28),
+                           dirs={"cpu": Path("/sys/fs/cgroup/cpu/vnb-x-c-r"),
+                                 "memory": Path("/sys/fs/cgroup/memory/vnb-x-c-r")},
+                           version={"cpu": 1, "memory": 1})
+    argv = group.wrapper()
+    assert argv[:2] == ["sh", "-c"] and argv[3] == "vnb-cgroup"
+    assert argv[2] == ("echo $$ > /sys/fs/cgroup/cpu/vnb-x-c-r/cgroup.procs && "
+                       "echo $$ > /sys/fs/cgroup/memory/vnb-x-c-r/cgroup.procs && exec \"$@\"")
+    assert cgroups.Limits().controllers() == [] and not cgroups.Limits()
+    assert cgroups.Limits(cpuset="1").controllers() == ["cpuset"]
+    with pytest.raises(ValueError, match="vnb-"):
+        cgroups.CGroup.create("docker-1", cgroups.Limits(cpu_quota=1), registry=None)
+
+
+def _cfg(key, **labels):
+    return {"key": key, "labels": labels}
+
+
+def test_relative_rows_pair_each_environment_with_bare_running_the_same_workload():
+    configs = [
+        _cfg("b1", env="bare", offload="on", proto="tcp"), _cfg("b0", env="bare", offload="off", proto="tcp"),
+        _cfg("c1", env="container", offload="on", proto="tcp"), _cfg("c0", env="container", offload="off", proto="tcp"),
+        _cfg("v1", env="vm", nic="e1000", offload="on", proto="tcp"),
+        _cfg("bu", env="bare", offload="on", proto="udp"), _cfg("ou", env="overlay", overlay="routed", offload="on",
+                                                               proto="udp"),
+    ]
+    values = {
+        "b1": {"throughput.rx_mbps": np.array([1000.0, 1000.0])}, "b0": {"throughput.rx_mbps": np.array([500.0])},
+        "c1": {"throughput.rx_mbps": np.array([900.0])}, "c0": {"throughput.rx_mbps": np.array([250.0])},
+        "v1": {"throughput.rx_mbps": np.array([100.0, 300.0])},
+        "bu": {"udp.loss_ratio": np.array([0.0])}, "ou": {"udp.loss_ratio": np.array([0.02])},
+    }
+    rows = relative_rows(configs, values, ["throughput.rx_mbps", "udp.loss_ratio"])
+    got = {(r.environment, r.context["offload"], r.context["proto"]): r for r in rows}
+    assert got[("container", "on", "tcp")].cells["throughput.rx_mbps"] == (900.0, 1000.0)
+    assert got[("container", "off", "tcp")].cells["throughput.rx_mbps"] == (250.0, 500.0)  # vs bare offload=off
+    assert got[("vm e1000", "on", "tcp")].cells["throughput.rx_mbps"] == (200.0, 1000.0)
+    assert got[("overlay routed", "on", "udp")].cells["udp.loss_ratio"] == (0.02, 0.0)
+    assert got[("bare", "on", "tcp")].cells["throughput.rx_mbps"] == (1000.0, 1000.0)
+    # Bare first within each workload, workloads in matrix order.
+    assert [r.environment for r in rows][:3] == ["bare", "container", "vm e1000"]
+    assert relative_rows([_cfg("x", proto="tcp")], {}) == []  # no env label: nothing to compare
