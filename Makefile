@@ -13,7 +13,7 @@ export PATH := $(HOME)/.cargo/bin:$(PATH)
 # machine that has them all never touches apt.
 DEB_PACKAGES := iproute2 iputils-ping iperf3 fping irtt sockperf ethtool tcpdump \
                 nftables procps util-linux kmod busybox-static qemu-system-x86 \
-                linux-image-amd64 chromium python3-venv
+                linux-image-amd64 dropbear-bin zstd chromium python3-venv
 
 .PHONY: setup deps venv emulator demo test test-unit test-lab clean-lab
 

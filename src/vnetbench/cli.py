@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from vnetbench import __version__
+from vnetbench.cli_analysis import register as register_analysis
 from vnetbench.errors import VnetbenchError
 from vnetbench.lab.teardown import Interrupted
 
@@ -40,7 +41,27 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         if not c.ok and c.fix:
             line += f"  [dim]-> {c.fix}[/]"
         out.print(line)
+    if getattr(args, "fidelity", False):
+        return _doctor_fidelity()
     return 0
+
+
+def _doctor_fidelity() -> int:
+    """Measure the link backends against issue 5's targets (impair/fidelity.py, as bench/emulator.py)."""
+    import os
+
+    from vnetbench.impair import fidelity
+
+    if os.geteuid() != 0:
+        raise VnetbenchError("doctor --fidelity builds a lab of network namespaces: run it with sudo")
+    out.print("\n[bold]link emulation fidelity[/] (about a minute and a half; userspace backend judged, "
+              "kernel backends side by side)")
+    checks = fidelity.run_all(progress=lambda m: err.print(f"  measuring {m} ...", highlight=False))
+    out.print(escape(fidelity.table(checks)), highlight=False, soft_wrap=True)
+    passed, total = fidelity.summary(checks)
+    out.print(f"userspace backend (vnb-link): {passed} of {total} targets met (load average "
+              f"{os.getloadavg()[0]:.2f})")
+    return 0 if passed == total else 1
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -65,9 +86,11 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def _after_run(args: argparse.Namespace, store, summary) -> int:
+    from vnetbench.report.relative import show_relative
     from vnetbench.report.terminal import show
 
     show(store, summary.run_id, out)
+    show_relative(store, summary.run_id, out)
     if summary.trials_failed:
         out.print(f"[yellow]{summary.trials_failed} of {summary.trials_ok + summary.trials_failed} trials failed[/]; "
                   f"reasons are stored with each trial (vnetbench show {summary.run_id})")
@@ -95,8 +118,12 @@ def cmd_runs(args: argparse.Namespace) -> int:
 def cmd_show(args: argparse.Namespace) -> int:
     from vnetbench.report.terminal import show
 
+    from vnetbench.report.relative import show_relative
+
     with _store(args) as store:
-        show(store, store.resolve_run(args.run), out, metrics=args.metric)
+        run_id = store.resolve_run(args.run)
+        show(store, run_id, out, metrics=args.metric)
+        show_relative(store, run_id, out)
     return 0
 
 
@@ -126,7 +153,9 @@ def cmd_clean(args: argparse.Namespace) -> int:
     from vnetbench.lab.clean import clean, leftovers
 
     if args.check:
-        left = leftovers()
+        from vnetbench.lab.clean import cgroup_leftovers
+
+        left = leftovers() + cgroup_leftovers()
         if left:
             err.print(f"[red]left behind by a run:[/] {', '.join(left)} (remove with `vnetbench clean`)")
             return 1
@@ -139,11 +168,13 @@ def cmd_clean(args: argparse.Namespace) -> int:
         prefix = run_prefix(args.run) + "-"
     report = clean(prefix=prefix, dry_run=args.dry_run)
     verb = "would remove" if args.dry_run else "removed"
-    if not report.namespaces:
-        out.print(f"nothing to clean: no {prefix}* namespaces")
-    else:
+    if not report.namespaces and not report.cgroups:
+        out.print(f"nothing to clean: no {prefix}* namespaces or cgroups")
+    elif report.namespaces:
         out.print(f"{verb} {len(report.namespaces)} namespaces ({', '.join(report.namespaces)}) and "
                   f"{len(report.processes)} processes in them")
+    if report.cgroups:
+        out.print(f"{verb} {len(report.cgroups)} cgroups ({', '.join(report.cgroups)})")
     for e in report.errors:
         err.print(f"[red]could not remove[/] {e}")
     return 1 if report.errors else 0
@@ -159,6 +190,9 @@ def build_parser() -> argparse.ArgumentParser:
         return sp
 
     sp = sub.add_parser("doctor", help="what this machine can do, and what is missing")
+    sp.add_argument("--fidelity", action="store_true",
+                    help="also measure how faithfully the link backends emulate delay, rate, queue, loss, "
+                         "jitter and schedules (builds a lab; about 90 s)")
     sp.set_defaults(func=cmd_doctor)
 
     sp = with_db(sub.add_parser("run", help="run a scenario (built-in name or .toml file)"))
@@ -194,6 +228,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--check", action="store_true", help="exit 1 if anything of ours is left (for CI)")
     sp.add_argument("--run", metavar="RUN_ID", help="only what this run left (its full id or first 6 characters)")
     sp.set_defaults(func=cmd_clean)
+
+    register_analysis(sub)  # compare, baseline, history
     return p
 
 

@@ -13,7 +13,7 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from vnetbench.lab import netns
+from vnetbench.lab import cgroups, environments, netns
 from vnetbench.runner import fingerprint
 from vnetbench.workloads.base import ETHTOOL, IP, IPERF3, PING, SS, TASKSET, Tool
 
@@ -69,6 +69,16 @@ def probe_qdiscs() -> dict[str, str | None]:
     return result
 
 
+def link_emulator_check() -> tuple[str, bool, str, str]:
+    """The userspace link emulator: what `backend = "auto"` uses for delay, loss... without netem."""
+    from vnetbench.impair.backends import find_binary, missing_binary_message
+
+    path = find_binary()
+    if path is None:
+        return "link emulator vnb-link", False, "not built", missing_binary_message()
+    return "link emulator vnb-link", True, f"{path} (userspace backend; `doctor --fidelity` measures it)", ""
+
+
 def kvm_state() -> tuple[bool, str]:
     dev = Path("/dev/kvm")
     if not dev.exists():
@@ -102,6 +112,10 @@ def run_checks() -> DoctorReport:
             if kind == "netem" and err:
                 fix = "delay/jitter/loss need the userspace emulator (vnb-link) on this kernel"
             report.add(f"qdisc {kind}", err is None, "works" if err is None else f"not available: {err}", fix)
+    report.add(*link_emulator_check())
     kvm_ok, kvm_detail = kvm_state()
     report.add("kvm", kvm_ok, kvm_detail, "" if kvm_ok else "VM environments fall back to TCG")
+    report.add("cgroups", True, cgroups.describe())
+    for cap in environments.availability(probe=root):  # what `env = ...` can be on this machine
+        report.add(f"env {cap.name}", cap.ok, cap.detail, cap.fix)
     return report

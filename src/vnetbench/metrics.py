@@ -48,6 +48,19 @@ _METRICS = [
     Metric("rtt.p999_ms", "ms", LOWER, "99.9th percentile round-trip time, ping during the load", noise=0.10),
     Metric("rtt.ipdv_ms", "ms", LOWER, "Mean absolute IPDV between consecutive ping replies (RFC 3393)"),
     Metric("rtt.loss_ratio", "ratio", LOWER, "Ping packets without a reply / sent (RFC 7680)"),
+    # TCP state sampled with `ss -ti` during the load (workloads/tcpinfo.py), over the data connections
+    Metric("ss.srtt_p50_ms", "ms", LOWER, "Median smoothed RTT of the TCP senders, sampled with ss -ti"),
+    Metric("ss.srtt_p99_ms", "ms", LOWER, "99th percentile smoothed RTT of the TCP senders, sampled with ss -ti",
+           noise=0.10),
+    Metric("ss.cwnd_median_segments", "segments", HIGHER, "Median congestion window (segments), mean over flows, "
+                                                          "sampled with ss -ti"),
+    Metric("ss.retrans_segments", "segments", LOWER, "Retransmitted segments (ss -ti retrans total), over flows"),
+    Metric("ss.samples_per_s", "1/s", HIGHER, "ss -ti samples per second actually taken (sampler cadence)",
+           noise=0.5),
+    # The link emulator's own counters over the trial (impair/, userspace backend)
+    Metric("link.lost_packets", "packets", LOWER, "Packets the link's loss model dropped (forward direction)"),
+    Metric("link.max_queue_delay_ms", "ms", LOWER, "Longest time a packet waited in the emulated link's queue "
+                                                   "(forward direction)", noise=0.10),
 ]
 
 METRICS: dict[str, Metric] = {m.name: m for m in _METRICS}

@@ -155,3 +155,121 @@ def test_interleaved_order_is_seeded_and_balanced(tmp_path):
         assert sorted(round_keys) == sorted(c.key for c in configs)
     seq = P.order_trials(configs, 2, "sequential", seed=7, warmup=False)
     assert [s.config.key for s in seq] == [c.key for c in configs for _ in range(2)]
+
+
+# ------------------------------------------------ environments in the matrix
+
+ENVS = MINIMAL.replace('[lab]\n', '[lab]\nsenders = 1\n').replace(
+    'ratio = [0.5, 2.0]\nproto = ["udp", "tcp"]',
+    'env = [{env = "bare"}, {env = "vm", nic = "e1000"}, {env = "overlay", overlay = "routed"}, "container"]\n'
+    'proto = ["udp", "tcp"]').replace('offered = "ratio * bottleneck / senders"', 'offered = "50Mbit"')
+
+
+def test_inline_tables_set_parameters_together_and_all_become_labels(tmp_path):
+    configs = P.expand(L.load(write(tmp_path, ENVS)))
+    assert len(configs) == 4 * 2  # four environments x two protocols: no nic x overlay cross product
+    labels = [c.labels for c in configs]
+    assert labels[:2] == [{"env": "bare", "proto": "udp"}, {"env": "bare", "proto": "tcp"}]
+    assert {"env": "vm", "nic": "e1000", "proto": "udp"} in labels
+    assert {"env": "overlay", "overlay": "routed", "proto": "tcp"} in labels
+    assert {"env": "container", "proto": "tcp"} in labels  # a plain value sets the axis' own parameter
+    by = {c.label_text: c for c in configs}
+    vm = by["env=vm, nic=e1000, proto=udp"].scenario.lab
+    assert (vm.env, vm.nic, vm.overlay) == ("vm", "e1000", None)
+    assert by["env=overlay, overlay=routed, proto=udp"].params()["overlay"] == "routed"
+    # The key is still the hash of the labels, so it matches across runs and ignores fixed parameters.
+    assert by["env=vm, nic=e1000, proto=udp"].key == P.config_key({"env": "vm", "nic": "e1000", "proto": "udp"})
+    assert len({c.key for c in configs}) == 8
+    # {env="bare"} and "bare" are the same configuration.
+    assert P.config_key({"env": "bare", "proto": "udp"}) == configs[0].key
+
+
+def test_inline_tables_on_an_axis_that_is_not_a_parameter(tmp_path):
+    text = MINIMAL.replace('ratio = [0.5, 2.0]\nproto = ["udp", "tcp"]',
+                           'ratio = [0.5]\nload = [{proto = "tcp", parallel = 4}, {proto = "udp", offered = "10Mbit"}]')
+    configs = P.expand(L.load(write(tmp_path, text)))
+    assert [c.labels for c in configs] == [{"ratio": 0.5, "proto": "tcp", "parallel": 4},
+                                          {"ratio": 0.5, "proto": "udp", "offered": "10Mbit"}]
+    assert configs[0].stream.parallel == 4 and configs[0].offered_bps == pytest.approx(0.5 * 100e6 / 2)
+    assert configs[1].offered_bps == 10e6 and configs[1].stream.parallel == 1
+
+
+@pytest.mark.parametrize("matrix,needle", [
+    ('load = [{proto = "tcp"}, "udp"]', "load is not a parameter, so each value of this axis must be an inline table"),
+    ('load = [{colour = "red"}]', "matrix.load: key 'colour' in a table is not a parameter that can be swept; sweepable:"),
+    ('load = [{}]', "matrix.load has an empty table"),
+    ('load = [{proto = "tcp"}]\nproto = ["udp"]', "both set proto"),
+])
+def test_inline_table_mistakes_are_named(tmp_path, matrix, needle):
+    text = MINIMAL.replace('ratio = [0.5, 2.0]\nproto = ["udp", "tcp"]', matrix)
+    assert needle in error_of(write(tmp_path, text))
+
+
+def test_set_takes_inline_tables(tmp_path):
+    loaded = L.load(write(tmp_path, ENVS), ['env=[{env="bare"},{env="container",cpu_quota="50%"}]'])
+    assert loaded.scenario.matrix["env"] == [{"env": "bare"}, {"env": "container", "cpu_quota": "50%"}]
+    container = [c for c in P.expand(loaded) if c.labels["env"] == "container"][0]
+    assert container.scenario.lab.cpu_quota == 0.5 and container.labels["cpu_quota"] == "50%"
+
+
+@pytest.mark.parametrize("override,needle", [
+    ("lab.nic=e1000", "nic = 'e1000' applies to env = 'vm' only, but env = 'bare'"),
+    ("lab.overlay=routed", "overlay = 'routed' applies to env = 'overlay' only"),
+    ("cpu_quota=50%", "cpu_quota = 0.5 applies to env = 'container' only"),
+    ("lab.env=docker", "lab.env = 'docker'"),
+    ("lab.nic=ne2000", "lab.nic = 'ne2000'"),
+    ("lab.overlay=geneve", "lab.overlay = 'geneve'"),
+    ("lab.offload=maybe", "lab.offload = 'maybe'"),
+    ("lab.cpuset=two", "'two' is not a CPU list"),
+    ("lab.cpu_quota=lots", "'lots' is not a CPU quota"),
+    ("lab.cpu_quota=0%", "between 1% (0.01) and 1024 CPUs"),
+    ("lab.vcpus=0", "lab.vcpus"),
+])
+def test_environment_options_are_validated(tmp_path, override, needle):
+    assert needle in error_of(write(tmp_path, MINIMAL), [override])
+
+
+def test_an_option_in_the_wrong_environment_names_the_configuration(tmp_path):
+    text = ENVS.replace('{env = "bare"}', '{env = "container", nic = "virtio-net"}')
+    msg = error_of(write(tmp_path, text))
+    assert "configuration env=container, nic=virtio-net, proto=udp" in msg
+    assert "nic = 'virtio-net' applies to env = 'vm' only, but env = 'container'" in msg
+    assert '{env = "vm", nic = \'virtio-net\'}' in msg  # how to write it instead
+
+
+def test_container_limits_parse(tmp_path):
+    lab = L.load(write(tmp_path, MINIMAL), ["lab.env=container", "cpu_quota=150%", "cpuset=0-1",
+                                            "memory_limit=256MiB"]).scenario.lab
+    assert (lab.cpu_quota, lab.cpuset, lab.memory_limit) == (1.5, "0-1", 256 * 2**20)
+    assert L.load(write(tmp_path, MINIMAL), ["lab.env=container", "cpu_quota=0.25"]).scenario.lab.cpu_quota == 0.25
+
+
+def test_unlimited_bottleneck_has_no_queue_theory(tmp_path):
+    configs = P.expand(L.load(write(tmp_path, ENVS), ["bottleneck=unlimited"]))
+    c = configs[0]
+    assert c.scenario.lab.bottleneck is None and c.params()["bottleneck_bps"] is None
+    assert c.expected == {"throughput.offered_mbps": 50.0}
+    # An expression that needs the bottleneck says so.
+    msg = error_of(write(tmp_path, MINIMAL), ["bottleneck=unlimited"])
+    assert "unknown name 'bottleneck'" in msg
+
+
+def test_environment_builtins_compare_every_environment_with_bare():
+    vc = P.expand(L.load("virt-compare"))
+    envs = {(c.labels["env"], c.labels.get("nic"), c.labels.get("overlay")) for c in vc}
+    assert envs == {("bare", None, None), ("container", None, None), ("vm", "virtio-net", None),
+                    ("vm", "e1000", None), ("overlay", None, "vxlan"), ("overlay", None, "routed")}
+    assert len(vc) == 6 * 2 * 8 and all(c.scenario.lab.bottleneck is None for c in vc)
+    loads = {(c.labels["proto"], c.labels.get("parallel"), c.labels.get("offered")) for c in vc}
+    assert loads == {("tcp", 1, None), ("tcp", 4, None), ("tcp", 16, None), ("udp", None, "10Mbit"),
+                     ("udp", None, "20Mbit"), ("udp", None, "50Mbit"), ("udp", None, "100Mbit"),
+                     ("udp", None, "unlimited")}
+    udp_unlimited = next(c for c in vc if c.labels.get("offered") == "unlimited")
+    assert udp_unlimited.offered_bps is None and udp_unlimited.stream.proto == "udp"
+    ol = P.expand(L.load("overlay-latency"))
+    assert {(c.labels["env"], c.labels.get("overlay")) for c in ol} == {
+        ("bare", None), ("overlay", "vxlan"), ("overlay", "routed")}
+    # Seed 004's injected one-way delays, on the underlay link in both directions.
+    assert sorted({c.scenario.lab.delay for c in ol}) == [0.0, 0.015, 0.03] and len(ol) == 3 * 3 * 3
+    assert all(c.scenario.lab.shape == "both" for c in ol)
+    assert all(c.scenario.lab.senders == 1 for c in vc + ol)

@@ -1,9 +1,11 @@
 """`vnetbench clean`: remove what a killed run left behind, and nothing else.
 
-Only namespaces named ``vnb-*`` are considered ours. Processes inside them are
-killed first (a namespace with a live process would survive its name), then
-the namespaces are removed, which removes every interface, bridge and qdisc
-inside. Nothing of ours lives in the root namespace.
+Only namespaces and cgroups named ``vnb-*`` are considered ours. Processes
+inside the namespaces are killed first (a namespace with a live process would
+survive its name), then the namespaces are removed, which removes every
+interface, bridge, qdisc and nftables table inside. Nothing of ours lives in
+the root namespace. Container cgroups (``vnb-*`` in any cgroup hierarchy, v1 or
+v2) are emptied the same way and removed.
 """
 
 from __future__ import annotations
@@ -12,19 +14,26 @@ import os
 import signal
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
-from vnetbench.lab import netns
+from vnetbench.lab import cgroups, netns
 
 
 @dataclass
 class CleanReport:
     namespaces: list[str] = field(default_factory=list)
     processes: list[int] = field(default_factory=list)
+    cgroups: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
 
 
 def leftovers(prefix: str = netns.PREFIX) -> list[str]:
     return [n for n in netns.list_names() if n.startswith(prefix)]
+
+
+def cgroup_leftovers(prefix: str = netns.PREFIX) -> list[str]:
+    """Paths of vnb-* cgroups, in every hierarchy."""
+    return [str(p) for p in cgroups.find(prefix)]
 
 
 def clean(prefix: str = netns.PREFIX, dry_run: bool = False) -> CleanReport:
@@ -35,6 +44,7 @@ def clean(prefix: str = netns.PREFIX, dry_run: bool = False) -> CleanReport:
     for name in names:
         report.namespaces.append(name)
         report.processes.extend(netns.pids(name))
+    report.cgroups = cgroup_leftovers(prefix)
     if dry_run:
         return report
     for sig in (signal.SIGTERM, signal.SIGKILL):
@@ -52,6 +62,11 @@ def clean(prefix: str = netns.PREFIX, dry_run: bool = False) -> CleanReport:
             netns.remove(name)
         except OSError as e:
             report.errors.append(f"{name}: {e}")
+    for path in report.cgroups:
+        try:
+            cgroups.remove_dir(Path(path))
+        except OSError as e:
+            report.errors.append(f"{path}: {e}")
     return report
 
 

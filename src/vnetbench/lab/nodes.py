@@ -110,7 +110,16 @@ class Link:
 
 @dataclass
 class Host:
-    """A namespace that runs workload processes."""
+    """A namespace that runs workload processes.
+
+    Environments (:mod:`vnetbench.lab.environments`) configure a host rather
+    than subclass it: ``wrapper`` is an argv prefix every command runs through
+    before it enters the namespace (a container's cgroup join: ``ip netns exec``
+    remounts /sys, hiding the cgroup files), ``public_ipv4/6`` the
+    address other hosts reach its servers at when that is not its own (a
+    container behind its node's NAT), ``env_facts`` what the environment wants
+    recorded about it.
+    """
 
     name: str
     ns: Namespace
@@ -120,12 +129,24 @@ class Host:
     cpu: int | None = None
     iface: Interface | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    wrapper: tuple[str, ...] = ()
+    public_ipv4: str = ""
+    public_ipv6: str = ""
+    env_facts: dict[str, Any] = field(default_factory=dict)
 
     def address(self, ip_version: int) -> str:
         return self.ipv6 if ip_version == 6 else self.ipv4
 
+    def service_address(self, ip_version: int) -> str:
+        """Where other hosts must send to reach a server running here."""
+        public = self.public_ipv6 if ip_version == 6 else self.public_ipv4
+        return public or self.address(ip_version)
+
+    def facts(self) -> dict[str, Any]:
+        return dict(self.env_facts)
+
     def command(self, argv: Sequence[str], pin: bool = True) -> list[str]:
-        prefix = ["ip", "netns", "exec", self.ns.name]
+        prefix = [*self.wrapper, "ip", "netns", "exec", self.ns.name]
         if pin and self.cpu is not None:
             prefix += ["taskset", "-c", str(self.cpu)]
         return prefix + [str(a) for a in argv]

@@ -2,29 +2,44 @@
 
 Names: every namespace is ``vnb-<run id>-<node>`` so `vnetbench clean` can find
 what a killed run left, and touch nothing else. Addresses come from the
-benchmarking ranges only: 198.18.0.0/15 (RFC 2544) and 2001:2::/48 (RFC 5180).
+benchmarking ranges only: 198.18.0.0/15 (RFC 2544) and 2001:2::/48 (RFC 5180);
+the plan is in :mod:`vnetbench.lab.environments.base`.
 """
 
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from vnetbench.errors import LabError
+from vnetbench.errors import EnvironmentUnavailable, LabError
 from vnetbench.impair import tc
-from vnetbench.lab.nodes import Host, Link, Namespace
+from vnetbench.lab import environments
+from vnetbench.lab.environments import Variant
+from vnetbench.lab.environments.base import (UNDERLAY_V4_PREFIXLEN, UNDERLAY_V6_PREFIXLEN, Endpoint, LabContext,
+                                             underlay_addresses)
+from vnetbench.lab.nodes import Host, Namespace
 from vnetbench.lab.teardown import Registry
 
-IPV4_PREFIXLEN = 15
-IPV6_PREFIXLEN = 64
+IPV4_PREFIXLEN = UNDERLAY_V4_PREFIXLEN
+IPV6_PREFIXLEN = UNDERLAY_V6_PREFIXLEN
+host_addresses = underlay_addresses
+
+ENV_TAGS = {"bare": "b", "container": "c", "vm": "v", "overlay": "o"}
 
 
-def host_addresses(n: int) -> tuple[str, str]:
-    """The n-th host's addresses (n >= 1): 198.18.0.1, ..., 198.18.1.4, ...; 2001:2::1, ..."""
-    if not 1 <= n <= 65000:
-        raise LabError(f"host number {n} is outside the benchmarking range plan (1..65000)")
-    return f"198.18.{n // 250}.{n % 250 + 1}", f"2001:2::{n:x}"
+@dataclass
+class Group:
+    """One variant's endpoints: a receiver and its senders, all in the same environment."""
+
+    variant: Variant
+    tag: str  # name prefix of its hosts ("" when the lab has one variant)
+    env: Any  # the Environment that built them
+    receiver: str
+    senders: list[str]
+    offload: bool | None = None  # as last applied (None: as the kernel made it)
+    unavailable: EnvironmentUnavailable | None = None  # did not come up: its trials fail with this
 
 
 @dataclass
@@ -36,12 +51,23 @@ class Lab:
     hosts: dict[str, Host] = field(default_factory=dict)
     switch: Namespace | None = None
     ports: dict[str, Any] = field(default_factory=dict)  # host name -> switch-side Interface
+    uplinks: dict[str, Any] = field(default_factory=dict)  # host name -> endpoint-side end of the same link
+    groups: dict[Variant, Group] = field(default_factory=dict)
+    bringup_s: dict[Variant, float] = field(default_factory=dict)  # wall time to attach + join each variant
+    # (guests boot in parallel: a later variant's join may find them already up)
 
     def teardown(self) -> list[str]:
         return self.registry.teardown()
 
     def ns_name(self, node: str) -> str:
         return f"{self.run_prefix}-{node}"
+
+    def group(self, variant: Variant) -> Group:
+        try:
+            return self.groups[variant]
+        except KeyError:
+            built = ", ".join(str(v) for v in self.groups) or "none"
+            raise LabError(f"the lab has no endpoints for environment {variant} (built: {built})") from None
 
 
 def _cpu_plan(n_senders: int) -> tuple[int, list[int]]:
@@ -52,8 +78,25 @@ def _cpu_plan(n_senders: int) -> tuple[int, list[int]]:
     return receiver, [others[i % len(others)] for i in range(n_senders)]
 
 
+def variant_tags(variants: list[Variant]) -> dict[Variant, str]:
+    """Short, readable host-name prefixes: none for a single variant, else b, c, o1, o2, v1, ..."""
+    if len(variants) == 1:
+        return {variants[0]: ""}
+    counts: dict[str, int] = {}
+    for v in variants:
+        counts[v.env] = counts.get(v.env, 0) + 1
+    seen: dict[str, int] = {}
+    tags = {}
+    for v in variants:
+        base = ENV_TAGS.get(v.env, v.env[:1])
+        seen[v.env] = seen.get(v.env, 0) + 1
+        tags[v] = f"{base}{seen[v.env]}-" if counts[v.env] > 1 else f"{base}-"
+    return tags
+
+
 def build_dumbbell(run_prefix: str, senders: int, mtu: int = 1500, pin_cpus: bool = True,
-                   registry: Registry | None = None) -> Lab:
+                   registry: Registry | None = None,
+                   variants: list[tuple[Variant, int]] | None = None) -> Lab:
     """Senders behind a switch whose port toward the receiver is the bottleneck.
 
     ::
@@ -63,43 +106,71 @@ def build_dumbbell(run_prefix: str, senders: int, mtu: int = 1500, pin_cpus: boo
         ...  ├── [ switch: bridge br0 ] ──────────── r
         sN ──┘      (port "r" egress: tbf/htb = rate + buffer)
 
-    Hosts: ``r`` (receiver) and ``s1..sN``; each has ``eth0`` toward the switch.
+    Hosts: ``r`` (receiver) and ``s1..sN``; each attaches through its
+    environment (bare: ``eth0`` straight to the switch). With several
+    ``variants`` (environment, senders), each gets its own receiver and
+    senders on the same switch, named with a tag, so trials of any variant
+    run without rebuilding::
+
+        b-s1 ──┐                        ┌── b-r    bare
+        c-s1 ──┤                        ├── c-r    container: node ns (NAT) + container ns
+        o1-s1 ─┼── [ switch: br0 ] ─────┼── o1-r   overlay vxlan: node ns + container ns
+        o2-s1 ─┤                        ├── o2-r   overlay routed
+        v1-s1 ─┘                        └── v1-r   vm: node ns (tap, bridge) + QEMU guest
+
+    Each receiver's switch port is its variant's bottleneck.
     """
     registry = registry or Registry()
+    variants = variants or [(Variant(env="bare", mtu=mtu), senders)]
     lab = Lab(run_prefix, registry)
     try:
         lab.switch = Namespace.create(lab.ns_name("sw"), registry)
         sw = lab.switch
         sw.ipr.link("add", ifname="br0", kind="bridge")
         sw.link_up("br0")
-        br_index = sw.index("br0")
-        rx_cpu, tx_cpus = _cpu_plan(senders)
-        names = ["r"] + [f"s{i}" for i in range(1, senders + 1)]
-        cpus = [rx_cpu] + tx_cpus
-        for number, (name, cpu) in enumerate(zip(names, cpus), start=1):
-            ns = Namespace.create(lab.ns_name(name), registry)
-            link = Link.connect(sw, name, ns, "eth0", registry, mtu=mtu)
-            sw.ipr.link("set", index=link.a.index, master=br_index)
-            v4, v6 = host_addresses(number)
-            link.b.add_address(f"{v4}/{IPV4_PREFIXLEN}")
-            link.b.add_address(f"{v6}/{IPV6_PREFIXLEN}")
-            lab.hosts[name] = Host(name=name, ns=ns, registry=registry, ipv4=v4, ipv6=v6,
-                                   cpu=cpu if pin_cpus else None, iface=link.b)
-            lab.ports[name] = link.a
+        ctx = LabContext(run_prefix=run_prefix, registry=registry, switch=sw, bridge="br0")
+        tags = variant_tags([v for v, _ in variants])
+        number = 0
+        # Every variant's endpoints first, then each joins (and guests finish booting): guests of
+        # several variants boot at the same time instead of one after the other.
+        for variant, n_senders in variants:
+            t0 = time.perf_counter()
+            env = environments.create(variant, ctx)
+            rx_cpu, tx_cpus = _cpu_plan(n_senders)
+            tag = tags[variant]
+            names = [f"{tag}r"] + [f"{tag}s{i}" for i in range(1, n_senders + 1)]
+            if max(len(n) for n in names) > 15:
+                raise LabError(f"host name {max(names, key=len)!r} is longer than an interface name may be")
+            for name, cpu in zip(names, [rx_cpu] + tx_cpus):
+                number += 1
+                att = env.attach(Endpoint(name=name, number=number, cpu=cpu if pin_cpus else None,
+                                          mtu=variant.mtu))
+                lab.hosts[name] = att.host
+                lab.ports[name] = att.port
+                lab.uplinks[name] = att.uplink
+            lab.groups[variant] = Group(variant, tag, env, names[0], names[1:])
+            lab.bringup_s[variant] = time.perf_counter() - t0
+        for variant, group in lab.groups.items():
+            t0 = time.perf_counter()
+            try:
+                group.env.finish()
+            except EnvironmentUnavailable as e:
+                group.unavailable = e  # the other variants still run; teardown removes this one too
+            lab.bringup_s[variant] += time.perf_counter() - t0
     except BaseException:
         registry.teardown()
         raise
     return lab
 
 
-def shape_bottleneck(lab: Lab, shaping: tc.Shaping, direction: str) -> list[dict[str, Any]]:
+def shape_bottleneck(lab: Lab, shaping: tc.Shaping | None, direction: str, receiver: str = "r") -> list[dict[str, Any]]:
     """Put the bottleneck on the receiver's link, in the declared direction(s), and
-    return the qdiscs as the kernel reports them."""
-    port = lab.ports["r"]  # switch side: its egress carries traffic toward the receiver
-    host_end = lab.hosts["r"].iface  # receiver side: its egress carries traffic back
+    return the qdiscs as the kernel reports them. ``shaping=None``: no bottleneck."""
+    port = lab.ports[receiver]  # switch side: its egress carries traffic toward the receiver
+    host_end = lab.uplinks[receiver]  # receiver side: its egress carries traffic back
     applied = []
     for iface, wanted in ((port, direction in ("forward", "both")), (host_end, direction in ("reverse", "both"))):
-        if wanted:
+        if wanted and shaping is not None:
             tc.apply(iface, shaping)
         else:
             tc.clear(iface)

@@ -5,17 +5,21 @@ Order of business, so that bad input never leaves half a lab behind:
 1. everything that can be checked without building is checked (scenario
    validated and expanded, root, tools, congestion control);
 2. the run is stored with its fingerprint and configurations;
-3. the lab is built, trials run (each committed as it ends);
+3. the lab is built, trials run (each committed as it ends): ``repetitions``
+   per configuration, or with ``repeat.target_ci`` adaptively, in interleaved
+   rounds until each configuration's key metrics are precise enough or
+   ``max`` is reached; the reason a configuration stopped is stored with it;
 4. the lab is torn down in ``finally``, under a signal shield.
 """
 
 from __future__ import annotations
 
 import os
+import random
 import sys
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -23,13 +27,17 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from vnetbench.errors import EnvironmentProblem, ScenarioError
+from vnetbench.impair import links
 from vnetbench.lab.teardown import Interrupted, interruptible
 from vnetbench.runner import fingerprint
-from vnetbench.runner.bench import DumbbellBench
+from vnetbench.lab import environments
+from vnetbench.runner.bench import DumbbellBench, TrialOutcome, variant_of
 from vnetbench.scenario.load import LoadedScenario, load_text
+from vnetbench.scenario.model import RepeatSpec
 from vnetbench.scenario.plan import Configuration, TrialSlot, expand, order_trials
+from vnetbench.stats import adaptive_decision
 from vnetbench.store.db import Store, TrialRecord
-from vnetbench.workloads.base import IP, IPERF3, PING, SS, TASKSET, require
+from vnetbench.workloads.base import IP, IPERF3, PING, SS, TASKSET, Measurement, require
 
 RUN_PREFIX = "vnb"
 
@@ -69,6 +77,8 @@ def preflight(configs: list[Configuration]) -> None:
     check_root()
     require([IPERF3, PING, TASKSET, IP, SS])
     check_congestion_controls(configs)
+    environments.check(list(dict.fromkeys(variant_of(c) for c in configs)))  # before anything is built
+    links.preflight(configs)  # link backends: explicit ones can do what is asked here; vnb-link is built
 
 
 @dataclass
@@ -87,14 +97,9 @@ def execute(loaded: LoadedScenario, store: Store, *, resume_run_id: str | None =
     configs = expand(loaded)
     preflight(configs)
     rep = loaded.scenario.repeat
-    slots = order_trials(configs, rep.repetitions, rep.order, rep.seed, rep.warmup)
 
     if resume_run_id:
         run_id = resume_run_id
-        done = store.done_slots(run_id)
-        slots = [s for s in slots if not s.warmup and (s.config.key, s.repetition) not in done]
-        if rep.warmup and slots:
-            slots.insert(0, TrialSlot(config=slots[0].config, repetition=-1, position=-1, warmup=True))
         store.reopen_run(run_id)
     else:
         run_id = new_run_id()
@@ -104,39 +109,19 @@ def execute(loaded: LoadedScenario, store: Store, *, resume_run_id: str | None =
         store.add_configuration(run_id, c.key, c.labels, c.params(), c.expected)
 
     lab_spec = loaded.scenario.lab
-    bench = DumbbellBench(run_prefix(run_id), senders=max(c.active_senders for c in configs), mtu=lab_spec.mtu,
-                          pin_cpus=lab_spec.pin_cpus)
-    ok = failed = 0
-    failures: list[str] = []
+    bench = DumbbellBench.for_configs(run_prefix(run_id), configs, pin_cpus=lab_spec.pin_cpus)
+    bench.keep_dir = store.path.parent / "vnetbench-logs" / run_id  # next to the results it explains
+    tally = _Tally()
     status, reason = "completed", None
-    measured = [s for s in slots if not s.warmup]
     try:
         with interruptible():
             bench.setup()
             with _progress(console, progress) as bar:
-                task = bar.add_task("starting", total=len(measured))
-                for slot in slots:
-                    state = bench.prepare(slot.config)
-                    label = ("warm-up: " if slot.warmup else "") + slot.config.label_text
-                    bar.update(task, description=label)
-                    outcome = bench.run_trial(slot.config, f"p{slot.position}-r{slot.repetition}")
-                    if slot.warmup:
-                        continue  # not stored: it only brings caches, ARP and TCP metrics to a steady state
-                    store.set_lab_state(run_id, slot.config.key, {"qdiscs": state})
-                    store.record_trial(run_id, TrialRecord(
-                        config_key=slot.config.key, repetition=slot.repetition, position=slot.position,
-                        started=outcome.started, ended=outcome.ended, status=outcome.status, reason=outcome.reason,
-                        raw=outcome.raw, samples=outcome.measurement.samples, series=outcome.measurement.series))
-                    if outcome.status == "ok":
-                        ok += 1
-                    else:
-                        failed += 1
-                        failures.append(f"{slot.config.label_text} #{slot.repetition}: {outcome.status}: {outcome.reason}")
-                        console.print(f"[yellow]trial {slot.config.label_text} #{slot.repetition} {outcome.status}:[/] "
-                                      f"{outcome.reason}")
-                    if on_trial:
-                        on_trial(slot, outcome.status)
-                    bar.advance(task)
+                trial = _TrialRunner(bench, store, run_id, console, bar, tally, on_trial)
+                if rep.adaptive:
+                    _run_adaptive(configs, rep, store, run_id, trial, bar, resumed=bool(resume_run_id))
+                else:
+                    _run_fixed(configs, rep, store, run_id, trial, bar, resumed=bool(resume_run_id))
     except Interrupted as e:
         status, reason = "interrupted", f"stopped by {e.signame}; finish it with `vnetbench run --resume {run_id}`"
         raise
@@ -148,7 +133,157 @@ def execute(loaded: LoadedScenario, store: Store, *, resume_run_id: str | None =
         if errors:
             console.print("[red]teardown problems:[/] " + "; ".join(errors) + " (run `vnetbench clean`)")
         store.finish_run(run_id, status, reason)
-    return RunSummary(run_id, status, ok, failed, failures)
+    return RunSummary(run_id, status, tally.ok, tally.failed, tally.failures)
+
+
+@dataclass
+class _Tally:
+    ok: int = 0
+    failed: int = 0
+    failures: list[str] = field(default_factory=list)
+
+
+class _TrialRunner:
+    """Runs one slot on the bench and stores it: the part fixed and adaptive repetition share."""
+
+    def __init__(self, bench: DumbbellBench, store: Store, run_id: str, console: Console, bar, tally: _Tally,
+                 on_trial: Callable[[TrialSlot, str], None] | None):
+        self.bench, self.store, self.run_id, self.console = bench, store, run_id, console
+        self.bar, self.task, self.tally, self.on_trial = bar, None, tally, on_trial
+        self.done = 0  # trials stored by this process
+
+    def __call__(self, slot: TrialSlot, note: str = "") -> str | None:
+        label = ("warm-up: " if slot.warmup else note) + slot.config.label_text
+        self.bar.update(self.task, description=label)
+        unavailable = self.bench.unavailable(slot.config)
+        if unavailable is not None:
+            # Its environment never came up (a guest that did not boot): the trial fails, with the evidence.
+            if slot.warmup:
+                return None
+            now = time.time()
+            reason, raw = unavailable
+            outcome = TrialOutcome(status="failed", reason=reason, started=now, ended=now,
+                                   measurement=Measurement(), raw=raw)
+        else:
+            state = self.bench.prepare(slot.config)
+            outcome = self.bench.run_trial(slot.config, f"p{slot.position}-r{slot.repetition}")
+            if slot.warmup:
+                return None  # not stored: it only brings caches, ARP and TCP metrics to a steady state
+            self.store.set_lab_state(self.run_id, slot.config.key,
+                                     {"qdiscs": state, **self.bench.environment_state(slot.config),
+                                      **self.bench.link_state(slot.config)})
+        self.store.record_trial(self.run_id, TrialRecord(
+            config_key=slot.config.key, repetition=slot.repetition, position=slot.position,
+            started=outcome.started, ended=outcome.ended, status=outcome.status, reason=outcome.reason,
+            raw=outcome.raw, samples=outcome.measurement.samples, series=outcome.measurement.series))
+        if outcome.status == "ok":
+            self.tally.ok += 1
+        else:
+            self.tally.failed += 1
+            self.tally.failures.append(f"{slot.config.label_text} #{slot.repetition}: {outcome.status}: {outcome.reason}")
+            self.console.print(f"[yellow]trial {slot.config.label_text} #{slot.repetition} {outcome.status}:[/] "
+                               f"{outcome.reason}")
+        if self.on_trial:
+            self.on_trial(slot, outcome.status)
+        self.done += 1
+        self.bar.advance(self.task)
+        return outcome.status
+
+
+def _run_fixed(configs: list[Configuration], rep: RepeatSpec, store: Store, run_id: str, trial: _TrialRunner,
+               bar, *, resumed: bool) -> None:
+    """``repetitions`` trials per configuration, in the planned (seeded, interleaved) order."""
+    slots = order_trials(configs, rep.repetitions, rep.order, rep.seed, rep.warmup)
+    if resumed:
+        done = store.done_slots(run_id)
+        slots = [s for s in slots if not s.warmup and (s.config.key, s.repetition) not in done]
+        if rep.warmup and slots:
+            slots.insert(0, TrialSlot(config=slots[0].config, repetition=-1, position=-1, warmup=True))
+    trial.task = bar.add_task("starting", total=len([s for s in slots if not s.warmup]))
+    for slot in slots:
+        trial(slot)
+    for c in configs:
+        store.set_stop_reason(run_id, c.key, f"fixed: {rep.repetitions} repetitions")
+
+
+def _adaptive_decision(rep: RepeatSpec, per_metric: dict, attempts: int) -> tuple[bool, str]:
+    """Stop or go on for one configuration, from its stored successful trials and its trial count."""
+    keys = [m for m in rep.key_metrics if m in per_metric]
+    skipped = [m for m in rep.key_metrics if m not in per_metric]
+    if not keys:
+        why = f"no successful trial measured {', '.join(rep.key_metrics)}"
+        if attempts >= rep.n_max:
+            return True, f"max reached ({attempts} trials): {why}"
+        return False, why
+    stop, why = adaptive_decision({m: per_metric[m] for m in keys}, rep.target_ci, rep.n_min, rep.n_max)
+    if not stop and attempts >= rep.n_max:
+        # failed trials count against max, or a run with a failing tool would never end
+        ok = min(len(per_metric[m]) for m in keys)
+        stop, why = True, f"max reached ({attempts} trials, {ok} successful): {why}"
+    if skipped:
+        why += f" ({', '.join(skipped)} not measured in this configuration)"
+    return stop, why
+
+
+def _run_adaptive(configs: list[Configuration], rep: RepeatSpec, store: Store, run_id: str, trial: _TrialRunner,
+                  bar, *, resumed: bool) -> None:
+    """Rounds of every still-active configuration once, each round in a fresh seeded random order, until
+    each configuration's key metrics are precise enough (``target_ci``) or ``max`` is reached.
+
+    Everything needed to continue is in the store (trials per configuration, stop reasons), so a resumed
+    run picks up where it stopped: an unfinished round is completed first, then rounds go on.
+    """
+    attempts = {c.key: 0 for c in configs}
+    position = 0
+    stopped: set[str] = set()
+    if resumed:
+        for key, repetition in store.done_slots(run_id):
+            if key in attempts:
+                attempts[key] = max(attempts[key], repetition + 1)
+        position = max((t["position"] for t in store.trials(run_id)), default=-1) + 1
+        stopped = {c["key"] for c in store.configurations(run_id) if c["stop_reason"]}
+
+    active = [c for c in configs if c.key not in stopped]
+
+    def most_left() -> int:
+        return sum(rep.n_max - attempts[c.key] for c in active)
+
+    trial.task = bar.add_task("adaptive", total=most_left())
+
+    def decide(batch: list[Configuration]) -> None:
+        values = store.values(run_id)
+        for c in batch:
+            stop, why = _adaptive_decision(rep, values.get(c.key, {}), attempts[c.key])
+            if stop:
+                store.set_stop_reason(run_id, c.key, why)
+                active.remove(c)
+        # the bar's total stays "the most trials this run can still take", so it shrinks as configurations stop
+        bar.update(trial.task, total=trial.done + most_left())
+
+    decide([c for c in active if attempts[c.key] > 0])  # a resumed run: some may be done already
+    if rep.warmup and active:
+        first = _round(active, attempts, rep)[0]
+        trial(TrialSlot(config=first, repetition=-1, position=-1, warmup=True))
+    while active:
+        batch = _round(active, attempts, rep)
+        r = attempts[batch[0].key]
+        for c in batch:
+            trial(TrialSlot(config=c, repetition=attempts[c.key], position=position),
+                  note=f"adaptive {'round' if rep.order == 'interleaved' else 'trial'} {r + 1}: ")
+            attempts[c.key] += 1
+            position += 1
+        decide(batch)
+
+
+def _round(active: list[Configuration], attempts: dict[str, int], rep: RepeatSpec) -> list[Configuration]:
+    """The next configurations to run once each: interleaved, every active configuration that is one
+    round behind, in a random order seeded by (seed, round); sequential, the first active one."""
+    if rep.order == "sequential":
+        return [active[0]]
+    r = min(attempts[c.key] for c in active)
+    batch = [c for c in active if attempts[c.key] == r]
+    random.Random(f"{rep.seed}:round:{r}").shuffle(batch)
+    return batch
 
 
 class _NoProgress:

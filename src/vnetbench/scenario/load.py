@@ -15,10 +15,10 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from vnetbench.errors import ScenarioError
-from vnetbench.scenario.model import LabSpec, ProbeWorkload, RepeatSpec, Scenario, StreamWorkload
+from vnetbench.scenario.model import LabSpec, ProbeWorkload, RepeatSpec, Scenario, SsWorkload, StreamWorkload
 
 BUILTIN_PACKAGE = "vnetbench.scenario.builtin"
-_WORKLOAD_MODELS: dict[str, type[BaseModel]] = {"iperf3": StreamWorkload, "ping": ProbeWorkload}
+_WORKLOAD_MODELS: dict[str, type[BaseModel]] = {"iperf3": StreamWorkload, "ping": ProbeWorkload, "ss": SsWorkload}
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ from pydantic import ValidationError
 
 from vnetbench.errors import ScenarioError
 from vnetbench.scenario.load import LoadedScenario, format_validation_error
+from vnetbench.impair.model import lab_links
 from vnetbench.scenario.model import LabSpec, ProbeWorkload, Scenario, StreamWorkload
 from vnetbench import units
 
@@ -51,7 +52,7 @@ class Configuration:
         return {
             "topology": lab.topology,
             "bottleneck_bps": lab.bottleneck,
-            "buffer_bytes": lab.buffer.in_bytes(lab.bottleneck),
+            "buffer_bytes": lab.buffer.in_bytes(lab.bottleneck) if lab.bottleneck else None,
             "qdisc": lab.qdisc,
             "shape": lab.shape,
             "ip_version": lab.ip_version,
@@ -67,7 +68,22 @@ class Configuration:
             "length": stream.length,
             "parallel": stream.parallel,
             "reverse": stream.reverse,
+            "env": lab.env,
+            "offload": lab.offload,
+            **{k: getattr(lab, k) for k in LabSpec.ENV_OPTIONS if getattr(lab, k) is not None},
+            # link conditions as requested, beyond the bottleneck's rate and buffer above (the backend and
+            # the settings as applied are in lab_state); only when there are any, like the window
+            **({"links": links} if (links := _link_requests(lab)) else {}),
+            **({"window_bytes": stream.window} if stream.window else {}),
         }
+
+
+def _link_requests(lab: LabSpec) -> dict[str, Any]:
+    out = {}
+    for name, spec in lab_links(lab).items():
+        if spec.needs() - {"rate", "buffer"} or name != "bottleneck" or spec.backend != "auto":
+            out[name] = spec.request()
+    return out
 
 
 @dataclass(frozen=True)
@@ -151,21 +167,61 @@ def _axis_target(scenario: Scenario, axis: str) -> tuple[str, ...]:
     raise ValueError(f"matrix.{axis} is not a parameter that can be swept; sweepable: {', '.join(sweepable)}")
 
 
+def _axis_entries(scenario: Scenario, axis: str, values: list[Any]) -> list[dict[str, Any]]:
+    """The values of one matrix axis as parameter settings.
+
+    A plain value sets the parameter the axis is named after. An inline table
+    sets several parameters together, so variants that only make sense as a
+    whole (``{env="vm", nic="e1000"}``) need no cross product; its keys are
+    parameters, and every one of them becomes a label.
+    """
+    entries = []
+    for value in values:
+        if isinstance(value, dict):
+            if not value:
+                raise ValueError(f"matrix.{axis} has an empty table: give at least one parameter in it")
+            entries.append(dict(value))
+            continue
+        try:
+            _axis_target(scenario, axis)
+        except ValueError:
+            if any(isinstance(v, dict) for v in values):
+                raise ValueError(f"matrix.{axis} = {value!r}: {axis} is not a parameter, so each value of this "
+                                 f"axis must be an inline table of parameters, e.g. {{env = \"bare\"}}") from None
+            raise
+        entries.append({axis: value})
+    for entry in entries:
+        for key in entry:
+            try:
+                _axis_target(scenario, key)
+            except ValueError as e:
+                raise ValueError(str(e).replace(f"matrix.{key} is not", f"matrix.{axis}: key {key!r} in a table is "
+                                                                        "not", 1)) from None
+    return entries
+
+
 def expand(loaded: LoadedScenario) -> list[Configuration]:
     """Every combination of the matrix, in the order the axes are written."""
     scenario = loaded.scenario
     base = scenario.model_dump(mode="python", exclude={"matrix"})
     base["lab"]["buffer"] = scenario.lab.buffer.model_dump()
-    axes = list(scenario.matrix.items())
-    targets = {}
-    for axis, _ in axes:
-        try:
-            targets[axis] = _axis_target(scenario, axis)
-        except ValueError as e:
-            raise ScenarioError(f"{loaded.source}: {e}") from None
+    axes = []
+    owner: dict[str, str] = {}  # parameter -> the axis that sets it
+    try:
+        for axis, values in scenario.matrix.items():
+            entries = _axis_entries(scenario, axis, values)
+            for key in {k for e in entries for k in e}:
+                if key in owner and owner[key] != axis:
+                    raise ValueError(f"matrix.{axis} and matrix.{owner[key]} both set {key}: "
+                                     "set each parameter on one axis only")
+                owner[key] = axis
+            axes.append((axis, entries))
+        targets = {key: _axis_target(scenario, key) for key in owner}
+    except ValueError as e:
+        raise ScenarioError(f"{loaded.source}: {e}") from None
     configs = []
-    for values in itertools.product(*(vals for _, vals in axes)) if axes else [()]:
-        labels = {axis: value for (axis, _), value in zip(axes, values)}
+    for chosen in itertools.product(*(entries for _, entries in axes)) if axes else [()]:
+        labels = {key: value for entry in chosen for key, value in entry.items()}
         raw = json.loads(json.dumps(base, default=str))  # a deep copy that pydantic re-parses
         raw["lab"]["buffer"] = scenario.lab.buffer.model_dump()
         for axis, value in labels.items():
@@ -195,14 +251,16 @@ def _configuration(source: str, labels: dict[str, Any], scenario: Scenario) -> C
     expected: dict[str, float] = {}
     if offered is not None:
         total = offered * senders * stream.parallel
-        load = total / lab.bottleneck
         expected["throughput.offered_mbps"] = total / 1e6
-        expected["throughput.rx_mbps"] = min(total, lab.bottleneck) / 1e6
-        if stream.proto == "udp":
-            # Seed 001, equation 4.3: loss above saturation is 1 - 1/ratio.
-            expected["udp.loss_ratio"] = max(0.0, 1.0 - 1.0 / load)
-    # A full drop-tail buffer in front of the bottleneck delays every packet by buffer / rate.
-    expected["queue.full_delay_ms"] = lab.buffer.in_bytes(lab.bottleneck) * 8 / lab.bottleneck * 1e3
+        if lab.bottleneck is not None:
+            load = total / lab.bottleneck
+            expected["throughput.rx_mbps"] = min(total, lab.bottleneck) / 1e6
+            if stream.proto == "udp":
+                # Seed 001, equation 4.3: loss above saturation is 1 - 1/ratio.
+                expected["udp.loss_ratio"] = max(0.0, 1.0 - 1.0 / load)
+    if lab.bottleneck is not None:
+        # A full drop-tail buffer in front of the bottleneck delays every packet by buffer / rate.
+        expected["queue.full_delay_ms"] = lab.buffer.in_bytes(lab.bottleneck) * 8 / lab.bottleneck * 1e3
     return Configuration(
         key=config_key(labels), labels=labels, scenario=scenario,
         active_senders=senders, offered_bps=offered, expected=expected,

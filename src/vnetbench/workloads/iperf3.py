@@ -32,6 +32,7 @@ class ClientSpec:
     parallel: int = 1
     reverse: bool = False
     ip_version: int = 4
+    window: float | None = None  # socket buffer size (iperf3 --window): caps TCP at window / RTT
 
 
 def server_command(port: int) -> list[str]:
@@ -58,6 +59,8 @@ def client_command(spec: ClientSpec) -> list[str]:
         argv += ["--parallel", str(spec.parallel)]
     if spec.reverse:
         argv.append("--reverse")
+    if spec.window:
+        argv += ["--window", str(int(spec.window))]
     return argv
 
 
@@ -200,3 +203,12 @@ def measure(flows: dict[str, FlowResult], offered_bps: float | None, t_offset: f
             m.add_series(f"cwnd_bytes/{host}", "bytes", f.tx_t + t_offset, f.cwnd_bytes)
             m.add_series(f"srtt_ms/{host}", "ms", f.tx_t + t_offset, f.srtt_ms)
     return m
+
+
+def shift_series(m: Measurement, offsets: dict[str, float]) -> None:
+    """Move each sending host's series by its flow's start delay (staggered flows keep
+    their own iperf3 clock), onto the trial's clock."""
+    for s in m.series:
+        host = s.name.rsplit("/", 1)[-1]
+        if offsets.get(host):
+            s.t = s.t + offsets[host]
