@@ -189,7 +189,9 @@ def _series(store, trial_id, prefix):
 
 def test_static_congestion_short_run_shows_the_bdp_limit(tmp_path):
     db = tmp_path / "r.db"
-    proc = cli("run", "static-congestion", "--db", str(db), "--no-progress", "--set", "duration=3s",
+    report = tmp_path / "report.html"
+    proc = cli("run", "static-congestion", "--db", str(db), "--no-progress", "--report", str(report),
+               "--set", "duration=3s",
                "--set", "workload.stream.omit=1s", "--set", "repetitions=1", "--set", "repeat.warmup=false",
                "--set", "lengths=[16000]", "--set", "ip_versions=[4]", "--set", "protos=[tcp]", timeout=300)
     run_id = run_id_of(proc)
@@ -209,6 +211,10 @@ def test_static_congestion_short_run_shows_the_bdp_limit(tmp_path):
     # 30 ms: the window (400 kB socket buffers) caps TCP near window / RTT, far below a 500 Mbit/s bottleneck
     assert rx[("30ms", 2)] < 0.5 * 500 and rx[("30ms", 2)] < 0.6 * rx[("0.3ms", 2)]
     assert "delay" in proc.stdout and "bottleneck" in proc.stdout and "30ms" in proc.stdout
+    # The report plots throughput against the bottleneck ratio, one line per delay, with the theory.
+    html = report.read_text()
+    assert '<h2>Against ratio</h2>' in html and "throughput.rx_mbps against ratio" in html
+    assert all(f"delay={d}" in html or f'"{d}"' in html for d in ("0.3ms", "3ms", "30ms"))
     assert not leftovers(f"vnb-{run_id[:6]}-")
 
 
