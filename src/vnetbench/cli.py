@@ -65,7 +65,6 @@ def _doctor_fidelity() -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from vnetbench.report.terminal import show
     from vnetbench.runner import run as runner
     from vnetbench.scenario.load import load
 

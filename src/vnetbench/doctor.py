@@ -9,7 +9,6 @@ that, with what vnetbench does instead.
 from __future__ import annotations
 
 import os
-import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -50,25 +49,6 @@ class DoctorReport:
         self.checks.append(Check(name, ok, detail, fix))
 
 
-def probe_qdiscs() -> dict[str, str | None]:
-    """{qdisc: None if it works, else the kernel's error}. Needs root."""
-    name = f"vnb-doctor-{os.getpid()}"
-    result: dict[str, str | None] = {}
-    netns.create(name)
-    try:
-        subprocess.run(["ip", "-n", name, "link", "add", "d0", "type", "veth", "peer", "name", "d1"], check=True,
-                       capture_output=True)
-        for kind, args in QDISCS.items():
-            parent = ["clsact"] if kind == "clsact" else ["root"]
-            out = subprocess.run(["tc", "-n", name, "qdisc", "add", "dev", "d0", *parent, *args.split()],
-                                 capture_output=True, text=True)
-            result[kind] = None if out.returncode == 0 else (out.stderr.strip().splitlines() or ["failed"])[0]
-            subprocess.run(["tc", "-n", name, "qdisc", "del", "dev", "d0", *parent], capture_output=True)
-    finally:
-        netns.remove(name)
-    return result
-
-
 def link_emulator_check() -> tuple[str, bool, str, str]:
     """The userspace link emulator: what `backend = "auto"` uses for delay, loss... without netem."""
     from vnetbench.impair.backends import find_binary, missing_binary_message
@@ -106,7 +86,7 @@ def run_checks() -> DoctorReport:
         report.add(f"tool {tool.command}", tool.path() is not None, version or "missing",
                    f"apt-get install {tool.package}")
     if root:
-        qdiscs = probe_qdiscs()
+        qdiscs = netns.probe_qdiscs(QDISCS, purpose="doctor")
         for kind, err in qdiscs.items():
             fix = ""
             if kind == "netem" and err:

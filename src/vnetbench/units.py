@@ -87,6 +87,20 @@ def parse_duration(text: str | int | float) -> float:
     raise UnitError(f"{text!r} has an unknown duration unit {unit!r}; expected {DURATION_UNITS}")
 
 
+def parse_buffer(text: str | int | float) -> dict[str, float]:
+    """A queue limit: ``{"bytes": n}`` for a size ("500kB"), ``{"seconds": t}`` for a time at the link's
+    rate ("40ms")."""
+    try:
+        return {"bytes": parse_size(text)}
+    except UnitError:
+        pass
+    try:
+        return {"seconds": parse_duration(text)}
+    except UnitError:
+        raise UnitError(f"{text!r} is neither a size ({SIZE_UNITS}) nor a time at the link rate "
+                        f"({DURATION_UNITS})") from None
+
+
 def format_rate(bits_per_second: float) -> str:
     """Shortest exact-looking rendering, e.g. 100000000 -> '100Mbit'."""
     for factor, name in ((1e12, "Tbit"), (1e9, "Gbit"), (1e6, "Mbit"), (1e3, "kbit")):

@@ -26,7 +26,6 @@ from __future__ import annotations
 import functools
 import os
 import shutil
-import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable
@@ -114,20 +113,7 @@ def probe_kernel_qdiscs() -> dict[str, str | None]:
         return {k: "not probed: needs root" for k in PROBE_QDISCS}
     from vnetbench.lab import netns
 
-    name = f"{netns.PREFIX}probe-{os.getpid()}"
-    out: dict[str, str | None] = {}
-    netns.create(name)
-    try:
-        subprocess.run(["ip", "-n", name, "link", "add", "p0", "type", "veth", "peer", "name", "p1"], check=True,
-                       capture_output=True)
-        for kind, args in PROBE_QDISCS.items():
-            r = subprocess.run(["tc", "-n", name, "qdisc", "add", "dev", "p0", "root", *args.split()],
-                               capture_output=True, text=True)
-            out[kind] = None if r.returncode == 0 else ((r.stderr.strip().splitlines() or ["failed"])[0])
-            subprocess.run(["tc", "-n", name, "qdisc", "del", "dev", "p0", "root"], capture_output=True)
-    finally:
-        netns.remove(name)
-    return out
+    return netns.probe_qdiscs(PROBE_QDISCS)
 
 
 def capabilities() -> Capabilities:

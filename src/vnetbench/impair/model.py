@@ -106,15 +106,7 @@ class LinkBuffer(_Partial):
     def _parse(cls, v: Any) -> Any:
         if isinstance(v, (dict, LinkBuffer)):
             return v
-        try:
-            return {"bytes": units.parse_size(v)}
-        except units.UnitError:
-            pass
-        try:
-            return {"seconds": units.parse_duration(v)}
-        except units.UnitError:
-            raise ValueError(f"{v!r} is neither a size ({units.SIZE_UNITS}) nor a time at the link rate "
-                             f"({units.DURATION_UNITS})") from None
+        return units.parse_buffer(v)
 
     @model_validator(mode="after")
     def _one(self) -> "LinkBuffer":

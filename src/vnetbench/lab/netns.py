@@ -9,6 +9,7 @@ thread changes namespace, and always returns before the context ends.
 from __future__ import annotations
 
 import os
+import subprocess
 from contextlib import contextmanager
 from typing import Iterator
 
@@ -82,3 +83,28 @@ def pids(name: str) -> list[int]:
         if (st.st_dev, st.st_ino) == (target.st_dev, target.st_ino):
             out.append(int(entry))
     return out
+
+
+def probe_qdiscs(qdiscs: dict[str, str], purpose: str = "probe") -> dict[str, str | None]:
+    """Which qdiscs this kernel accepts: ``{kind: None if it does, else the kernel's first error line}``.
+
+    ``qdiscs`` maps a kind to the ``tc qdisc add`` arguments that try it (``clsact`` goes on its own
+    parent). The test is on a veth pair in a throw-away namespace (``vnb-<purpose>-<pid>``), so
+    nothing of the host is touched; detection by trying, as a module may load on demand.
+    """
+
+    name = f"{PREFIX}{purpose}-{os.getpid()}"
+    result: dict[str, str | None] = {}
+    create(name)
+    try:
+        subprocess.run(["ip", "-n", name, "link", "add", "d0", "type", "veth", "peer", "name", "d1"], check=True,
+                       capture_output=True)
+        for kind, args in qdiscs.items():
+            parent = ["clsact"] if kind == "clsact" else ["root"]
+            out = subprocess.run(["tc", "-n", name, "qdisc", "add", "dev", "d0", *parent, *args.split()],
+                                 capture_output=True, text=True)
+            result[kind] = None if out.returncode == 0 else (out.stderr.strip().splitlines() or ["failed"])[0]
+            subprocess.run(["tc", "-n", name, "qdisc", "del", "dev", "d0", *parent], capture_output=True)
+    finally:
+        remove(name)
+    return result

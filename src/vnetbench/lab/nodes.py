@@ -108,8 +108,30 @@ class Link:
         return link
 
 
+class RunsCommands:
+    """Starting and running processes on a host, given its ``command(argv, pin)`` (the argv that runs
+    ``argv`` there) and the ``registry`` that must kill what was started when the lab goes away."""
+
+    registry: Registry
+
+    def command(self, argv: Sequence[str], pin: bool = True) -> list[str]:
+        raise NotImplementedError
+
+    def popen(self, argv: Sequence[str], stdout: Path, stderr: Path, pin: bool = True) -> subprocess.Popen:
+        """Start a process in this host; its output goes to files (no pipe can fill and stall it)."""
+        with open(stdout, "wb") as out, open(stderr, "wb") as err, atomic():
+            proc = subprocess.Popen(self.command(argv, pin), stdout=out, stderr=err, stdin=subprocess.DEVNULL,
+                                    start_new_session=True)
+            self.registry.add_process(proc)
+        return proc
+
+    def run(self, argv: Sequence[str], timeout: float = 10.0, pin: bool = False) -> subprocess.CompletedProcess:
+        return subprocess.run(self.command(argv, pin), capture_output=True, text=True, timeout=timeout,
+                              stdin=subprocess.DEVNULL)
+
+
 @dataclass
-class Host:
+class Host(RunsCommands):
     """A namespace that runs workload processes.
 
     Environments (:mod:`vnetbench.lab.environments`) configure a host rather
@@ -150,15 +172,3 @@ class Host:
         if pin and self.cpu is not None:
             prefix += ["taskset", "-c", str(self.cpu)]
         return prefix + [str(a) for a in argv]
-
-    def popen(self, argv: Sequence[str], stdout: Path, stderr: Path, pin: bool = True) -> subprocess.Popen:
-        """Start a process in this host; its output goes to files (no pipe can fill and stall it)."""
-        with open(stdout, "wb") as out, open(stderr, "wb") as err, atomic():
-            proc = subprocess.Popen(self.command(argv, pin), stdout=out, stderr=err, stdin=subprocess.DEVNULL,
-                                    start_new_session=True)
-            self.registry.add_process(proc)
-        return proc
-
-    def run(self, argv: Sequence[str], timeout: float = 10.0, pin: bool = False) -> subprocess.CompletedProcess:
-        return subprocess.run(self.command(argv, pin), capture_output=True, text=True, timeout=timeout,
-                              stdin=subprocess.DEVNULL)

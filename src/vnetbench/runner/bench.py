@@ -27,7 +27,7 @@ from vnetbench.impair.links import LinkFailed, LinkManager, bottleneck_drops, li
 from vnetbench.lab.environments import Variant
 from vnetbench.lab.nodes import Host
 from vnetbench.lab.teardown import Registry
-from vnetbench.lab.topology import Group, Lab, build_dumbbell, shape_bottleneck
+from vnetbench.lab.topology import Group, Lab, build_dumbbell
 from vnetbench.scenario.plan import Configuration
 from vnetbench.workloads import iperf3, ping, tcpinfo
 from vnetbench.workloads.base import Measurement, ToolFailed

@@ -16,11 +16,9 @@ from __future__ import annotations
 
 import os
 import random
-import sys
 import time
 import uuid
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Callable
 
 from rich.console import Console

@@ -82,16 +82,7 @@ class Buffer(BaseModel):
     def _parse(cls, v: Any) -> Any:
         if isinstance(v, (dict, Buffer)):
             return v
-        try:
-            return {"bytes": units.parse_size(v)}
-        except units.UnitError:
-            pass
-        try:
-            return {"seconds": units.parse_duration(v)}
-        except units.UnitError:
-            raise ValueError(
-                f"{v!r} is neither a size ({units.SIZE_UNITS}) nor a time at the link rate ({units.DURATION_UNITS})"
-            ) from None
+        return units.parse_buffer(v)
 
     def in_bytes(self, rate_bps: float) -> float:
         return self.bytes if self.bytes is not None else self.seconds * rate_bps / 8.0

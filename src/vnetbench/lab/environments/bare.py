@@ -9,18 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from vnetbench.lab import offload
-from vnetbench.lab.environments.base import Attached, Endpoint, LabContext, attach_node, plain_host
+from vnetbench.lab.environments.base import Attached, Endpoint, NamespaceEnvironment, attach_node, plain_host
 
 
-class BareEnvironment:
+class BareEnvironment(NamespaceEnvironment):
     kind = "bare"
-
-    def __init__(self, ctx: LabContext, variant: Any):
-        self.ctx = ctx
-        self.variant = variant
-        self._offload: offload.OffloadControl | None = None
-        self.attached: list[Attached] = []
 
     def attach(self, endpoint: Endpoint) -> Attached:
         node = attach_node(self.ctx, endpoint.name, endpoint.number, endpoint.mtu)
@@ -29,14 +22,6 @@ class BareEnvironment:
         att = Attached(host=host, port=node.port, uplink=node.iface, offload_ifaces=[node.iface])
         self.attached.append(att)
         return att
-
-    def finish(self) -> None:
-        pass
-
-    def set_offload(self, on: bool) -> list[dict[str, Any]]:
-        if self._offload is None:
-            self._offload = offload.OffloadControl([i for a in self.attached for i in a.offload_ifaces])
-        return self._offload.set(on)
 
     def facts(self) -> dict[str, Any]:
         return {"env": "bare", "path": "host eth0 -> veth -> switch bridge"}

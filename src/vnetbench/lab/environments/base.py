@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from vnetbench.errors import LabError
+from vnetbench.lab import offload
 from vnetbench.lab.nodes import Host, Interface, Link, Namespace
 from vnetbench.lab.teardown import Registry
 
@@ -110,6 +111,27 @@ class Attached:
     port: Interface  # switch side: its egress carries traffic toward the endpoint
     uplink: Interface  # endpoint side of the same link: its egress carries the endpoint's traffic out
     offload_ifaces: list[Interface] = field(default_factory=list)  # host-side interfaces on the path
+
+
+class NamespaceEnvironment:
+    """What the environments built of namespaces share (bare, container, overlay): the endpoints they
+    attached, and offloads switched on the host-side interfaces of those endpoints' paths."""
+
+    kind = ""
+
+    def __init__(self, ctx: LabContext, variant: Any):
+        self.ctx = ctx
+        self.variant = variant
+        self.attached: list[Attached] = []
+        self._offload: offload.OffloadControl | None = None
+
+    def finish(self) -> None:
+        """Called once every endpoint is attached; environments that join their nodes override it."""
+
+    def set_offload(self, on: bool) -> list[dict[str, Any]]:
+        if self._offload is None:
+            self._offload = offload.OffloadControl([i for a in self.attached for i in a.offload_ifaces])
+        return self._offload.set(on)
 
 
 def attach_node(ctx: LabContext, name: str, number: int, mtu: int) -> Node:

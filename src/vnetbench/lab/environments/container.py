@@ -25,9 +25,9 @@ import subprocess
 from typing import Any
 
 from vnetbench.errors import LabError
-from vnetbench.lab import cgroups, offload
+from vnetbench.lab import cgroups
 from vnetbench.lab.environments.base import (SUBNET_V4_PREFIXLEN, SUBNET_V6_PREFIXLEN, Attached, Endpoint,
-                                             LabContext, add_default_routes, attach_node, enable_forwarding,
+                                             LabContext, NamespaceEnvironment, add_default_routes, attach_node, enable_forwarding,
                                              new_namespace, plain_host)
 from vnetbench.lab.nodes import Interface, Link, Namespace
 
@@ -72,17 +72,14 @@ def apply_ruleset(ns: Namespace, ruleset: str) -> None:
         raise LabError(f"nftables ruleset refused in {ns.name}: {out.stderr.strip()[-400:]}")
 
 
-class ContainerEnvironment:
+class ContainerEnvironment(NamespaceEnvironment):
     kind = "container"
 
     def __init__(self, ctx: LabContext, variant: Any):
-        self.ctx = ctx
-        self.variant = variant
-        self._offload: offload.OffloadControl | None = None
+        super().__init__(ctx, variant)
         self.limits = cgroups.Limits(
             cpu_quota=variant.cpu_quota, cpuset=variant.cpuset,
             memory_bytes=int(variant.memory_limit) if variant.memory_limit else None)
-        self.attached: list[Attached] = []
 
     def attach(self, endpoint: Endpoint) -> Attached:
         ctx, reg = self.ctx, self.ctx.registry
@@ -131,14 +128,6 @@ class ContainerEnvironment:
                        offload_ifaces=[link.b, link.a, bridge, node.iface])
         self.attached.append(att)
         return att
-
-    def finish(self) -> None:
-        pass
-
-    def set_offload(self, on: bool) -> list[dict[str, Any]]:
-        if self._offload is None:
-            self._offload = offload.OffloadControl([i for a in self.attached for i in a.offload_ifaces])
-        return self._offload.set(on)
 
     def facts(self) -> dict[str, Any]:
         limits = {k: v for k, v in (("cpu_quota", self.limits.cpu_quota), ("cpuset", self.limits.cpuset),

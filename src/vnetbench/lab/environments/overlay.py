@@ -24,10 +24,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from vnetbench.lab import offload
 from vnetbench.lab.environments.base import (SUBNET_V4_PREFIXLEN, SUBNET_V6_PREFIXLEN, Attached, Endpoint,
-                                             LabContext, Node, Subnet, add_default_routes, add_route, attach_node,
-                                             enable_forwarding, new_namespace, plain_host)
+                                             LabContext, NamespaceEnvironment, Node, Subnet, add_default_routes,
+                                             add_route, attach_node, enable_forwarding, new_namespace, plain_host)
 from vnetbench.lab.nodes import Interface, Link
 
 VXLAN_PORT = 4789  # IANA
@@ -37,13 +36,11 @@ VXLAN_DEV = "vxlan0"
 VNI_BASE = 4096
 
 
-class OverlayEnvironment:
+class OverlayEnvironment(NamespaceEnvironment):
     kind = "overlay"
 
     def __init__(self, ctx: LabContext, variant: Any):
-        self.ctx = ctx
-        self.variant = variant
-        self._offload: offload.OffloadControl | None = None
+        super().__init__(ctx, variant)
         self.mode = variant.overlay or "vxlan"
         self.nodes: list[tuple[Node, Subnet | None, Attached]] = []
         self.segment: Subnet | None = None  # vxlan: the one overlay subnet of this variant
@@ -100,6 +97,7 @@ class OverlayEnvironment:
         att = Attached(host=host, port=node.port, uplink=node.iface,
                        offload_ifaces=[link.b, link.a, *extra_ifaces, node.iface])
         self.nodes.append((node, block, att))
+        self.attached.append(att)
         return att
 
     def finish(self) -> None:
@@ -116,11 +114,6 @@ class OverlayEnvironment:
                     add_route(node.ns, block.cidr4, peer.ipv4)
                     add_route(node.ns, block.cidr6, peer.ipv6)
                 att.host.env_facts["routes"] = {b.cidr4: p.ipv4 for p, b in peers}
-
-    def set_offload(self, on: bool) -> list[dict[str, Any]]:
-        if self._offload is None:
-            self._offload = offload.OffloadControl([i for _, _, a in self.nodes for i in a.offload_ifaces])
-        return self._offload.set(on)
 
     def vxlan_counters(self) -> dict[str, dict[str, int]]:
         """{host name: {tx_packets, rx_packets, tx_bytes, rx_bytes}} of each node's VXLAN device."""

@@ -30,7 +30,6 @@ from __future__ import annotations
 import ipaddress
 import os
 import shutil
-import subprocess
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -41,8 +40,8 @@ from vnetbench.errors import EnvironmentUnavailable, LabError
 from vnetbench.lab import netns, offload
 from vnetbench.lab.guest import initramfs, qemu
 from vnetbench.lab.guest.qemu import Guest, GuestBootError, GuestConfig
-from vnetbench.lab.nodes import Interface, Link, Namespace
-from vnetbench.lab.teardown import Registry, atomic
+from vnetbench.lab.nodes import Interface, Link, Namespace, RunsCommands
+from vnetbench.lab.teardown import Registry
 
 BRIDGE = "br0"
 TAP = "tap0"
@@ -101,7 +100,7 @@ class VmOptions:
 
 
 @dataclass
-class VmHost:
+class VmHost(RunsCommands):
     """A guest as the lab sees a host: :class:`vnetbench.lab.nodes.Host`'s interface, run over SSH."""
 
     name: str
@@ -131,18 +130,6 @@ class VmHost:
     def command(self, argv: Sequence[str], pin: bool = True) -> list[str]:
         vcpus = self.guest.config.vcpus
         return self.guest.command(argv, cpus=str(vcpus - 1) if pin and vcpus > 1 else None)
-
-    def popen(self, argv: Sequence[str], stdout: Path, stderr: Path, pin: bool = True) -> subprocess.Popen:
-        """Start a process in the guest; its output goes to local files, like Host.popen."""
-        with open(stdout, "wb") as out, open(stderr, "wb") as err, atomic():
-            proc = subprocess.Popen(self.command(argv, pin), stdout=out, stderr=err, stdin=subprocess.DEVNULL,
-                                    start_new_session=True)
-            self.registry.add_process(proc)
-        return proc
-
-    def run(self, argv: Sequence[str], timeout: float = 10.0, pin: bool = False) -> subprocess.CompletedProcess:
-        return subprocess.run(self.command(argv, pin), capture_output=True, text=True, timeout=timeout,
-                              stdin=subprocess.DEVNULL)
 
     def facts(self) -> dict[str, Any]:
         return {**self.env_facts, **self.guest.facts()}
