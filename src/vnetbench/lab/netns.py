@@ -8,12 +8,15 @@ thread changes namespace, and always returns before the context ends.
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Any, Iterator
 
 from pyroute2 import IPRoute, netns as pr_netns
+
+from vnetbench.lab.teardown import atomic
 
 NETNS_DIR = "/var/run/netns"
 PREFIX = "vnb-"
@@ -53,12 +56,37 @@ def create(name: str) -> None:
         os.close(home)
 
 
-def open_iproute(name: str | None) -> IPRoute:
+class Netlink:
+    """An IPRoute whose every call runs with signals held off (:func:`vnetbench.lab.teardown.atomic`).
+
+    pyroute2 (0.9) runs an asyncio loop inside each call; a Ctrl-C or SIGTERM raised into it by the
+    run's handler left the loop waiting in select() forever, with the lab still standing. Calls are
+    short (one netlink exchange), so deferring a signal until they return costs nothing.
+    """
+
+    def __init__(self, ipr: IPRoute):
+        self._ipr = ipr
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._ipr, name)
+        if not callable(attr):
+            return attr
+
+        @functools.wraps(attr)
+        def shielded(*args: Any, **kwargs: Any) -> Any:
+            with atomic():
+                return attr(*args, **kwargs)
+
+        return shielded
+
+
+def open_iproute(name: str | None) -> Netlink:
     """A netlink socket bound to namespace `name` (None: the current one)."""
-    if name is None:
-        return IPRoute()
-    with inside(name):
-        return IPRoute()
+    with atomic():
+        if name is None:
+            return Netlink(IPRoute())
+        with inside(name):
+            return Netlink(IPRoute())
 
 
 def remove(name: str) -> None:
@@ -92,9 +120,14 @@ def probe_qdiscs(qdiscs: dict[str, str], purpose: str = "probe") -> dict[str, st
     parent). The test is on a veth pair in a throw-away namespace (``vnb-<purpose>-<pid>``), so
     nothing of the host is touched; detection by trying, as a module may load on demand.
     """
-
     name = f"{PREFIX}{purpose}-{os.getpid()}"
     result: dict[str, str | None] = {}
+    with atomic():  # nothing registers this namespace: a signal must wait until it is gone again
+        _probe(name, qdiscs, result)
+    return result
+
+
+def _probe(name: str, qdiscs: dict[str, str], result: dict[str, str | None]) -> None:
     create(name)
     try:
         subprocess.run(["ip", "-n", name, "link", "add", "d0", "type", "veth", "peer", "name", "d1"], check=True,
@@ -107,4 +140,3 @@ def probe_qdiscs(qdiscs: dict[str, str], purpose: str = "probe") -> dict[str, st
             subprocess.run(["tc", "-n", name, "qdisc", "del", "dev", "d0", *parent], capture_output=True)
     finally:
         remove(name)
-    return result

@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from pyroute2 import IPRoute
 
 from vnetbench.errors import LabError
 from vnetbench.lab import netns
@@ -27,7 +26,7 @@ class Namespace:
     """A named network namespace with one netlink socket bound to it."""
 
     name: str
-    ipr: IPRoute
+    ipr: netns.Netlink
 
     @classmethod
     def create(cls, name: str, registry: Registry) -> "Namespace":

@@ -4,7 +4,10 @@ undone in reverse order, on success, on error and on SIGINT/SIGTERM.
 Signals: the first Ctrl-C (or SIGTERM) raises :class:`Interrupted` in the main
 thread so the run unwinds through its ``finally`` blocks. While teardown runs,
 further signals only print that cleaning is in progress: a second Ctrl-C must
-not leave half a lab behind.
+not leave half a lab behind. Inside :func:`atomic` the exception waits until the
+block ends: a thing that exists is registered before the run unwinds, and no
+library is left half-way through a call (pyroute2 runs an asyncio loop for each
+netlink request; an exception raised into that loop leaves it waiting forever).
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -27,12 +31,23 @@ class Interrupted(BaseException):
         self.signame = signame
 
 
+# Main-thread state of atomic(): how deep, and the signals that arrived inside (Python runs signal
+# handlers in the main thread only, so this is the only thread they can interrupt).
+_atomic_depth = 0
+_deferred: list[str] = []
+
+
 @contextmanager
 def interruptible() -> Iterator[None]:
-    """Turn SIGINT/SIGTERM into Interrupted for the duration of the body."""
+    """Turn SIGINT/SIGTERM into Interrupted for the duration of the body (at the end of an atomic block
+    when one is open)."""
 
     def handler(signum: int, _frame: object) -> None:
-        raise Interrupted(signal.Signals(signum).name)
+        name = signal.Signals(signum).name
+        if _atomic_depth:
+            _deferred.append(name)
+            return
+        raise Interrupted(name)
 
     old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
@@ -61,15 +76,30 @@ def shielded() -> Iterator[list[str]]:
 
 @contextmanager
 def atomic() -> Iterator[None]:
-    """Hold signals off across create-and-register, so an interruption can never
-    fall between a thing existing and teardown knowing about it (or leave this
-    thread inside another namespace). Pending signals arrive at the end."""
-    blocked = {signal.SIGINT, signal.SIGTERM}
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, blocked)
+    """Hold SIGINT/SIGTERM off for the body: across create-and-register, so an interruption can never
+    fall between a thing existing and teardown knowing about it (or leave this thread inside another
+    namespace), and around calls into libraries that must not be interrupted half-way.
+
+    Two layers: the signals are blocked in this thread (so their default action, before any handler is
+    installed, cannot kill the process half-way either), and in the main thread an :class:`Interrupted`
+    from :func:`interruptible` is deferred to the end of the outermost block, which covers a signal the
+    kernel delivered to another thread.
+    """
+    global _atomic_depth
+    main = threading.current_thread() is threading.main_thread()
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    if main:
+        _atomic_depth += 1
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)  # a blocked signal's handler runs here, deferred
+        if main:
+            _atomic_depth -= 1
+            if _atomic_depth == 0 and _deferred:
+                name = _deferred[0]
+                _deferred.clear()
+                raise Interrupted(name)
 
 
 @dataclass
