@@ -200,7 +200,9 @@ def test_ipv6_and_htb_saturate_like_ipv4_tbf(tmp_path, variant, no_leftovers):
     store = Store(tmp_path / "r.db")
     run_id = run_id_of(proc)
     values = next(iter(store.values(run_id).values()))
-    assert values["udp.loss_ratio"][0] == pytest.approx(0.5, abs=0.05)
+    # One 2 s trial at ratio 2: at least 1 - 1/2 is lost; the 1450 B/1 ms ping probe (11.9 Mbit/s) and the
+    # headers iperf3's rate leaves out add up to ~0.04 more, and a single short trial wanders by ~0.03.
+    assert 0.47 <= values["udp.loss_ratio"][0] <= 0.6
     assert values["throughput.rx_mbps"][0] <= 105
     assert values["rtt.p50_ms"][0] == pytest.approx(40, rel=0.15)
     qdiscs = store.configurations(run_id)[0]["lab_state"]["qdiscs"]
