@@ -143,6 +143,19 @@ def test_sections_and_what_ran(one_run):
     assert "bottleneck 100 Mbit/s" in page
 
 
+def test_guests_under_software_emulation_are_called_out(store):
+    run = make_run(store, "vmrun000aaaa", matrix={"env": ["bare", "vm"], "proto": ["tcp"]}, repetitions=3)
+    assert "ran under TCG" not in render_report(store, [run])
+    for c in store.configurations(run):
+        host = {"accelerator": "tcg", "accelerator_reason": "KVM probe failed: failed to set MSR 0x10a"} \
+            if c["labels"]["env"] == "vm" else {"netns": "vnb-x-r"}
+        store.set_lab_state(run, c["key"], {**(c["lab_state"] or {}), "environment": {"hosts": {"r": host}}})
+    text = " ".join(parse(render_report(store, [run])).text)
+    assert "Guests of vm ran under TCG (software emulation), not KVM (KVM probe failed: failed to set MSR 0x10a)" \
+        in text
+    assert "Guests of bare" not in text
+
+
 # ------------------------------------------------------------------ escaping
 
 

@@ -45,6 +45,7 @@ from vnetbench.report import html_compare as compare
 from vnetbench.report import html_model as model_mod
 from vnetbench.report import html_topology as topology
 from vnetbench.report.html_model import Entry, ReportModel, fmt_num, fmt_value
+from vnetbench.report.relative import software_guest_note
 
 __all__ = ["write_report", "render_report"]
 
@@ -242,6 +243,10 @@ def _what_ran(m: ReportModel) -> str:
         out.append("<h3>Matrix</h3>")
         out.append(_table(["Label", "Values"], [[a.name + (f" ({a.unit})" if a.unit else ""), ", ".join(a.values)]
                                                  for a in axes]))
+    for r in m.runs:
+        note = software_guest_note(r.configurations)
+        if note:
+            out.append(f'<p class="note warn">{e(note)}</p>')
     out.append(_fingerprint(m))
     out.append(_lab_state(m))
     out.append(_trials(m))

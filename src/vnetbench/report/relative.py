@@ -126,8 +126,35 @@ def relative_table(store: Store, run_id: str, metrics: list[str] | None = None) 
     return table
 
 
+def software_guests(configs: list[dict[str, Any]]) -> dict[str, str]:
+    """Configurations whose guests ran under TCG (software emulation), by environment, with why:
+    their numbers measure QEMU's CPU emulator more than the virtual NIC, and readers must know."""
+    out: dict[str, str] = {}
+    for c in configs:
+        hosts = ((c.get("lab_state") or {}).get("environment") or {}).get("hosts") or {}
+        for facts in hosts.values():
+            if isinstance(facts, dict) and facts.get("accelerator") == "tcg":
+                out.setdefault(_environment(c["labels"]), facts.get("accelerator_reason") or "")
+    return out
+
+
+def software_guest_note(configs: list[dict[str, Any]]) -> str | None:
+    tcg = software_guests(configs)
+    if not tcg:
+        return None
+    reasons = sorted({r for r in tcg.values() if r})
+    return (f"Guests of {', '.join(sorted(tcg))} ran under TCG (software emulation), not KVM"
+            + (f" ({'; '.join(reasons)})" if reasons else "")
+            + ": their throughput and latency measure QEMU's CPU emulation, not what the NIC model costs "
+              "under KVM.")
+
+
 def show_relative(store: Store, run_id: str, console: Console) -> None:
-    """Print the relative table when the run compared environments (nothing otherwise)."""
+    """Print the relative table when the run compared environments (nothing otherwise), and say when
+    guests ran in software."""
     table = relative_table(store, run_id)
     if table is not None:
         console.print(table)
+    note = software_guest_note(store.configurations(run_id))
+    if note:
+        console.print(f"[yellow]{note}[/]")
