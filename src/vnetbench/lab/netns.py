@@ -123,20 +123,16 @@ def probe_qdiscs(qdiscs: dict[str, str], purpose: str = "probe") -> dict[str, st
     name = f"{PREFIX}{purpose}-{os.getpid()}"
     result: dict[str, str | None] = {}
     with atomic():  # nothing registers this namespace: a signal must wait until it is gone again
-        _probe(name, qdiscs, result)
+        create(name)
+        try:
+            subprocess.run(["ip", "-n", name, "link", "add", "d0", "type", "veth", "peer", "name", "d1"],
+                           check=True, capture_output=True)
+            for kind, args in qdiscs.items():
+                parent = ["clsact"] if kind == "clsact" else ["root"]
+                out = subprocess.run(["tc", "-n", name, "qdisc", "add", "dev", "d0", *parent, *args.split()],
+                                     capture_output=True, text=True)
+                result[kind] = None if out.returncode == 0 else (out.stderr.strip().splitlines() or ["failed"])[0]
+                subprocess.run(["tc", "-n", name, "qdisc", "del", "dev", "d0", *parent], capture_output=True)
+        finally:
+            remove(name)
     return result
-
-
-def _probe(name: str, qdiscs: dict[str, str], result: dict[str, str | None]) -> None:
-    create(name)
-    try:
-        subprocess.run(["ip", "-n", name, "link", "add", "d0", "type", "veth", "peer", "name", "d1"], check=True,
-                       capture_output=True)
-        for kind, args in qdiscs.items():
-            parent = ["clsact"] if kind == "clsact" else ["root"]
-            out = subprocess.run(["tc", "-n", name, "qdisc", "add", "dev", "d0", *parent, *args.split()],
-                                 capture_output=True, text=True)
-            result[kind] = None if out.returncode == 0 else (out.stderr.strip().splitlines() or ["failed"])[0]
-            subprocess.run(["tc", "-n", name, "qdisc", "del", "dev", "d0", *parent], capture_output=True)
-    finally:
-        remove(name)

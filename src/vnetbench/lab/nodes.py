@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-
 from vnetbench.errors import LabError
 from vnetbench.lab import netns
 from vnetbench.lab.teardown import Registry, atomic

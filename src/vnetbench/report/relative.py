@@ -101,8 +101,9 @@ def _cell(kind: str, pair: tuple[float, float] | None) -> str:
     return f"{mine / bare:.2f}x\n[dim]{_num(mine)}[/]"
 
 
-def relative_table(store: Store, run_id: str, metrics: list[str] | None = None) -> Table | None:
-    configs = store.configurations(run_id)
+def relative_table(store: Store, run_id: str, metrics: list[str] | None = None,
+                   configs: list[dict[str, Any]] | None = None) -> Table | None:
+    configs = store.configurations(run_id) if configs is None else configs
     values = store.values(run_id)
     present = {m for per in values.values() for m in per}
     metrics = [m for m in (metrics or list(RELATIVE)) if m in present]
@@ -152,9 +153,10 @@ def software_guest_note(configs: list[dict[str, Any]]) -> str | None:
 def show_relative(store: Store, run_id: str, console: Console) -> None:
     """Print the relative table when the run compared environments (nothing otherwise), and say when
     guests ran in software."""
-    table = relative_table(store, run_id)
+    configs = store.configurations(run_id)
+    table = relative_table(store, run_id, configs=configs)
     if table is not None:
         console.print(table)
-    note = software_guest_note(store.configurations(run_id))
+    note = software_guest_note(configs)
     if note:
         console.print(f"[yellow]{note}[/]")

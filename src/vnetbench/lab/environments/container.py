@@ -27,8 +27,8 @@ from typing import Any
 from vnetbench.errors import LabError
 from vnetbench.lab import cgroups
 from vnetbench.lab.environments.base import (SUBNET_V4_PREFIXLEN, SUBNET_V6_PREFIXLEN, Attached, Endpoint,
-                                             LabContext, NamespaceEnvironment, add_default_routes, attach_node, enable_forwarding,
-                                             new_namespace, plain_host)
+                                             LabContext, NamespaceEnvironment, add_default_routes, attach_node,
+                                             enable_forwarding, new_namespace, plain_host)
 from vnetbench.lab.nodes import Interface, Link, Namespace
 
 BRIDGE = "docker0"
