@@ -1,0 +1,60 @@
+"""Signals and atomic(): an interruption never lands inside a block, and is never lost."""
+
+import os
+import signal
+import threading
+
+import pytest
+
+from vnetbench.lab.teardown import Interrupted, atomic, interruptible
+
+
+def test_signal_inside_atomic_is_raised_when_the_outermost_block_ends():
+    reached = []
+    with pytest.raises(Interrupted) as caught, interruptible():
+        with atomic():
+            with atomic():
+                os.kill(os.getpid(), signal.SIGTERM)
+                reached.append("inner body finished")
+            reached.append("outer body finished")  # the inner block's end must not raise yet
+        reached.append("after the block")  # never: Interrupted comes at the outermost end
+    assert reached == ["inner body finished", "outer body finished"]
+    assert caught.value.signame == "SIGTERM"
+
+
+def test_signal_delivered_to_another_thread_still_waits_for_the_main_threads_block():
+    # The kernel may hand a process-directed signal to any thread that does not block it; Python then
+    # runs the handler in the main thread at once. The deferral must hold there too.
+    ready, go = threading.Event(), threading.Event()
+
+    def other():
+        ready.set()
+        go.wait(5)
+        signal.pthread_kill(threading.get_ident(), signal.SIGINT)  # to this thread, which does not block it
+
+    t = threading.Thread(target=other)
+    t.start()
+    steps = []
+    with pytest.raises(Interrupted) as caught, interruptible():
+        with atomic():
+            ready.wait(5)
+            go.set()
+            t.join(5)
+            for _ in range(1000):  # give the handler every chance to run inside the block
+                steps.append(1)
+            steps.append("done")
+    assert steps[-1] == "done" and caught.value.signame == "SIGINT"
+
+
+def test_without_a_signal_atomic_raises_nothing_and_leaves_no_state():
+    with interruptible():
+        with atomic():
+            pass
+        with atomic():
+            pass
+    # A later signal outside any block is raised immediately.
+    with pytest.raises(Interrupted), interruptible():
+        os.kill(os.getpid(), signal.SIGINT)
+        signal.pthread_sigmask(signal.SIG_SETMASK, set())  # delivery point
+        for _ in range(1000):
+            pass
