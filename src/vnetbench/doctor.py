@@ -29,7 +29,7 @@ QDISCS = {
     "fq_codel": "fq_codel",
     "codel": "codel",
     "pfifo": "pfifo limit 100",
-    "clsact": "clsact",
+    "clsact": "",  # its own parent: `tc qdisc add dev X clsact`
 }
 
 

@@ -207,3 +207,15 @@ def test_ipv6_and_htb_saturate_like_ipv4_tbf(tmp_path, variant, no_leftovers):
     assert values["rtt.p50_ms"][0] == pytest.approx(40, rel=0.15)
     qdiscs = store.configurations(run_id)[0]["lab_state"]["qdiscs"]
     assert {q["kind"] for q in qdiscs} == ({"htb", "bfifo"} if "htb" in variant[0] else {"tbf"})
+
+
+def test_qdisc_probe_reports_what_the_kernel_accepts_and_leaves_nothing(no_leftovers):
+    from vnetbench import doctor
+
+    found = netns.probe_qdiscs(doctor.QDISCS, purpose="doctor")
+    assert set(found) == set(doctor.QDISCS)
+    # In every kernel vnetbench supports (and the reason the lab works at all): no error for these.
+    assert {k: found[k] for k in ("tbf", "htb", "pfifo", "clsact")} == dict.fromkeys(("tbf", "htb", "pfifo", "clsact"))
+    # Whatever the kernel refuses comes with its own words, not a blank.
+    assert all(err is None or err.strip() for err in found.values())
+    assert not [n for n in netns.list_names() if n.startswith(f"{netns.PREFIX}doctor-")]
