@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import ROOT, cli, run_id_of
+from helpers import BUSY_LINK_FILL, ROOT, cli, run_id_of
 from vnetbench.lab import netns
 from vnetbench.lab.clean import leftovers
 from vnetbench.runner.bench import DumbbellBench
@@ -200,9 +200,10 @@ def test_ipv6_and_htb_saturate_like_ipv4_tbf(tmp_path, variant, no_leftovers):
     store = Store(tmp_path / "r.db")
     run_id = run_id_of(proc)
     values = next(iter(store.values(run_id).values()))
-    # One 2 s trial at ratio 2: at least 1 - 1/2 is lost; the 1450 B/1 ms ping probe (11.9 Mbit/s) and the
-    # headers iperf3's rate leaves out add up to ~0.04 more, and a single short trial wanders by ~0.03.
-    assert 0.47 <= values["udp.loss_ratio"][0] <= 0.6
+    # One 2 s trial at ratio 2: at least 1 - 1/2 is lost (less 0.03 for packets counted at the trial's edges);
+    # the 1450 B/1 ms ping probe and the headers iperf3's rate leaves out take up to 6% of the link, and a
+    # busy machine delivers as little as BUSY_LINK_FILL of it.
+    assert 0.47 <= values["udp.loss_ratio"][0] <= 1 - BUSY_LINK_FILL * 0.94 / 2
     assert values["throughput.rx_mbps"][0] <= 105
     assert values["rtt.p50_ms"][0] == pytest.approx(40, rel=0.15)
     qdiscs = store.configurations(run_id)[0]["lab_state"]["qdiscs"]
