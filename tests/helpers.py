@@ -16,6 +16,14 @@ ROOT = Path(__file__).resolve().parent.parent
 BUSY_LINK_FILL = 0.8
 
 
+def saturated_udp_loss_bounds(ratio: float) -> tuple[float, float]:
+    """The UDP loss ratio a trial offering `ratio` times a kernel bottleneck must show, beside the 1450 B /
+    1 ms ping probe: at least 1 - 1/ratio (the link carries no more than its rate), less 0.03 for packets
+    counted at the edges of a short trial; at most what is left when headers (42 B per 1448 B datagram)
+    and the probe's share take up to 6% of the link and a busy machine delivers only BUSY_LINK_FILL of it."""
+    return 1 - 1 / ratio - 0.03, 1 - BUSY_LINK_FILL * 0.94 / ratio
+
+
 def cli(*args: str, check: bool = True, timeout: float = 600, env: dict | None = None) -> subprocess.CompletedProcess:
     """`vnetbench ARGS` in a subprocess, like a user at a shell."""
     proc = subprocess.run([sys.executable, "-m", "vnetbench", *args], capture_output=True, text=True,

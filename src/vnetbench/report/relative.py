@@ -101,9 +101,8 @@ def _cell(kind: str, pair: tuple[float, float] | None) -> str:
     return f"{mine / bare:.2f}x\n[dim]{_num(mine)}[/]"
 
 
-def relative_table(store: Store, run_id: str, metrics: list[str] | None = None,
-                   configs: list[dict[str, Any]] | None = None) -> Table | None:
-    configs = store.configurations(run_id) if configs is None else configs
+def relative_table(store: Store, run_id: str, configs: list[dict[str, Any]],
+                   metrics: list[str] | None = None) -> Table | None:
     values = store.values(run_id)
     present = {m for per in values.values() for m in per}
     metrics = [m for m in (metrics or list(RELATIVE)) if m in present]
@@ -154,7 +153,7 @@ def show_relative(store: Store, run_id: str, console: Console) -> None:
     """Print the relative table when the run compared environments (nothing otherwise), and say when
     guests ran in software."""
     configs = store.configurations(run_id)
-    table = relative_table(store, run_id, configs=configs)
+    table = relative_table(store, run_id, configs)
     if table is not None:
         console.print(table)
     note = software_guest_note(configs)
