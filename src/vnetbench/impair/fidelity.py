@@ -175,9 +175,13 @@ class FidelityLab:
         return iperf3.parse_client(out.stdout).received_bps
 
     def udp_flood(self, rate_bps: float, seconds: float) -> Any:
+        """iperf3 UDP at `rate_bps`, paced every 100 us rather than its default 1 ms: a burst per
+        millisecond lets a saturated queue drain a millisecond's worth between bursts, and probes
+        would measure that sawtooth rather than the full buffer."""
         spec = iperf3.ClientSpec(server=self.r.ipv4, port=iperf3.BASE_PORT, proto="udp", duration=seconds, omit=0,
                                  rate_bps=rate_bps, congestion_control=None, length=1400)
-        return self.s1.popen(iperf3.client_command(spec), self.workdir / "flood.json", self.workdir / "flood.err")
+        argv = iperf3.client_command(spec) + ["--pacing-timer", "100"]
+        return self.s1.popen(argv, self.workdir / "flood.json", self.workdir / "flood.err")
 
     def datagrams(self, count: int, size: int = 1000, pps: float = 0.0, max_s: float = 20.0) -> dict[str, Any]:
         """Send `count` numbered datagrams s1 -> r; what arrived (seq, kernel receive time)."""
@@ -291,11 +295,21 @@ def check_queue(lab: FidelityLab, backend: str) -> list[Check]:
     pkt_ms = FRAME * 8 / rate * 1e3
     b = lab.use(backend, LinkSpec.model_validate({"forward": {"rate": rate, "buffer": buffer}}))
     base = float(np.min(lab.ping(30, 0.01)))
-    b.start_trial(b_spec(b), lab.settings.queue_s + 5)
-    flood = lab.udp_flood(2.0 * rate, lab.settings.queue_s + 1)
+    # Every probe must find the flood still running: the flood outlasts the probing by seconds, and the
+    # probes are spaced wider than the RTT they will see (ping sends its next probe only after the reply
+    # when one is outstanding, so probes 5 ms apart in an 8 ms queue ran 60% longer than planned and the
+    # last fifth of them, after the flood, measured an empty queue).
+    interval = 0.01
+    assert interval * 1e3 > target_ms + 1, "probe spacing must exceed the queueing delay"
+    flood_s = lab.settings.queue_s + 4
+    b.start_trial(b_spec(b), flood_s + 5)
+    flood = lab.udp_flood(2.0 * rate, flood_s)
     time.sleep(0.5)
-    rtt = lab.ping(int(lab.settings.queue_s / 0.005), 0.005)
-    flood.wait(timeout=lab.settings.queue_s + 20)
+    rtt = lab.ping(int(lab.settings.queue_s / interval), interval)
+    if flood.poll() is not None:
+        raise RuntimeError(f"the UDP flood ended before the probes did (flood {flood_s:g} s, probing "
+                           f"{lab.settings.queue_s:g} s): the machine was too slow to start the ping; run again")
+    flood.wait(timeout=flood_s + 20)
     counters = b.end_trial()
     q = rtt - base
     med = float(np.median(q))
