@@ -296,8 +296,8 @@ def check_queue(lab: FidelityLab, backend: str) -> list[Check]:
     b = lab.use(backend, LinkSpec.model_validate({"forward": {"rate": rate, "buffer": buffer}}))
     base = float(np.min(lab.ping(30, 0.01)))
     # Every probe must find the flood still running: the flood outlasts the probing by seconds, and the
-    # probes are spaced wider than the RTT they will see (ping sends its next probe only after the reply
-    # when one is outstanding, so probes 5 ms apart in an 8 ms queue ran 60% longer than planned and the
+    # probes are spaced wider than the RTT they will see (iputils ping holds its next request while one is
+    # unanswered, see ping.preload_for: 400 probes 5 ms apart in an 8 ms queue took 3.5 s, not 2, and the
     # last fifth of them, after the flood, measured an empty queue).
     interval = 0.01
     assert interval * 1e3 > target_ms + 1, "probe spacing must exceed the queueing delay"
