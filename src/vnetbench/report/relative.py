@@ -126,7 +126,7 @@ def relative_table(store: Store, run_id: str, configs: list[dict[str, Any]],
     return table
 
 
-def software_guests(configs: list[dict[str, Any]]) -> dict[str, str]:
+def _software_guests(configs: list[dict[str, Any]]) -> dict[str, str]:
     """Configurations whose guests ran under TCG (software emulation), by environment, with why:
     their numbers measure QEMU's CPU emulator more than the virtual NIC, and readers must know."""
     out: dict[str, str] = {}
@@ -139,7 +139,7 @@ def software_guests(configs: list[dict[str, Any]]) -> dict[str, str]:
 
 
 def software_guest_note(configs: list[dict[str, Any]]) -> str | None:
-    tcg = software_guests(configs)
+    tcg = _software_guests(configs)
     if not tcg:
         return None
     reasons = sorted({r for r in tcg.values() if r})
