@@ -24,6 +24,14 @@ def saturated_udp_loss_bounds(ratio: float) -> tuple[float, float]:
     return 1 - 1 / ratio - 0.03, 1 - BUSY_LINK_FILL * 0.94 / ratio
 
 
+def full_queue_delay_bounds(queue_ms: float) -> tuple[float, float]:
+    """The median ping delay through a drop-tail bottleneck that saturating UDP keeps full, whose buffer
+    holds `queue_ms` at the nominal rate: at least 90% of it (the queue stays full to within a few
+    packets; 99.8% seen) and at most 1 / BUSY_LINK_FILL of it, the same queue drained by a link that
+    idles for moments on a busy machine."""
+    return 0.9 * queue_ms, queue_ms / BUSY_LINK_FILL
+
+
 def cli(*args: str, check: bool = True, timeout: float = 600, env: dict | None = None) -> subprocess.CompletedProcess:
     """`vnetbench ARGS` in a subprocess, like a user at a shell."""
     proc = subprocess.run([sys.executable, "-m", "vnetbench", *args], capture_output=True, text=True,

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from vnetbench.store.db import Store
-from helpers import BUSY_LINK_FILL, cli, run_id_of, saturated_udp_loss_bounds
+from helpers import BUSY_LINK_FILL, cli, full_queue_delay_bounds, run_id_of, saturated_udp_loss_bounds
 
 pytestmark = pytest.mark.lab
 
@@ -62,8 +62,8 @@ def test_udp_loss_follows_one_minus_one_over_ratio(congestion_run):
 def test_rtt_under_udp_saturation_is_buffer_over_rate(congestion_run):
     _, _, by_labels, _ = congestion_run
     for ratio in (2.0, 4.0):
-        rtt = median(by_labels[(ratio, "udp")][1], "rtt.p50_ms")
-        assert rtt == pytest.approx(QUEUE_MS, rel=0.15), ratio
+        low, high = full_queue_delay_bounds(QUEUE_MS)
+        assert low <= median(by_labels[(ratio, "udp")][1], "rtt.p50_ms") <= high, ratio
     # Below saturation the queue stays (nearly) empty.
     assert median(by_labels[(0.6, "udp")][1], "rtt.p50_ms") < 0.1 * QUEUE_MS
 
