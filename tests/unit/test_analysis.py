@@ -390,3 +390,26 @@ def test_show_says_n_too_small_and_marks_unstable(tmp_path):
         show(s, "eeeeeeeeeeee", console, metrics=[RX])
     text = console.export_text()
     assert "n too small" in text and "unstable" in text and "1 outlier" in text
+
+
+def test_show_gives_mean_sd_percentiles_and_per_metric_n(tmp_path, capsys):
+    from rich.console import Console
+
+    from vnetbench.report.terminal import show
+
+    lost = "udp.loss_ratio"
+    with Store(tmp_path / "s.db") as s:
+        # One trial reported no loss ratio: that metric's n (4) differs from the configuration's (5).
+        add_run(s, "ffffffffffff", [(UDP, {RX: [90.0, 92.0, 94.0, 96.0, 98.0], lost: [0.5, 0.52, 0.54, 0.56]})])
+        console = Console(width=220, record=True, highlight=False)
+        show(s, "ffffffffffff", console, metrics=[RX, lost])
+    text = console.export_text()
+    assert "mean 94.00 ± 3.16" in text and "p5-p95 90.40..97.60" in text
+    assert "n 4" in text and "n 5" not in text
+    capsys.readouterr()
+    assert main(["show", "ffff", "--json", "--metric", RX, "--db", str(tmp_path / "s.db")]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    (row,) = doc["summaries"]
+    assert row["metric"] == RX and row["n"] == 5 and row["unit"] == "Mbit/s" and row["direction"] == "higher"
+    assert row["mean"] == pytest.approx(94.0) and row["std"] == pytest.approx(3.1623, abs=1e-4)
+    assert row["p5"] == pytest.approx(90.4) and row["p95"] == pytest.approx(97.6) and row["ci"] is None

@@ -46,8 +46,9 @@ def runs_table(store: Store) -> Table:
     return t
 
 
-def _summary_cell(values: np.ndarray, theory: float | None) -> str:
-    """Median (bold), its exact 95% CI or "n too small", min..max, CV with the unstable mark, outliers, theory."""
+def _summary_cell(values: np.ndarray, theory: float | None, row_n: int) -> str:
+    """Median (bold), its exact 95% CI or "n too small", mean ± sd, min..max, p5..p95, CV with the unstable
+    mark, outliers, theory; the metric's own n where it differs from the configuration's."""
     s = summarize(values)
     lines = [f"[bold]{_fmt(s.median)}[/]"]
     if s.ci is not None:
@@ -55,7 +56,11 @@ def _summary_cell(values: np.ndarray, theory: float | None) -> str:
     else:
         lines.append("[dim]n too small[/]")
     if s.n > 1:
+        lines.append(f"[dim]mean {_fmt(s.mean)} ± {_fmt(s.std)}[/]")
         lines.append(f"[dim]{_fmt(s.min)}..{_fmt(s.max)}[/]")
+        lines.append(f"[dim]p5-p95 {_fmt(s.p5)}..{_fmt(s.p95)}[/]")
+    if s.n != row_n:
+        lines.append(f"[yellow]n {s.n}[/]")
     if s.cv is not None:
         lines.append(f"[red]cv {_pct(s.cv)} unstable[/]" if s.unstable else f"[dim]cv {_pct(s.cv)}[/]")
     if s.outliers:
@@ -76,7 +81,8 @@ def _label_keys(configs: list[dict[str, Any]]) -> list[str]:
 
 
 def show(store: Store, run_id: str, console: Console, metrics: list[str] | None = None) -> None:
-    """Per configuration and metric: n, median with its exact 95% CI, min..max, CV, outliers, theory."""
+    """Per configuration and metric: n, median with its exact 95% CI, mean ± sd, min..max, p5-p95, CV,
+    outliers, theory."""
     run = store.run(run_id)
     configs = store.configurations(run_id)
     values = store.values(run_id)
@@ -92,7 +98,8 @@ def show(store: Store, run_id: str, console: Console, metrics: list[str] | None 
     present = sorted({m for per in values.values() for m in per})
     wanted = metrics or [m for m in PREFERRED if m in present]
     label_keys = _label_keys(configs)
-    table = Table(title="per configuration: median, its exact 95% CI, min..max, CV, outliers (n = successful trials)",
+    table = Table(title="per configuration: median, its exact 95% CI, mean ± sd, min..max, p5-p95, CV, outliers "
+                        "(n = successful trials)",
                   show_lines=True)
     for k in label_keys:
         table.add_column(k)
@@ -114,7 +121,7 @@ def show(store: Store, run_id: str, console: Console, metrics: list[str] | None 
             s = summarize(v)
             unstable += s.unstable
             outliers += s.outliers
-            row.append(_summary_cell(v, c["expected"].get(m)))
+            row.append(_summary_cell(v, c["expected"].get(m), n))
         table.add_row(*row)
     console.print(table)
     legend = ("[dim]↑/↓ higher/lower is better; CI: exact order-statistic interval of the median (n >= 6); "
@@ -149,7 +156,10 @@ def summary_rows(store: Store, run_id: str) -> list[dict[str, Any]]:
     values = store.values(run_id)
     for c in store.configurations(run_id):
         for m, v in values.get(c["key"], {}).items():
-            out.append({"config_key": c["key"], "labels": c["labels"], "metric": m, **summarize(v).to_dict()})
+            meta = METRICS.get(m)
+            out.append({"config_key": c["key"], "labels": c["labels"], "metric": m,
+                        "unit": meta.unit if meta else None, "direction": meta.direction if meta else None,
+                        "theory": c["expected"].get(m), **summarize(v).to_dict()})
     return out
 
 
