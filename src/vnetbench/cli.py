@@ -7,6 +7,7 @@ Exit status: 0 success, 1 a gate failed (e.g. a regression with --fail-on),
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -121,6 +122,12 @@ def cmd_show(args: argparse.Namespace) -> int:
 
     with _store(args) as store:
         run_id = store.resolve_run(args.run)
+        if args.json:
+            from vnetbench.report.terminal import summary_rows
+
+            rows = [r for r in summary_rows(store, run_id) if not args.metric or r["metric"] in args.metric]
+            print(json.dumps({"run_id": run_id, "summaries": rows}, indent=1, default=str))
+            return 0
         show(store, run_id, out, metrics=args.metric)
         show_relative(store, run_id, out)
     return 0
@@ -141,9 +148,17 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    from vnetbench.cli_analysis import comparison_from_args, wants_comparison
+
     with _store(args) as store:
-        ids = [store.resolve_run(r) for r in args.runs]
-        path = _write_report(store, ids, args.output)
+        if wants_comparison(args):
+            from vnetbench.report.html import write_report
+
+            comparison, ids = comparison_from_args(args, store)
+            path = write_report(store, ids, args.output, comparison=comparison.to_dict())
+        else:
+            ids = [store.resolve_run(r) for r in args.runs]
+            path = _write_report(store, ids, args.output)
     out.print(f"report: {path}")
     return 0
 
@@ -209,6 +224,9 @@ def build_parser() -> argparse.ArgumentParser:
     sp = with_db(sub.add_parser("show", help="summary table of a run"))
     sp.add_argument("run", help="run id (or a unique prefix, or 'last')")
     sp.add_argument("--metric", action="append", help="metrics to show (default: the main ones)")
+    sp.add_argument("--json", action="store_true",
+                    help="every metric's full summary (n, median and CI, mean, sd, CV, min, max, p5, p95, "
+                         "quartiles, Tukey fences and outliers) as JSON")
     sp.set_defaults(func=cmd_show)
 
     sp = with_db(sub.add_parser("export", help="one record per sample, as CSV or JSON"))
@@ -218,8 +236,14 @@ def build_parser() -> argparse.ArgumentParser:
     sp.set_defaults(func=cmd_export)
 
     sp = with_db(sub.add_parser("report", help="write a self-contained HTML report"))
-    sp.add_argument("runs", nargs="+", metavar="RUN")
+    sp.add_argument("runs", nargs="+", metavar="RUN",
+                    help="one run, or several (the first is the reference of the comparison table)")
     sp.add_argument("-o", "--output", default="report.html")
+    sp.add_argument("--baseline", nargs="?", const="", default=None, metavar="NAME",
+                    help="compare RUN with a stored baseline in the report (default: the one named after "
+                         "RUN's scenario); `vnetbench compare ... --report FILE` gives every compare option")
+    sp.add_argument("--by", metavar="LABEL", help="within one run: compare the values of this label ...")
+    sp.add_argument("--ref", metavar="VALUE", help="... with this reference value (e.g. --by env --ref bare)")
     sp.set_defaults(func=cmd_report)
 
     sp = sub.add_parser("clean", help="remove namespaces and processes left by a killed run")

@@ -66,37 +66,55 @@ def _compare_mode(args: argparse.Namespace) -> str:
                          "--baseline [NAME], or --by LABEL --ref VALUE")
 
 
-def cmd_compare(args: argparse.Namespace) -> int:
+def comparison_from_args(args: argparse.Namespace, store) -> tuple[Any, list[str]]:
+    """The comparison `args` ask for (two runs, a run and its baseline, or label values within a run) and the
+    runs it involves, reference first. `compare` and `report` share it, so the page and the terminal give the
+    same verdicts for the same options; options a parser lacks take compare's defaults."""
     from vnetbench import analysis
+
+    mode = _compare_mode(args)
+    seed = getattr(args, "seed", 0)
+    if seed < 0:
+        raise VnetbenchError(f"--seed {seed}: give a non-negative integer")
+    options = dict(
+        metrics=getattr(args, "metric", None), all_metrics=getattr(args, "all_metrics", False),
+        alpha=getattr(args, "alpha", DEFAULT_ALPHA), seed=seed,
+        noise_overrides=analysis.parse_noise_overrides(getattr(args, "noise", None)),
+        noise_default=analysis.parse_fraction(getattr(args, "noise_default", "5%"), "--noise-default"),
+    )
+    if mode == "runs":
+        a, b = (store.resolve_run(r) for r in args.runs)
+        return analysis.compare_runs(store, a, b, **options), [a, b]
+    if mode == "baseline":
+        b = store.resolve_run(args.runs[0])
+        a = analysis.baseline_for(store, b, args.baseline or None)
+        name = args.baseline or analysis.default_baseline_name(store, b)
+        report = analysis.compare_runs(store, a, b, title=f"vnetbench compare {b} --baseline {name}", **options)
+        report.notes.insert(0, f"A is baseline {name!r} (run {a})")
+        return report, [a, b]
+    run_id = store.resolve_run(args.runs[0])
+    if args.ref is None:
+        values = sorted({str(c["labels"][args.by]) for c in store.configurations(run_id) if args.by in c["labels"]})
+        hint = f": one of {', '.join(values)}" if values else ""
+        raise VnetbenchError(f"--by {args.by} needs --ref VALUE, the reference value of {args.by}{hint}")
+    return analysis.compare_within(store, run_id, args.by, args.ref, **options), [run_id]
+
+
+def wants_comparison(args: argparse.Namespace) -> bool:
+    return args.baseline is not None or args.by is not None or args.ref is not None
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
     from vnetbench.report.terminal import comparison_view
 
     out, err = _consoles()
-    mode = _compare_mode(args)
-    options = dict(
-        metrics=args.metric, all_metrics=args.all_metrics, alpha=args.alpha, seed=args.seed,
-        noise_overrides=analysis.parse_noise_overrides(args.noise),
-        noise_default=analysis.parse_fraction(args.noise_default, "--noise-default"),
-    )
-    if args.seed < 0:
-        raise VnetbenchError(f"--seed {args.seed}: give a non-negative integer")
     with _store(args) as store:
-        if mode == "runs":
-            a, b = (store.resolve_run(r) for r in args.runs)
-            report = analysis.compare_runs(store, a, b, **options)
-        elif mode == "baseline":
-            b = store.resolve_run(args.runs[0])
-            a = analysis.baseline_for(store, b, args.baseline or None)
-            name = args.baseline or analysis.default_baseline_name(store, b)
-            report = analysis.compare_runs(store, a, b, title=f"vnetbench compare {b} --baseline {name}", **options)
-            report.notes.insert(0, f"A is baseline {name!r} (run {a})")
-        else:
-            if args.ref is None:
-                values = sorted({str(c["labels"][args.by]) for c in store.configurations(store.resolve_run(args.runs[0]))
-                                 if args.by in c["labels"]})
-                hint = f": one of {', '.join(values)}" if values else ""
-                raise VnetbenchError(f"--by {args.by} needs --ref VALUE, the reference value of {args.by}{hint}")
-            run_id = store.resolve_run(args.runs[0])
-            report = analysis.compare_within(store, run_id, args.by, args.ref, **options)
+        report, run_ids = comparison_from_args(args, store)
+        if args.report:
+            from vnetbench.report.html import write_report
+
+            path = write_report(store, run_ids, args.report, comparison=report.to_dict())
+            err.print(f"report: {path}")
 
     if args.json:
         _json(report.to_dict())
@@ -226,6 +244,8 @@ def register(sub) -> None:
     sp.add_argument("--json", action="store_true", help="print the comparison as JSON instead of a table")
     sp.add_argument("--junit", metavar="FILE", help="also write JUnit XML: one test case per configuration and metric")
     sp.add_argument("--fail-on", choices=FAIL_ON, help="exit 1 when any metric regressed (for CI gates)")
+    sp.add_argument("--report", metavar="FILE",
+                    help="also write the HTML report of the runs compared, with this comparison's table")
     sp.set_defaults(func=cmd_compare)
 
     bp = sub.add_parser("baseline", help="name a run as the baseline that `compare RUN --baseline` uses")

@@ -450,3 +450,29 @@ def test_single_configuration_without_labels(store):
     box = chart_specs(data, "box-")[0]
     assert box["layout"]["showlegend"] is False
     assert "sweep" not in " ".join(data["charts"])
+
+
+def test_report_cli_takes_the_comparison_of_compare(two_runs, tmp_path, capsys):
+    """`report RUN --baseline`, `report RUN --by L --ref V` and `compare A B --report FILE` put compare's own
+    verdicts in the page: the same rows as `compare --json` with the same options."""
+    from vnetbench.cli import main
+
+    store, a, b = two_runs
+    db = str(store.path)
+    assert main(["baseline", "set", a, "--name", "k6.12", "--db", db]) == 0
+    capsys.readouterr()
+    assert main(["compare", b, "--baseline", "k6.12", "--json", "--db", db]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    expected = sorted(r["verdict"] for c in doc["configurations"] for r in c["results"])
+    assert "regressed" in expected
+    for argv in (["report", b, "--baseline", "k6.12", "-o", str(tmp_path / "base.html")],
+                 ["compare", a, b, "--report", str(tmp_path / "pair.html")]):
+        assert main([*argv, "--db", db]) == 0
+        page = Path(argv[-1]).read_text()
+        assert sorted(re.findall(r'<tr data-verdict="(\w+)"', page)) == expected, argv[0]
+    assert "A is baseline" in (tmp_path / "base.html").read_text()
+    assert main(["report", a, "--by", "proto", "--ref", "udp", "-o", str(tmp_path / "within.html"), "--db", db]) == 0
+    assert "udp → tcp" in (tmp_path / "within.html").read_text()
+    # A report cannot compare two runs and a baseline at once: a usage error, nothing written.
+    assert main(["report", a, b, "--baseline", "-o", str(tmp_path / "bad.html"), "--db", db]) == 2
+    assert not (tmp_path / "bad.html").exists()
