@@ -33,6 +33,20 @@ QDISCS = {
 }
 
 
+# What to do when a qdisc is missing. netem ships as the module sch_netem: in Debian's and Ubuntu's kernel
+# images (linux-image-*, linux-modules-extra-* on Ubuntu cloud kernels), Fedora/RHEL's kernel-modules-extra.
+QDISC_FIXES = {
+    "netem": "modprobe sch_netem (Debian/Ubuntu: linux-image-amd64 / linux-modules-extra-$(uname -r); "
+             "Fedora/RHEL: kernel-modules-extra); until then delay, jitter, loss and reordering use the "
+             "userspace emulator vnb-link (`make setup` builds it)",
+    "tbf": "modprobe sch_tbf (CONFIG_NET_SCH_TBF): bottlenecks need tbf or htb",
+    "htb": "modprobe sch_htb (CONFIG_NET_SCH_HTB); qdisc = \"tbf\" works without it",
+    "fq": "modprobe sch_fq (CONFIG_NET_SCH_FQ): only for pacing with fq; vnetbench does not need it",
+}
+KVM_FIX = ("guests run under TCG (software, much slower; results say so). For KVM: enable virtualisation "
+           "(VT-x/AMD-V, nested on a VM), modprobe kvm_intel or kvm_amd, and install qemu-system-x86")
+
+
 @dataclass
 class Check:
     name: str
@@ -88,13 +102,16 @@ def run_checks() -> DoctorReport:
     if root:
         qdiscs = netns.probe_qdiscs(QDISCS, purpose="doctor")
         for kind, err in qdiscs.items():
-            fix = ""
-            if kind == "netem" and err:
-                fix = "delay/jitter/loss need the userspace emulator (vnb-link) on this kernel"
-            report.add(f"qdisc {kind}", err is None, "works" if err is None else f"not available: {err}", fix)
+            report.add(f"qdisc {kind}", err is None, "works" if err is None else f"not available: {err}",
+                       QDISC_FIXES.get(kind, ""))
+    else:
+        # Probing installs each qdisc in a throw-away namespace, which needs root: say so rather than
+        # leaving the qdisc lines out, so "no netem" is never read into their absence.
+        report.add("qdiscs", False, f"not probed ({', '.join(QDISCS)}): probing builds a namespace",
+                   "run `sudo vnetbench doctor`")
     report.add(*link_emulator_check())
     kvm_ok, kvm_detail = kvm_state()
-    report.add("kvm", kvm_ok, kvm_detail, "" if kvm_ok else "VM environments fall back to TCG")
+    report.add("kvm", kvm_ok, kvm_detail, "" if kvm_ok else KVM_FIX)
     report.add("cgroups", True, cgroups.describe())
     for cap in environments.availability(probe=root):  # what `env = ...` can be on this machine
         report.add(f"env {cap.name}", cap.ok, cap.detail, cap.fix)

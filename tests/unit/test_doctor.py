@@ -1,0 +1,32 @@
+"""doctor's text: what is missing comes with what to do, and what was not probed says so."""
+
+from vnetbench import doctor
+from vnetbench.lab import netns
+
+
+def by_name(report):
+    return {c.name: c for c in report.checks}
+
+
+def test_not_root_says_the_qdiscs_were_not_probed(monkeypatch):
+    monkeypatch.setattr(doctor.os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(netns, "probe_qdiscs", lambda *a, **k: (_ for _ in ()).throw(AssertionError("probed")))
+    checks = by_name(doctor.run_checks())
+    assert not checks["root"].ok and "sudo" in checks["root"].fix
+    assert not checks["qdiscs"].ok and "netem" in checks["qdiscs"].detail and "sudo" in checks["qdiscs"].fix
+    assert not any(name.startswith("qdisc ") for name in checks)
+
+
+def test_missing_netem_names_the_module_and_the_fallback(monkeypatch):
+    monkeypatch.setattr(doctor.os, "geteuid", lambda: 0)
+    found = {kind: None for kind in doctor.QDISCS}
+    found["netem"] = "Error: Specified qdisc kind is unknown."
+    monkeypatch.setattr(netns, "probe_qdiscs", lambda *a, **k: found)
+    monkeypatch.setattr(doctor.environments, "availability", lambda probe: [])
+    checks = by_name(doctor.run_checks())
+    netem = checks["qdisc netem"]
+    assert not netem.ok and "unknown" in netem.detail
+    assert "sch_netem" in netem.fix and "kernel-modules-extra" in netem.fix and "vnb-link" in netem.fix
+    assert checks["qdisc tbf"].ok and "qdiscs" not in checks
+    if not checks["kvm"].ok:
+        assert "TCG" in checks["kvm"].fix and "kvm_intel" in checks["kvm"].fix
