@@ -95,6 +95,11 @@ def test_applied_qdisc_is_read_back_and_stored(congestion_run):
     assert fp["kernel"] and "iperf" in fp["tools"]["iperf3"] and "net.ipv4.tcp_congestion_control" in fp["sysctls"]
     params = by_labels[(2.0, "tcp")][0]["params"]
     assert params["congestion_control"] == "cubic" and params["senders"] == 2
+    # What the senders' kernel ran, as iperf3 reported it, is kept with each TCP trial.
+    tcp_keys = {c["key"] for (_, proto), (c, _) in by_labels.items() if proto == "tcp"}
+    used = [t["raw"]["congestion_control_used"] for t in store.trials(run_id, with_raw=True)
+            if t["config_key"] in tcp_keys]
+    assert used and all(set(u.values()) == {"cubic"} and len(u) == 2 for u in used), used
 
 
 def test_series_are_stored(congestion_run):

@@ -307,6 +307,16 @@ class DumbbellBench:
         if status == "ok":
             try:
                 flows = {name: iperf3.parse_client(raw["iperf3"][name]) for name in clients}
+                # What the sender's kernel really ran, as iperf3 reports it: the requested algorithm is a
+                # parameter, this is the record (a sysctl or a missing module can make them differ).
+                used = {name: f.congestion_control for name, f in flows.items() if f.congestion_control}
+                if used:
+                    raw["congestion_control_used"] = used
+                asked = stream.congestion_control if stream.proto == "tcp" else None
+                wrong = {n: cc for n, cc in used.items() if asked not in (None, cc)}
+                if wrong:
+                    raise ToolFailed(f"congestion control {asked!r} was asked but the "
+                                     f"senders ran {wrong}")
                 measurement.extend(iperf3.measure(flows, (config.offered_bps or 0) * len(senders) or None,
                                                   t_offset=stream.omit))
                 iperf3.shift_series(measurement, starts)
@@ -320,6 +330,11 @@ class DumbbellBench:
                                                        window=(stream.omit, stream.omit + stream.span)))
                 for name in probes:
                     measurement.extend(ping.measure(ping.parse(raw["probes"][name]), t0=started))
+                # Staggered flows ([workload.stream] flows): what queue the others leave once one has ended.
+                ends = [starts[h.name] + stream.omit + stream.timing(i)[1] for i, h in enumerate(senders)]
+                if probes and min(ends) < max(ends):
+                    ping.standing_queue(measurement, after_s=min(ends) + ping.STANDING_QUEUE_SETTLE_S,
+                                        base_rtt_ms=self.links.base_rtt(config) * 1e3)
             except ToolFailed as e:
                 status, reason = "failed", str(e)
             bad = [n for n, p in clients.items() if p.returncode not in (0, None)]
