@@ -48,6 +48,10 @@ _METRICS = [
     Metric("rtt.p999_ms", "ms", LOWER, "99.9th percentile round-trip time, ping during the load", noise=0.10),
     Metric("rtt.ipdv_ms", "ms", LOWER, "Mean absolute IPDV between consecutive ping replies (RFC 3393)"),
     Metric("rtt.loss_ratio", "ratio", LOWER, "Ping packets without a reply / sent (RFC 7680)"),
+    Metric("queue.standing_ms", "ms", LOWER, "Queueing delay left standing after the earliest-ending of staggered "
+                                            "flows stopped: 5th percentile of ping RTT from 1 s after, less the "
+                                            "links' configured base RTT (seed 001's window scaling test)",
+           noise=0.10),
     # TCP state sampled with `ss -ti` during the load (workloads/tcpinfo.py), over the data connections
     Metric("ss.srtt_p50_ms", "ms", LOWER, "Median smoothed RTT of the TCP senders, sampled with ss -ti"),
     Metric("ss.srtt_p99_ms", "ms", LOWER, "99th percentile smoothed RTT of the TCP senders, sampled with ss -ti",

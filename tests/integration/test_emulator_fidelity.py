@@ -19,7 +19,7 @@ import time
 import numpy as np
 import pytest
 
-from helpers import ROOT, cli, run_id_of
+from helpers import ROOT, cli, full_queue_delay_bounds, run_id_of
 from vnetbench.impair import fidelity as F
 from vnetbench.impair.backends import find_binary
 from vnetbench.lab import netns
@@ -223,7 +223,7 @@ def test_static_congestion_short_run_shows_the_bdp_limit(tmp_path):
 
 def test_dynamic_congestion_series_follow_the_alternating_rate(tmp_path):
     db = tmp_path / "r.db"
-    proc = cli("run", "dynamic-congestion", "--db", str(db), "--no-progress", "--set", "duration=8s",
+    proc = cli("run", "dynamic-congestion", "--db", str(db), "--no-progress", "--set", "duration=10s",
                "--set", "bottleneck_schedule=100Mbit/2s 20Mbit/2s", "--set", "congestion_controls=[cubic]",
                "--set", "repetitions=1", "--set", 'workload.stream.flows=[{start="0s"}, {start="2s", duration="4s"}]',
                timeout=300)
@@ -253,6 +253,13 @@ def test_dynamic_congestion_series_follow_the_alternating_rate(tmp_path):
     assert state["backend"] == "userspace" and "repeat: rate 100Mbit for 2s; rate 20Mbit for 2s" in state["schedule"]
     names = {s.name.split("/")[0] for s in store.series(trial["id"])}
     assert {"ss.cwnd_segments", "ss.srtt_ms", "ss.delivery_rate_mbps", "ss.retrans", "rtt_ms"} <= names
+    # The second flow ended at 7 s (2 s start + 1 s omit + 4 s); from 8 s on, in a 100 Mbit/s phase, the first
+    # flow alone keeps the queue standing (seed 001, figure 4.8): CUBIC backs off to 0.7 of a window of
+    # BDP + buffer, so 0.7 x 250 kB - 0.3 x 62.5 kB = 156 kB (12.5 ms at 100 Mbit/s) never drains. At least a
+    # quarter of the 20 ms buffer, at most the full buffer drained by a link on a busy machine.
+    (standing,) = store.values(run_id)[store.configurations(run_id)[0]["key"]]["queue.standing_ms"]
+    low, high = full_queue_delay_bounds(20.0)
+    assert 0.25 * 20.0 <= standing <= high, standing
     assert not leftovers(f"vnb-{run_id[:6]}-")
 
 

@@ -138,3 +138,28 @@ def test_ping_command():
     assert argv == ["ping", "-4", "-D", "-n", "-i", "0.001", "-s", "1450", "-w", "15", "198.18.0.1"]
     assert ping.command("2001:2::1", 0.001, 56, 3, 6, preload=65)[-3:] == ["-l", "65", "2001:2::1"]
     assert ping.preload_for(0.001, 0.065) == 65 and ping.preload_for(1.0, 0.065) == 1
+
+
+def test_standing_queue_is_the_floor_of_rtt_after_a_flow_ends_less_the_base():
+    from vnetbench.workloads.base import Measurement
+
+    t = np.arange(0, 10, 0.01)
+    # Two flows fill a 20 ms queue until t = 7; then one flow's queue saws between 12 and 20 ms above a
+    # 5 ms base (CUBIC backing off to 0.7 of its window and growing back, period 1 s).
+    sawtooth = 12 + 8 * ((t - 7) % 1.0)
+    rtt = np.where(t < 7, 5 + 20.0, 5 + sawtooth)
+    m = Measurement()
+    m.add_series("rtt_ms", "ms", t, rtt)
+    ping.standing_queue(m, after_s=8.0, base_rtt_ms=5.0)
+    (s,) = [x for x in m.samples if x.metric == "queue.standing_ms"]
+    assert s.value == pytest.approx(12.4, abs=0.1) and s.unit == "ms" and s.direction == "lower"
+    # A flow that drains the queue now and then (BBR's ProbeRTT) leaves next to nothing standing.
+    drained = Measurement()
+    drained.add_series("rtt_ms", "ms", t, np.where((t % 1.0) < 0.2, 5.05, 15.0))
+    ping.standing_queue(drained, after_s=8.0, base_rtt_ms=5.0)
+    assert [x.value for x in drained.samples] == [pytest.approx(0.05)]
+    # Too few samples after the flow ended: no estimate rather than a noisy one.
+    short = Measurement()
+    short.add_series("rtt_ms", "ms", t, rtt)
+    ping.standing_queue(short, after_s=9.9, base_rtt_ms=5.0)
+    assert short.samples == []

@@ -98,3 +98,27 @@ def measure(result: PingResult, t0: float) -> Measurement:
         m.add("rtt.ipdv_ms", ipdv)
     m.add_series("rtt_ms", "ms", result.timestamps - t0, r)
     return m
+
+
+#: Seconds after a flow ends before the remaining flow's queue is judged: TCP needs a few RTTs to take up
+#: the freed capacity, and the queue its share built drains in at most buffer/rate (<= 0.1 s here).
+STANDING_QUEUE_SETTLE_S = 1.0
+#: Fewer RTT samples than this in the window give no estimate (a 5th percentile of a handful is noise).
+STANDING_QUEUE_MIN_SAMPLES = 20
+
+
+def standing_queue(m: Measurement, after_s: float, base_rtt_ms: float) -> None:
+    """Seed 001's window scaling test: once the second flow ends, the first alone keeps the bottleneck's
+    buffer occupied ("the delay caused by outgoing interface buffer is still high", section 4.5, figure 4.8).
+
+    Adds ``queue.standing_ms``: the 5th percentile of the ping RTTs from ``after_s`` (trial clock) on, less
+    the links' configured base RTT: the queueing delay the remaining flow never lets drain. A flow that
+    empties the queue from time to time (BBR's ProbeRTT) comes out near 0; CUBIC through a drop-tail buffer
+    keeps about 0.7 x buffer - 0.3 x BDP standing after each back-off."""
+    rtt = next((x for x in m.series if x.name == "rtt_ms"), None)
+    if rtt is None:
+        return
+    window = rtt.v[rtt.t >= after_s]
+    if len(window) >= STANDING_QUEUE_MIN_SAMPLES:
+        m.add("queue.standing_ms", max(0.0, float(np.percentile(window, 5)) - base_rtt_ms))
+
