@@ -24,6 +24,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
+from browser import assert_all_charts_drawn, check_comparison_table, chromium, needs_browser, open_report, screenshot
 from helpers import BUSY_LINK_FILL, cli, run_id_of
 from vnetbench.lab.clean import leftovers
 
@@ -135,3 +136,30 @@ def test_history_shows_the_dip_and_writes_csv(runs, tmp_path):
     va, vb, vc = (float(r[2]) for r in rows[1:])
     assert fills(va, 100) and fills(vb, 80) and fills(vc, 100), (va, vb, vc)
     assert vb < min(va, vc)  # the dip
+
+
+@needs_browser
+def test_compare_report_in_chromium_lists_the_regression_first(runs, tmp_path):
+    """`compare A B --report FILE`: the page a reviewer opens shows compare's own verdicts, the regressed
+    received throughput of both configurations first and coloured, the table sortable and filterable."""
+    db, a, b, _c = runs
+    path = tmp_path / "compare.html"
+    gate = cli("compare", a, b, "--db", db, "--report", str(path), "--fail-on", "regression", check=False)
+    assert gate.returncode == 1 and f"report: {path}" in gate.stderr
+    with chromium() as ctx:
+        page, watch = open_report(ctx, path)
+        assert_all_charts_drawn(page, watch)
+        screenshot(page, "report-compare-regression.png")
+        rows = page.locator("#cmp-table tbody tr")
+        verdicts = [r.get_attribute("data-verdict") for r in rows.all()]
+        regressed = verdicts.count("regressed")
+        assert regressed >= 2 and verdicts[:regressed] == ["regressed"] * regressed, verdicts
+        first = rows.nth(0)
+        assert first.locator(".v-regressed").count() == 1
+        colour = first.locator(".v-regressed").evaluate("el => getComputedStyle(el).color")
+        assert colour not in ("rgb(0, 0, 0)", ""), colour  # the verdict is coloured, not plain text
+        texts = [rows.nth(i).text_content() for i in range(regressed)]
+        assert sum(RX in t for t in texts) == 2, texts  # both configurations' throughput
+        check_comparison_table(page)
+        assert not watch.errors and not watch.foreign_requests
+
