@@ -90,3 +90,19 @@ def test_relative_rows_pair_each_environment_with_bare_running_the_same_workload
     # Bare first within each workload, workloads in matrix order.
     assert [r.environment for r in rows][:3] == ["bare", "container", "vm e1000"]
     assert relative_rows([_cfg("x", proto="tcp")], {}) == []  # no env label: nothing to compare
+
+
+def test_a_guest_gets_a_host_cpu_per_vcpu_from_its_endpoints_on(monkeypatch, tmp_path):
+    from vnetbench.lab.guest import qemu
+
+    monkeypatch.setattr(qemu.os, "cpu_count", lambda: 4)
+
+    def guest(vcpus, cpu):
+        return qemu.Guest(name="g", ns=None, tap="t", mgmt_tap="m", ipv4="198.18.0.2/16", ipv6="2001:2::2/64",
+                          number=1, config=qemu.GuestConfig(vcpus=vcpus), workdir=tmp_path, log_dir=tmp_path,
+                          registry=None, cpu=cpu)
+
+    assert guest(1, 2).host_cpus() == [2]  # as a bare endpoint's process would be
+    assert guest(2, 3).host_cpus() == [0, 3]  # wraps around
+    assert guest(8, 1).host_cpus() == [0, 1, 2, 3]  # no more than the machine has
+    assert guest(4, None).host_cpus() is None  # unpinned endpoint: QEMU unpinned

@@ -20,9 +20,10 @@ the experiment, ``boot_timeout`` and ``accel`` (``auto``: KVM when a guest
 really boots under it, else TCG), which the environment variables
 ``VNETBENCH_VM_BOOT_TIMEOUT`` and ``VNETBENCH_VM_ACCEL`` override.
 
-Pinning: QEMU (every thread: vCPUs, I/O) runs on the endpoint's host CPU.
-Inside the guest a command is pinned only when it has more than one vCPU (to
-the last one).
+Pinning: QEMU (every thread: vCPUs, I/O) runs on as many host CPUs as the
+guest has vCPUs, from the endpoint's own on (a one-vCPU guest on the
+endpoint's CPU, as a bare endpoint's process would be). Inside the guest a
+command is pinned only when it has more than one vCPU (to the last one).
 """
 
 from __future__ import annotations

@@ -147,7 +147,7 @@ class Guest:
     workdir: Path  # keys, per-guest initrd, QEMU's stderr (removed with the lab)
     log_dir: Path  # the console log (kept)
     registry: Registry
-    cpu: int | None = None  # host CPU QEMU is pinned to
+    cpu: int | None = None  # the endpoint's host CPU: QEMU's pinning starts there (see host_cpus)
     # Filled as the guest comes up:
     accel: str | None = None
     accel_reason: str = ""
@@ -346,7 +346,7 @@ class Guest:
             "initramfs_packages": image.manifest.get("packages") if image else None,
             "append": self._append(),
             "mac": self.mac,
-            "host_cpu": self.cpu,
+            "host_cpus": self.host_cpus(),
             "console_log": str(self.console_log),
             "clock_offset_ms": None if self.clock_offset is None else round(self.clock_offset, 1),
             "channel": f"ssh (dropbear) to {MGMT_GUEST_IP} on a separate virtio-net management link",
@@ -397,10 +397,20 @@ class Guest:
                 "-device", f"virtio-net-pci,netdev=mgmt,mac={self.mgmt_mac},romfile="]
         return argv
 
+    def host_cpus(self) -> list[int] | None:
+        """The host CPUs QEMU's threads may use: one per vCPU from the endpoint's CPU on, wrapping around
+        (fewer when the machine has fewer), so a 4-vCPU guest can run 4 streams at once rather than
+        time-sharing one core; None when the endpoint is not pinned."""
+        if self.cpu is None:
+            return None
+        ncpu = os.cpu_count() or 1
+        return sorted({(self.cpu + i) % ncpu for i in range(min(self.config.vcpus, ncpu))})
+
     def _launch(self, accel: str) -> None:
         argv = ["ip", "netns", "exec", self.ns.name]
-        if self.cpu is not None:
-            argv += ["taskset", "-c", str(self.cpu)]
+        cpus = self.host_cpus()
+        if cpus is not None:
+            argv += ["taskset", "-c", ",".join(map(str, cpus))]
         argv += self.qemu_argv(accel)
         stderr_path = self.workdir / f"qemu-{accel}.err"
         self.console_log.unlink(missing_ok=True)
