@@ -190,3 +190,19 @@ def test_staggered_start_keeps_the_command():
     argv = staggered(["iperf3", "-c", "x"], 5)
     assert argv[:3] == ["sh", "-c", 'sleep 5; exec "$@"'] and argv[4:] == ["iperf3", "-c", "x"]
     assert subprocess.run(staggered(["echo", "a b"], 0.01), capture_output=True, text=True).stdout == "a b\n"
+
+
+def test_each_variants_links_use_its_own_mtu(tmp_path):
+    """An `mtu` sweep: every variant's receiver link is sized (bursts, default buffer, emulator frames) by the
+    MTU of that variant, not by the first variant's."""
+    from types import SimpleNamespace
+
+    from vnetbench.impair.links import LinkManager
+    from vnetbench.lab.environments import Variant
+
+    groups = {Variant(env="bare", mtu=mtu): SimpleNamespace(variant=Variant(env="bare", mtu=mtu), receiver=f"r{mtu}",
+                                                            senders=[f"s1{mtu}"])
+              for mtu in (1500, 9000)}
+    links = LinkManager(SimpleNamespace(groups=groups), registry=None, workdir=tmp_path, run_prefix="vnb-x", mtu=1500)
+    assert links._mtu("r9000") == 9000 and links._mtu("s19000") == 9000 and links._mtu("r1500") == 1500
+    assert links._mtu("elsewhere") == 1500

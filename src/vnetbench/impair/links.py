@@ -137,7 +137,7 @@ class LinkManager:
     registry: Registry
     workdir: Path
     run_prefix: str
-    mtu: int = 1500
+    mtu: int = 1500  # for hosts outside any variant group
     auto: dict[str, str] = field(default_factory=dict)  # run-wide choice for links left on auto
     backends: dict[str, B.Backend] = field(default_factory=dict)
     emulator_cpus: dict[str, int | None] = field(default_factory=dict)
@@ -217,6 +217,14 @@ class LinkManager:
         qdiscs = [q for h in active for q in self.backends[h].qdiscs()]
         return {"qdiscs": qdiscs, "links": links}
 
+    def _mtu(self, host: str) -> int:
+        """The MTU of the variant `host` belongs to (an `mtu` sweep gives each its own): it sizes bursts,
+        default buffers and the emulator's frames."""
+        for group in getattr(self.lab, "groups", {}).values():
+            if host == group.receiver or host in group.senders:
+                return group.variant.mtu
+        return self.mtu
+
     def _backend(self, name: str, host: str, backend_name: str, shaper: str) -> B.Backend:
         current = self.backends.get(host)
         wanted_shaper = backend_name if backend_name in ("tbf", "htb") else shaper
@@ -239,9 +247,9 @@ class LinkManager:
             self._place_emulators([name])
             ctx = UserspaceContext(self.registry, self.workdir, f"{self.run_prefix}-e{host}"[:60],
                                    self.emulator_cpus.get(name))
-            backend = cls(link, self.mtu, shaper, context=ctx)
+            backend = cls(link, self._mtu(host), shaper, context=ctx)
         else:
-            backend = cls(link, self.mtu, wanted_shaper)
+            backend = cls(link, self._mtu(host), wanted_shaper)
         backend.install()
         self.backends[host] = backend
         return backend
