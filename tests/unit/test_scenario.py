@@ -56,6 +56,17 @@ def test_congestion_offered_load_follows_the_thesis():
         assert c.expected["udp.loss_ratio"] == pytest.approx(max(0.0, 1 - 1 / ratio))
     assert configs[(2.0, "tcp")].expected["queue.full_delay_ms"] == pytest.approx(40.0)
     assert "udp.loss_ratio" not in configs[(2.0, "tcp")].expected
+    # The probe's median RTT: an empty queue below saturation, the full 500 kB buffer at 100 Mbit/s above;
+    # no closed form for TCP's standing queue.
+    assert configs[(0.6, "udp")].expected["rtt.p50_ms"] == 0.0
+    assert configs[(1.0, "udp")].expected["rtt.p50_ms"] == 0.0
+    assert configs[(1.1, "udp")].expected["rtt.p50_ms"] == pytest.approx(40.0)
+    assert "rtt.p50_ms" not in configs[(2.0, "tcp")].expected
+    # The links' fixed delay is the base it sits on (both directions, here 2 x 15 ms), and a buffer sweep
+    # moves it with buffer / rate.
+    swept = P.expand(L.load("congestion", overrides=["lab.delay=15ms", "lab.shape=both", "protos=[udp]",
+                                                     "ratios=[2]", "matrix.buffer=[\"125kB\", \"250kB\"]"]))
+    assert sorted(c.expected["rtt.p50_ms"] for c in swept) == [pytest.approx(40.0), pytest.approx(50.0)]
 
 
 def test_unknown_key_lists_valid_ones(tmp_path):

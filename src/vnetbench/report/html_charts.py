@@ -225,6 +225,13 @@ def _theory_lines(model: ReportModel, metric: str, lines: dict[str, list[Entry]]
             if metric == "udp.loss_ratio" and all(abs(y - max(0.0, 1 - 1 / x)) < 1e-6 for x, y in pts):
                 xs, ys = grid, [max(0.0, 1 - 1 / x) for x in grid]
                 name = "theory: 1 − 1/ratio"
+            elif metric == "rtt.p50_ms" and 1.0 in kink:
+                # base below saturation, base + buffer/rate above: drawn as the step it is
+                base, full = min(ys), max(ys) - min(ys)
+                if all(abs(y - (base + (full if x > 1 else 0.0))) < 1e-6 for x, y in pts):
+                    xs = [x for x in grid if x <= 1] + [x for x in grid if x >= 1]
+                    ys = [base] * sum(x <= 1 for x in grid) + [base + full] * sum(x >= 1 for x in grid)
+                    name = f"theory: {base:.3g} ms + buffer / rate above ratio 1"
             elif metric == "throughput.rx_mbps":
                 bps = {e.params.get("bottleneck_bps") for e in entries}
                 if len(bps) == 1 and isinstance(next(iter(bps)), (int, float)):
@@ -327,7 +334,8 @@ def sweep_figure(model: ReportModel, metric: str, facet: str, summ: dict[int, Su
     traces.extend(_theory_lines(model, metric, lines))
     layout = base_layout(metric_title(metric), sweep.title, metric_axis_title(metric, unit),
                          ", ".join(a.name for a in model.layout.line_axes))
-    if metric in RTT_METRICS:
+    has_theory = any(isinstance(e.expected.get(metric), (int, float)) for e in entries)
+    if metric in RTT_METRICS and not has_theory:  # where the metric has its own theory, that is drawn instead
         xmin, xmax = min(sweep.numbers.values()), max(sweep.numbers.values())
         for i, d in enumerate(_full_buffer_delays(entries)):
             traces.append({

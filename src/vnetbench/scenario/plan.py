@@ -260,7 +260,14 @@ def _configuration(source: str, labels: dict[str, Any], scenario: Scenario) -> C
                 expected["udp.loss_ratio"] = max(0.0, 1.0 - 1.0 / load)
     if lab.bottleneck is not None:
         # A full drop-tail buffer in front of the bottleneck delays every packet by buffer / rate.
-        expected["queue.full_delay_ms"] = lab.buffer.in_bytes(lab.bottleneck) * 8 / lab.bottleneck * 1e3
+        full = expected["queue.full_delay_ms"] = lab.buffer.in_bytes(lab.bottleneck) * 8 / lab.bottleneck * 1e3
+        if offered is not None and stream.proto == "udp" and scenario.probes:
+            # Unresponsive UDP above the rate keeps that buffer full, below it leaves it (nearly) empty: the
+            # probe's median RTT is the links' fixed delay plus one or the other. TCP's standing queue
+            # depends on its congestion control: no closed form.
+            base = sum(spec.direction(d).delay for spec in lab_links(lab).values()
+                       for d in ("forward", "reverse")) * 1e3
+            expected["rtt.p50_ms"] = base + (full if load > 1 else 0.0)
     return Configuration(
         key=config_key(labels), labels=labels, scenario=scenario,
         active_senders=senders, offered_bps=offered, expected=expected,
