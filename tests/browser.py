@@ -117,8 +117,9 @@ def column_values(page, header: str) -> list[str]:
     }""", header)
 
 
-def check_comparison_table(page) -> None:
-    """Sorting by a numeric column, both ways; filtering by text and by verdict."""
+def check_comparison_table(page, filter_text: str = "rtt.avg") -> None:
+    """Sorting by a numeric column, both ways; filtering by text (`filter_text`, a metric some rows have)
+    and by verdict."""
     assert page.locator("#cmp-table tbody tr").count() > 0
     verdicts = column_values(page, "Verdict")
     assert verdicts == sorted(verdicts, key=float), "regressions first, as delivered"
@@ -137,10 +138,10 @@ def check_comparison_table(page) -> None:
     assert names == sorted(names, key=str.lower)
 
     total = page.locator("#cmp-table tbody tr").count()
-    page.fill("#cmp-filter", "rtt.avg")
+    page.fill("#cmp-filter", filter_text)
     visible = page.locator("#cmp-table tbody tr:not([hidden])")
     assert 0 < visible.count() < total
-    assert all("rtt.avg" in t for t in visible.all_text_contents())
+    assert all(filter_text in t for t in visible.all_text_contents())
     assert page.locator("#cmp-count").text_content() == f"showing {visible.count()} of {total} rows"
     page.fill("#cmp-filter", "")
     for box in page.locator(".cmp-verdict").all():

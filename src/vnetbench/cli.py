@@ -96,7 +96,7 @@ def _after_run(args: argparse.Namespace, store, summary) -> int:
                   f"reasons are stored with each trial (vnetbench show {summary.run_id})")
     if args.report:
         path = _write_report(store, [summary.run_id], args.report)
-        out.print(f"report: {path}")
+        out.print(f"report: {path}", soft_wrap=True, highlight=False)
     print(f"run: {summary.run_id}", flush=True)
     return 0
 
@@ -159,7 +159,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         else:
             ids = [store.resolve_run(r) for r in args.runs]
             path = _write_report(store, ids, args.output)
-    out.print(f"report: {path}")
+    out.print(f"report: {path}", soft_wrap=True, highlight=False)
     return 0
 
 

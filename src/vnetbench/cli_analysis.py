@@ -114,7 +114,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
             from vnetbench.report.html import write_report
 
             path = write_report(store, run_ids, args.report, comparison=report.to_dict())
-            err.print(f"report: {path}")
+            err.print(f"report: {path}", soft_wrap=True, highlight=False)
 
     if args.json:
         _json(report.to_dict())

@@ -1,14 +1,22 @@
 """The congestion study on a real lab: numbers must obey the physics of a
-drop-tail bottleneck (seed 001, chapter 4), with tolerances for a noisy 2-core VM.
+drop-tail bottleneck (seed 001, chapter 4), with the foundation issue's own
+tolerances: UDP loss within 0.05 of 1 - 1/ratio at ratios 2 and 4, ping RTT
+under UDP saturation within 15% of buffer / rate, TCP at ratio 2 filling at
+least 90% of the bottleneck, received throughput never above 1.05 x the rate.
 
 Defaults: 100 Mbit/s bottleneck, 500 kB buffer -> a full queue delays by 40 ms.
+
+Three trials per configuration, judged by their median as `vnetbench show`
+does: on this 2-core VM a single trial can find the link idling for moments
+(one CI trial carried 88% of the rate where runs carry 93-95%), and one such
+trial must not decide a physics check.
 """
 
 import numpy as np
 import pytest
 
 from vnetbench.store.db import Store
-from helpers import BUSY_LINK_FILL, cli, full_queue_delay_bounds, run_id_of, saturated_udp_loss_bounds
+from helpers import cli, run_id_of
 
 pytestmark = pytest.mark.lab
 
@@ -21,7 +29,7 @@ def congestion_run(tmp_path_factory):
     db = tmp_path_factory.mktemp("congestion") / "r.db"
     proc = cli("run", "congestion", "--db", str(db), "--no-progress",
                "--set", "ratios=[0.6, 2.0, 4.0]", "--set", "duration=3s", "--set", "workload.stream.omit=1s",
-               "--set", "repetitions=1", "--set", "repeat.warmup=false")
+               "--set", "repetitions=3", "--set", "repeat.warmup=false")
     run_id = run_id_of(proc)
     store = Store(db)
     by_labels = {}
@@ -38,7 +46,7 @@ def median(values, metric):
 def test_every_trial_ok_and_table_printed(congestion_run, no_leftovers):
     store, run_id, by_labels, proc = congestion_run
     trials = store.trials(run_id)
-    assert len(trials) == 6 and all(t["status"] == "ok" for t in trials), [t["reason"] for t in trials]
+    assert len(trials) == 18 and all(t["status"] == "ok" for t in trials), [t["reason"] for t in trials]
     assert "throughput" in proc.stdout and "theory 0.500" in proc.stdout
     assert store.run(run_id)["status"] == "completed"
 
@@ -53,8 +61,8 @@ def test_udp_loss_follows_one_minus_one_over_ratio(congestion_run):
     _, _, by_labels, _ = congestion_run
     assert median(by_labels[(0.6, "udp")][1], "udp.loss_ratio") < 0.01
     for ratio in (2.0, 4.0):
-        low, high = saturated_udp_loss_bounds(ratio)
-        assert low <= median(by_labels[(ratio, "udp")][1], "udp.loss_ratio") <= high, ratio
+        # The 1450 B / 1 ms ping probe shares the link, so the loss sits 0.02-0.04 above the theory here.
+        assert median(by_labels[(ratio, "udp")][1], "udp.loss_ratio") == pytest.approx(1 - 1 / ratio, abs=0.05)
     # The theory is stored alongside for reports.
     assert by_labels[(4.0, "udp")][0]["expected"]["udp.loss_ratio"] == pytest.approx(0.75)
 
@@ -62,8 +70,7 @@ def test_udp_loss_follows_one_minus_one_over_ratio(congestion_run):
 def test_rtt_under_udp_saturation_is_buffer_over_rate(congestion_run):
     _, _, by_labels, _ = congestion_run
     for ratio in (2.0, 4.0):
-        low, high = full_queue_delay_bounds(QUEUE_MS)
-        assert low <= median(by_labels[(ratio, "udp")][1], "rtt.p50_ms") <= high, ratio
+        assert median(by_labels[(ratio, "udp")][1], "rtt.p50_ms") == pytest.approx(QUEUE_MS, rel=0.15), ratio
     # Below saturation the queue stays (nearly) empty.
     assert median(by_labels[(0.6, "udp")][1], "rtt.p50_ms") < 0.1 * QUEUE_MS
 
@@ -74,13 +81,15 @@ def test_tcp_fills_the_bottleneck_when_oversubscribed(congestion_run):
     # TCP never lets the link starve: cubic backs off by 30% from a full buffer, so a standing queue
     # of 70-100% of it remains (p50 30-35 ms seen); half the buffer is the floor.
     assert median(values, "rtt.p50_ms") >= 0.5 * QUEUE_MS
-    # So the link carries what a saturated link carries on this machine. The 1 ms ping probe (1450 B
-    # + 42 B of headers per packet) shares the bottleneck with TCP, as in the thesis: the link is full
-    # when both together fill it (0.98-0.99 on a quiet machine, 0.875 in a busy CI run).
-    trial = next(t for t in store.trials(run_id) if t["config_key"] == config["key"])
-    rtt = next(s for s in store.series(trial["id"]) if s.name == "rtt_ms")
-    probe_mbps = len(rtt.v) * (1450 + 8 + 20 + 14) * 8 / (rtt.t.max() - rtt.t.min()) / 1e6
-    assert median(values, "throughput.rx_mbps") + probe_mbps >= BUSY_LINK_FILL * BOTTLENECK_MBPS
+    # So the link is full: at least 90% of it carries TCP and the 1 ms ping probe (1450 B + 42 B of
+    # headers per packet, its delivered packets counted), which share the bottleneck as in the thesis
+    # (measured here: 88.5 Mbit/s of TCP goodput + 11 Mbit/s of probe).
+    fills = []
+    for trial in (t for t in store.trials(run_id) if t["config_key"] == config["key"]):
+        rtt = next(s for s in store.series(trial["id"]) if s.name == "rtt_ms")
+        fills.append(len(rtt.v) * (1450 + 8 + 20 + 14) * 8 / (rtt.t.max() - rtt.t.min()) / 1e6)
+    probe_mbps = float(np.median(fills))
+    assert median(values, "throughput.rx_mbps") + probe_mbps >= 0.9 * BOTTLENECK_MBPS
     # Below saturation TCP gets exactly what it asked for (2 x 30 Mbit/s).
     assert median(by_labels[(0.6, "tcp")][1], "throughput.rx_mbps") == pytest.approx(60, rel=0.03)
 
@@ -99,7 +108,7 @@ def test_applied_qdisc_is_read_back_and_stored(congestion_run):
     tcp_keys = {c["key"] for (_, proto), (c, _) in by_labels.items() if proto == "tcp"}
     used = [t["raw"]["congestion_control_used"] for t in store.trials(run_id, with_raw=True)
             if t["config_key"] in tcp_keys]
-    assert used and all(set(u.values()) == {"cubic"} and len(u) == 2 for u in used), used
+    assert len(used) == 9 and all(set(u.values()) == {"cubic"} and len(u) >= 2 for u in used), used
 
 
 def test_series_are_stored(congestion_run):

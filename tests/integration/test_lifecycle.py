@@ -219,3 +219,44 @@ def test_qdisc_probe_reports_what_the_kernel_accepts_and_leaves_nothing(no_lefto
     # Whatever the kernel refuses comes with its own words, not a blank.
     assert all(err is None or err.strip() for err in found.values())
     assert not [n for n in netns.list_names() if n.startswith(f"{netns.PREFIX}doctor-")]
+
+
+def _our_iperf3_servers() -> list[int]:
+    """PIDs of iperf3 servers running inside one of our namespaces."""
+    found = subprocess.run(["pgrep", "-f", "^iperf3 --server"], capture_output=True, text=True).stdout.split()
+    ours = []
+    for pid in map(int, found):
+        ns = subprocess.run(["ip", "netns", "identify", str(pid)], capture_output=True, text=True).stdout.strip()
+        if ns.startswith(netns.PREFIX):
+            ours.append(pid)
+    return ours
+
+
+def test_a_hung_trial_fails_and_the_run_goes_on_through_the_cli(tmp_path, no_leftovers):
+    """A user's run in which a tool hangs: that trial is recorded as a timeout with its reason, the next
+    trials run (servers restarted), the summary says how many failed, and the run still completes."""
+    db = tmp_path / "r.db"
+    run = subprocess.Popen([sys.executable, "-m", "vnetbench", "run", "quick", "--db", str(db), "--no-progress",
+                            "--set", "ratios=[0.6]", "--set", "protos=[udp]", "--set", "repetitions=3",
+                            "--set", "workload.stream.timeout=6s", *SHORT],
+                           cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    frozen: list[int] = []
+    deadline = time.monotonic() + 60
+    while not frozen and run.poll() is None and time.monotonic() < deadline:
+        frozen = _our_iperf3_servers()
+        time.sleep(0.05)
+    assert frozen, "the run's iperf3 servers never appeared"
+    for pid in frozen:
+        os.kill(pid, signal.SIGSTOP)  # they accept and answer nothing: the trial in flight hangs
+    out, err = run.communicate(timeout=120)
+    assert run.returncode == 0, out + err
+    run_id = run_id_of(subprocess.CompletedProcess(run.args, 0, out, err))
+    with Store(db) as store:
+        trials = store.trials(run_id)
+        assert store.run(run_id)["status"] == "completed"
+    bad = [t for t in trials if t["status"] != "ok"]
+    assert len(trials) == 3 and len(bad) == 1, [(t["status"], t["reason"]) for t in trials]
+    assert bad[0]["status"] == "timeout" and "per-trial timeout" in bad[0]["reason"]
+    assert "1 of 3 trials failed" in " ".join(out.split())
+    shown = cli("show", run_id, "--db", str(db)).stdout
+    assert "timeout" in shown and "per-trial timeout" in " ".join(shown.split())
