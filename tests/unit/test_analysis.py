@@ -400,16 +400,18 @@ def test_show_gives_mean_sd_percentiles_and_per_metric_n(tmp_path, capsys):
     lost = "udp.loss_ratio"
     with Store(tmp_path / "s.db") as s:
         # One trial reported no loss ratio: that metric's n (4) differs from the configuration's (5).
-        add_run(s, "ffffffffffff", [(UDP, {RX: [90.0, 92.0, 94.0, 96.0, 98.0], lost: [0.5, 0.52, 0.54, 0.56]})])
+        add_run(s, "ffffffffffff", [(UDP, {RX: [90.0, 92.0, 94.0, 96.0, 98.0], lost: [0.5, 0.52, 0.54, 0.56]}),
+                                    (TCP, {RX: [float(v) for v in range(80, 100, 2)]})])
         console = Console(width=220, record=True, highlight=False)
         show(s, "ffffffffffff", console, metrics=[RX, lost])
     text = console.export_text()
-    assert "mean 94.00 ± 3.16" in text and "p5-p95 90.40..97.60" in text
+    assert "94.00 ± 3.16" in text and "90.00..98.00" in text
+    assert "p5-95 80.90..97.10" in text and text.count("p5-95 8") + text.count("p5-95 9") == 1  # from 10 trials
     assert "n 4" in text and "n 5" not in text
     capsys.readouterr()
     assert main(["show", "ffff", "--json", "--metric", RX, "--db", str(tmp_path / "s.db")]) == 0
     doc = json.loads(capsys.readouterr().out)
-    (row,) = doc["summaries"]
+    (row,) = [r for r in doc["summaries"] if r["labels"] == UDP]
     assert row["metric"] == RX and row["n"] == 5 and row["unit"] == "Mbit/s" and row["direction"] == "higher"
     assert row["mean"] == pytest.approx(94.0) and row["std"] == pytest.approx(3.1623, abs=1e-4)
     assert row["p5"] == pytest.approx(90.4) and row["p95"] == pytest.approx(97.6) and row["ci"] is None

@@ -46,9 +46,13 @@ def runs_table(store: Store) -> Table:
     return t
 
 
+# Below this many trials p5 and p95 only interpolate between the extremes: min..max says it all.
+PERCENTILES_FROM_N = 10
+
+
 def _summary_cell(values: np.ndarray, theory: float | None, row_n: int) -> str:
-    """Median (bold), its exact 95% CI or "n too small", mean ± sd, min..max, p5..p95, CV with the unstable
-    mark, outliers, theory; the metric's own n where it differs from the configuration's."""
+    """Median (bold), its exact 95% CI or "n too small", mean ± sd, min..max, p5..p95 (from 10 trials), CV
+    with the unstable mark, outliers, theory; the metric's own n where it differs from the configuration's."""
     s = summarize(values)
     lines = [f"[bold]{_fmt(s.median)}[/]"]
     if s.ci is not None:
@@ -56,9 +60,10 @@ def _summary_cell(values: np.ndarray, theory: float | None, row_n: int) -> str:
     else:
         lines.append("[dim]n too small[/]")
     if s.n > 1:
-        lines.append(f"[dim]mean {_fmt(s.mean)} ± {_fmt(s.std)}[/]")
+        lines.append(f"[dim]{_fmt(s.mean)} ± {_fmt(s.std)}[/]")
         lines.append(f"[dim]{_fmt(s.min)}..{_fmt(s.max)}[/]")
-        lines.append(f"[dim]p5-p95 {_fmt(s.p5)}..{_fmt(s.p95)}[/]")
+    if s.n >= PERCENTILES_FROM_N:
+        lines.append(f"[dim]p5-95 {_fmt(s.p5)}..{_fmt(s.p95)}[/]")
     if s.n != row_n:
         lines.append(f"[yellow]n {s.n}[/]")
     if s.cv is not None:
@@ -98,8 +103,8 @@ def show(store: Store, run_id: str, console: Console, metrics: list[str] | None 
     present = sorted({m for per in values.values() for m in per})
     wanted = metrics or [m for m in PREFERRED if m in present]
     label_keys = _label_keys(configs)
-    table = Table(title="per configuration: median, its exact 95% CI, mean ± sd, min..max, p5-p95, CV, outliers "
-                        "(n = successful trials)",
+    table = Table(title="per configuration: median, its exact 95% CI, mean ± sd, min..max, p5-95 (n >= 10), CV, "
+                        "outliers (n = successful trials)",
                   show_lines=True)
     for k in label_keys:
         table.add_column(k)
@@ -124,7 +129,8 @@ def show(store: Store, run_id: str, console: Console, metrics: list[str] | None 
             row.append(_summary_cell(v, c["expected"].get(m), n))
         table.add_row(*row)
     console.print(table)
-    legend = ("[dim]↑/↓ higher/lower is better; CI: exact order-statistic interval of the median (n >= 6); "
+    legend = ("[dim]cells: median, its CI, mean ± sd, min..max, p5-95 (from 10 trials), CV; "
+              "↑/↓ higher/lower is better; CI: exact order-statistic interval of the median (n >= 6); "
               "unstable: CV >= 10%; outliers: beyond Tukey's fences, counted, never dropped[/]")
     console.print(legend)
     if unstable or outliers:
