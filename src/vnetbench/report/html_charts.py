@@ -231,7 +231,8 @@ def _theory_lines(model: ReportModel, metric: str, lines: dict[str, list[Entry]]
                 if all(abs(y - (base + (full if x > 1 else 0.0))) < 1e-6 for x, y in pts):
                     xs = [x for x in grid if x <= 1] + [x for x in grid if x >= 1]
                     ys = [base] * sum(x <= 1 for x in grid) + [base + full] * sum(x >= 1 for x in grid)
-                    name = f"theory: {base:.3g} ms + buffer / rate above ratio 1"
+                    queue = f"buffer / rate = {full:.3g} ms above ratio 1"
+                    name = f"theory: {base:.3g} ms + {queue}" if base else f"theory: {queue}"
             elif metric == "throughput.rx_mbps":
                 bps = {e.params.get("bottleneck_bps") for e in entries}
                 if len(bps) == 1 and isinstance(next(iter(bps)), (int, float)):
