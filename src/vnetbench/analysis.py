@@ -599,13 +599,15 @@ class History:
                 "runs": self.runs, "lines": [l.to_dict() for l in self.lines], "notes": self.notes}
 
     def write_csv(self, f: IO[str]) -> int:
-        """``time,run,<metric columns>``: one row per run, oldest first; returns the rows written.
+        """``time,<metric columns>``: one row per run, oldest first; returns the rows written.
 
-        The plain layout change-point tools (Hunter/Apache Otava, ...) read: a
-        time column (ISO 8601, UTC), an attribute (the run id), then one column
-        per series. With one configuration the column is the metric's name;
-        with several it is ``metric[label=value;...]``. A run without a value
-        for a configuration leaves its cell empty.
+        The plain layout change-point tools (Hunter/Apache Otava, ...) read
+        without being told more: a time column (ISO 8601, UTC), then one numeric
+        column per series, and nothing else (such tools take every other column
+        for a metric; the run ids are in ``--json``). With one configuration the
+        column is the metric's name; with several it is
+        ``metric[label=value;...]``. A run without a value for a configuration
+        leaves its cell empty.
         """
         columns = [self.metric] if len(self.lines) == 1 else [
             f"{self.metric}[{';'.join(f'{k}={v}' for k, v in l.labels.items())}]" for l in self.lines]
@@ -614,11 +616,11 @@ class History:
             for p in line.points:
                 by_run.setdefault(p["run_id"], [""] * len(self.lines))[i] = repr(float(p["median"]))
         w = csv.writer(f, lineterminator="\n")
-        w.writerow(["time", "run", *columns])
+        w.writerow(["time", *columns])
         rows = 0
         for run in self.runs:
             if run["id"] in by_run:
-                w.writerow([run["time"], run["id"], *by_run[run["id"]]])
+                w.writerow([run["time"], *by_run[run["id"]]])
                 rows += 1
         return rows
 

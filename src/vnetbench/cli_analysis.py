@@ -191,7 +191,7 @@ def cmd_history(args: argparse.Namespace) -> int:
         path = Path(args.csv)
         with open(path, "w", newline="") as f:
             rows = hist.write_csv(f)
-        err.print(f"{rows} runs written to {path} (columns: time, run, {hist.metric}"
+        err.print(f"{rows} runs written to {path} (columns: time, {hist.metric}"
                   f"{'' if len(hist.lines) == 1 else ' per configuration'})")
     if args.json:
         _json(hist.to_dict())
@@ -270,6 +270,6 @@ def register(sub) -> None:
     sp.add_argument("--scenario", metavar="NAME", help="scenario name (default: the latest run's)")
     sp.add_argument("--min-magnitude", metavar="FRACTION",
                     help="smallest change point worth reporting (default: the metric's noise threshold)")
-    sp.add_argument("--csv", metavar="FILE", help="also write time,run,metric columns as CSV ('-': stdout only)")
+    sp.add_argument("--csv", metavar="FILE", help="also write time,metric columns as CSV ('-': stdout only), as change-point tools read them")
     sp.add_argument("--json", action="store_true", help="print as JSON instead of tables")
     sp.set_defaults(func=cmd_history)

@@ -131,9 +131,9 @@ def test_history_shows_the_dip_and_writes_csv(runs, tmp_path):
     proc = cli("history", "--metric", RX, "--where", "proto=udp", "--csv", str(path), "--db", db)
     assert a in proc.stdout and b in proc.stdout and c in proc.stdout
     rows = list(csv.reader(path.open()))
-    assert rows[0] == ["time", "run", RX]
-    assert [r[1] for r in rows[1:]] == [a, b, c]  # time order
-    va, vb, vc = (float(r[2]) for r in rows[1:])
+    assert rows[0] == ["time", RX] and len(rows) == 4
+    assert [r[0] for r in rows[1:]] == sorted(r[0] for r in rows[1:])  # time order: A, B, C
+    va, vb, vc = (float(r[1]) for r in rows[1:])
     assert fills(va, 100) and fills(vb, 80) and fills(vc, 100), (va, vb, vc)
     assert vb < min(va, vc)  # the dip
 
