@@ -557,7 +557,7 @@ def render_report(store, run_ids: list[str], *, comparison: dict | list | None =
     m = model_mod.load(store, run_ids)
     summ = charts.summaries(m)
     sd = model_mod.collect_series(store, m)
-    cmp = compare.build(m, comparison)
+    cmp = compare.build(m, comparison, store)
     data: dict[str, Any] = {
         "charts": {},
         "facets": [{"id": f.id, "title": f.title} for f in m.layout.facets],

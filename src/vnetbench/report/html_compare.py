@@ -11,8 +11,10 @@ Three sources, in this order:
    with the value ``baseline``/``reference``): every other value of that label
    is compared with the reference, the other labels held equal.
 
-The statistics are :mod:`vnetbench.stats.compare`'s; nothing is computed here
-beyond bookkeeping.
+Sources 2 and 3 are computed by :mod:`vnetbench.analysis`, the code behind
+``vnetbench compare`` (with ``--all-metrics``), so a verdict on the page is the
+verdict the command line and a CI gate give; nothing is computed here beyond
+bookkeeping.
 """
 
 from __future__ import annotations
@@ -22,11 +24,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-import numpy as np
-
 from vnetbench.metrics import METRICS
 from vnetbench.report.html_model import ReportModel, fmt_num, fmt_value
-from vnetbench.stats.compare import compare_many
 
 VERDICT_RANK = {"regressed": 0, "improved": 1, "inconclusive": 2, "unchanged": 3}
 VERDICT_ICON = {"regressed": "▼", "improved": "▲", "inconclusive": "?", "unchanged": "="}
@@ -78,60 +77,6 @@ def _meta(model: ReportModel, metric: str) -> tuple[str, str]:
     return (info.unit, info.direction) if info else ("", "higher")
 
 
-def _noise(metric: str) -> float | None:
-    info = METRICS.get(metric)
-    return info.noise if info else None
-
-
-def _run_groups(model: ReportModel, pairs: list[tuple[str, list[tuple]]]) -> list[Row]:
-    """pairs: (pair name, [(config text, values_a, values_b), ...]) -> rows via one vectorised compare."""
-    groups, where = [], []
-    for pair, items in pairs:
-        for config, va, vb in items:
-            group = []
-            for m in model.metrics:
-                a = np.asarray(va.get(m, []), dtype=float)
-                b = np.asarray(vb.get(m, []), dtype=float)
-                a, b = a[np.isfinite(a)], b[np.isfinite(b)]
-                if a.size and b.size:
-                    unit, direction = _meta(model, m)
-                    group.append((m, a, b, direction if direction in ("higher", "lower") else "higher", _noise(m)))
-            if group:
-                groups.append(group)
-                where.append((pair, config))
-    rows: list[Row] = []
-    for (pair, config), group, results in zip(where, groups, compare_many(groups) if groups else []):
-        for item, r in zip(group, results):
-            unit, _ = _meta(model, item[0])
-            rows.append(Row(pair, config, r.metric, unit, r.direction, r.median_a, r.median_b, r.rel_change,
-                            r.rel_change_ci, r.p_value, r.p_adjusted, r.cliffs_delta, r.n_a, r.n_b, r.verdict,
-                            r.reason))
-    return rows
-
-
-def between_runs(model: ReportModel) -> ComparisonData | None:
-    if len(model.runs) < 2:
-        return None
-    ref = model.runs[0]
-    ref_entries = {e.key: e for e in model.entries if e.run_id == ref.id}
-    pairs = []
-    for other in model.runs[1:]:
-        items = []
-        for e in model.entries:
-            if e.run_id != other.id or e.key not in ref_entries:
-                continue
-            a = ref_entries[e.key]
-            items.append((_label_text(a.labels), a.values, e.values))
-        pairs.append((f"run {ref.short} → run {other.short}", items))
-    rows = _run_groups(model, pairs)
-    return ComparisonData(
-        title="Comparison with the reference run",
-        source=(f"Reference (A) is run {ref.short}; each other run (B) is compared with it, configuration by "
-                f"configuration (matched by configuration key). Mann-Whitney U, Holm-adjusted across the metrics "
-                f"of a configuration; relative change of the medians with a bootstrap 95% CI."),
-        rows=rows, pairs=[p for p, _ in pairs])
-
-
 def reference_axis(model: ReportModel) -> tuple[str, str] | None:
     """(label, reference value) for a within-run comparison, if the labels have one."""
     for axis in model.varying_axes:
@@ -143,34 +88,33 @@ def reference_axis(model: ReportModel) -> tuple[str, str] | None:
     return None
 
 
-def within_run(model: ReportModel) -> ComparisonData | None:
-    if len(model.runs) != 1:
-        return None
+def automatic(model: ReportModel, store) -> dict | None:
+    """The comparison a report shows unless it is given one, computed by :mod:`vnetbench.analysis` exactly as
+    ``vnetbench compare REF RUN --all-metrics`` (each further run against the first) or ``vnetbench compare RUN
+    --by LABEL --ref VALUE --all-metrics`` (a label with a reference value), so the page and the command line
+    never disagree on a verdict."""
+    from vnetbench import analysis
+
+    if len(model.runs) >= 2:
+        ref = model.runs[0]
+        reports = [analysis.compare_runs(store, ref.id, other.id, all_metrics=True) for other in model.runs[1:]]
+        return {"title": "Comparison with the reference run", "pairs": [r.to_dict() for r in reports],
+                "source": (f"Reference (A) is run {ref.short}; each other run (B) is compared with it, configuration "
+                           f"by configuration (matched by configuration key), as `vnetbench compare {ref.short} "
+                           f"RUN --all-metrics` does. Mann-Whitney U, Holm-adjusted across the metrics of a "
+                           f"configuration; relative change of the medians with a bootstrap 95% CI.")}
     found = reference_axis(model)
     if found is None:
         return None
     name, ref = found
-    others = [a.name for a in model.varying_axes if a.name != name]
-    refs = {tuple(e.axis.get(o) for o in others): e for e in model.entries if e.axis.get(name) == ref}
-    pairs: dict[str, list[tuple]] = {}
-    for e in model.entries:
-        value = e.axis.get(name)
-        if value == ref:
-            continue
-        a = refs.get(tuple(e.axis.get(o) for o in others))
-        if a is None:
-            continue
-        pairs.setdefault(f"{name}: {ref} → {value}", []).append((_label_text(a.labels, skip=[name]), a.values,
-                                                                   e.values))
-    if not pairs:
-        return None
-    rows = _run_groups(model, list(pairs.items()))
-    return ComparisonData(
-        title=f"Within the run: each {name} against {name}={ref}",
-        source=(f"A is the configuration with {name}={ref}, B the same configuration (all other labels equal) with "
-                f"another {name}. Mann-Whitney U, Holm-adjusted across the metrics of a configuration; relative "
-                f"change of the medians with a bootstrap 95% CI."),
-        rows=rows, pairs=list(pairs))
+    run = model.runs[0]
+    data = analysis.compare_within(store, run.id, name, ref, all_metrics=True).to_dict()
+    data["title"] = f"Within the run: each {name} against {name}={ref}"
+    data["source"] = (f"A is the configuration with {name}={ref}, B the same configuration (all other labels equal) "
+                      f"with another {name}, as `vnetbench compare {run.short} --by {name} --ref {ref} "
+                      f"--all-metrics` does. Mann-Whitney U, Holm-adjusted across the metrics of a configuration; "
+                      f"relative change of the medians with a bootstrap 95% CI.")
+    return data
 
 
 def _num(d: dict, *keys: str) -> float | None:
@@ -247,15 +191,16 @@ def from_given(data: dict | list, model: ReportModel | None = None) -> Compariso
     for r in rows:
         if r.pair not in order:
             order.append(r.pair)
+    source = data.get("source") if isinstance(data, dict) else None
     return ComparisonData(title=str(title or "Comparison"),
-                          source="Computed by `vnetbench compare` and passed to the report.", rows=rows,
+                          source=str(source or "Computed by `vnetbench compare` and passed to the report."), rows=rows,
                           pairs=order, notes=notes, differences=differences, one_sided=one_sided)
 
 
-def build(model: ReportModel, given: dict | list | None) -> ComparisonData | None:
-    if given is not None:
-        return from_given(given, model)
-    return between_runs(model) or within_run(model)
+def build(model: ReportModel, given: dict | list | None, store=None) -> ComparisonData | None:
+    if given is None and store is not None:
+        given = automatic(model, store)
+    return None if given is None else from_given(given, model)
 
 
 # ------------------------------------------------------------------ HTML
