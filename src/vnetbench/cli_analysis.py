@@ -80,7 +80,8 @@ def comparison_from_args(args: argparse.Namespace, store) -> tuple[Any, list[str
         metrics=getattr(args, "metric", None), all_metrics=getattr(args, "all_metrics", False),
         alpha=getattr(args, "alpha", DEFAULT_ALPHA), seed=seed,
         noise_overrides=analysis.parse_noise_overrides(getattr(args, "noise", None)),
-        noise_default=analysis.parse_fraction(getattr(args, "noise_default", "5%"), "--noise-default"),
+        noise_default=(analysis.parse_fraction(args.noise_default, "--noise-default")
+                       if hasattr(args, "noise_default") else analysis.DEFAULT_NOISE),
     )
     if mode == "runs":
         a, b = (store.resolve_run(r) for r in args.runs)

@@ -23,10 +23,10 @@ def test_missing_netem_names_the_module_and_the_fallback(monkeypatch):
     found["netem"] = "Error: Specified qdisc kind is unknown."
     monkeypatch.setattr(netns, "probe_qdiscs", lambda *a, **k: found)
     monkeypatch.setattr(doctor.environments, "availability", lambda probe: [])
+    monkeypatch.setattr(doctor, "kvm_state", lambda: (False, "/dev/kvm is absent"))
     checks = by_name(doctor.run_checks())
     netem = checks["qdisc netem"]
     assert not netem.ok and "unknown" in netem.detail
     assert "sch_netem" in netem.fix and "kernel-modules-extra" in netem.fix and "vnb-link" in netem.fix
     assert checks["qdisc tbf"].ok and "qdiscs" not in checks
-    if not checks["kvm"].ok:
-        assert "TCG" in checks["kvm"].fix and "kvm_intel" in checks["kvm"].fix
+    assert not checks["kvm"].ok and "TCG" in checks["kvm"].fix and "kvm_intel" in checks["kvm"].fix

@@ -471,8 +471,12 @@ def test_report_cli_takes_the_comparison_of_compare(two_runs, tmp_path, capsys):
         page = Path(argv[-1]).read_text()
         assert sorted(re.findall(r'<tr data-verdict="(\w+)"', page)) == expected, argv[0]
     assert "A is baseline" in (tmp_path / "base.html").read_text()
+    capsys.readouterr()
+    assert main(["compare", a, "--by", "proto", "--ref", "udp", "--json", "--db", db]) == 0
+    within = sorted(r["verdict"] for c in json.loads(capsys.readouterr().out)["configurations"] for r in c["results"])
     assert main(["report", a, "--by", "proto", "--ref", "udp", "-o", str(tmp_path / "within.html"), "--db", db]) == 0
-    assert "udp → tcp" in (tmp_path / "within.html").read_text()
+    page = (tmp_path / "within.html").read_text()
+    assert "udp → tcp" in page and sorted(re.findall(r'<tr data-verdict="(\w+)"', page)) == within
     # A report cannot compare two runs and a baseline at once: a usage error, nothing written.
     assert main(["report", a, b, "--baseline", "-o", str(tmp_path / "bad.html"), "--db", db]) == 2
     assert not (tmp_path / "bad.html").exists()

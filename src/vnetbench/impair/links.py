@@ -294,12 +294,6 @@ class LinkManager:
         """The current configuration's links as applied: {"links": {name: {backend, requested, applied...}}}."""
         return {"links": self._state}
 
-    def base_rtt(self, config: Any) -> float:
-        """Seconds the links' fixed delay adds to a round trip (no jitter, no schedule): the RTT of an
-        empty path, less the hosts' own microseconds."""
-        return sum(spec.direction(d).delay for spec in lab_links(config.scenario.lab).values()
-                   for d in ("forward", "reverse"))
-
     def extra_rtt(self, config: Any) -> float:
         """Seconds the links' delay (and 3 x jitter) add to a round trip."""
         total = 0.0

@@ -683,3 +683,9 @@ def lab_links(lab: Any) -> dict[str, LinkSpec]:
         if name != "bottleneck":
             out[name] = spec
     return out
+
+
+def base_rtt(lab: Any) -> float:
+    """Seconds the lab's links add to an empty path's round trip: their fixed delay in both directions (no
+    jitter, no schedule). The base of the queueing-delay theory and of the standing-queue metric."""
+    return sum(spec.direction(d).delay for spec in lab_links(lab).values() for d in ("forward", "reverse"))

@@ -86,8 +86,8 @@ def _label_keys(configs: list[dict[str, Any]]) -> list[str]:
 
 
 def show(store: Store, run_id: str, console: Console, metrics: list[str] | None = None) -> None:
-    """Per configuration and metric: n, median with its exact 95% CI, mean ± sd, min..max, p5-p95, CV,
-    outliers, theory."""
+    """Per configuration and metric: n, median with its exact 95% CI, mean ± sd, min..max, p5-95 (from 10
+    trials), CV, outliers, theory."""
     run = store.run(run_id)
     configs = store.configurations(run_id)
     values = store.values(run_id)

@@ -23,6 +23,7 @@ from typing import Any
 
 from vnetbench.errors import EnvironmentUnavailable, LabError
 from vnetbench.impair import tc
+from vnetbench.impair.model import base_rtt
 from vnetbench.impair.links import LinkFailed, LinkManager, bottleneck_drops, link_metrics, staggered
 from vnetbench.lab.environments import Variant
 from vnetbench.lab.nodes import Host
@@ -334,7 +335,7 @@ class DumbbellBench:
                 ends = [starts[h.name] + stream.omit + stream.timing(i)[1] for i, h in enumerate(senders)]
                 if probes and min(ends) < max(ends):
                     ping.standing_queue(measurement, after_s=min(ends) + ping.STANDING_QUEUE_SETTLE_S,
-                                        base_rtt_ms=self.links.base_rtt(config) * 1e3)
+                                        base_rtt_ms=base_rtt(lab_spec) * 1e3)
             except ToolFailed as e:
                 status, reason = "failed", str(e)
             bad = [n for n, p in clients.items() if p.returncode not in (0, None)]

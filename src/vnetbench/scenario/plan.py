@@ -23,7 +23,7 @@ from pydantic import ValidationError
 
 from vnetbench.errors import ScenarioError
 from vnetbench.scenario.load import LoadedScenario, format_validation_error
-from vnetbench.impair.model import lab_links
+from vnetbench.impair.model import base_rtt, lab_links
 from vnetbench.scenario.model import LabSpec, ProbeWorkload, Scenario, StreamWorkload
 from vnetbench import units
 
@@ -265,9 +265,7 @@ def _configuration(source: str, labels: dict[str, Any], scenario: Scenario) -> C
             # Unresponsive UDP above the rate keeps that buffer full, below it leaves it (nearly) empty: the
             # probe's median RTT is the links' fixed delay plus one or the other. TCP's standing queue
             # depends on its congestion control: no closed form.
-            base = sum(spec.direction(d).delay for spec in lab_links(lab).values()
-                       for d in ("forward", "reverse")) * 1e3
-            expected["rtt.p50_ms"] = base + (full if load > 1 else 0.0)
+            expected["rtt.p50_ms"] = base_rtt(lab) * 1e3 + (full if load > 1 else 0.0)
     return Configuration(
         key=config_key(labels), labels=labels, scenario=scenario,
         active_senders=senders, offered_bps=offered, expected=expected,

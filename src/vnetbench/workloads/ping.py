@@ -112,9 +112,9 @@ def standing_queue(m: Measurement, after_s: float, base_rtt_ms: float) -> None:
     buffer occupied ("the delay caused by outgoing interface buffer is still high", section 4.5, figure 4.8).
 
     Adds ``queue.standing_ms``: the 5th percentile of the ping RTTs from ``after_s`` (trial clock) on, less
-    the links' configured base RTT: the queueing delay the remaining flow never lets drain. A flow that
-    empties the queue from time to time (BBR's ProbeRTT) comes out near 0; CUBIC through a drop-tail buffer
-    keeps about 0.7 x buffer - 0.3 x BDP standing after each back-off."""
+    the links' configured base RTT: the queueing delay the remaining flow never lets drain. How much depends
+    on the congestion control and its recent back-offs; in the built-in dynamic-congestion scenario (250 kB
+    at 100/20 Mbit/s) CUBIC left 3-8 ms and BBR 4.6 ms."""
     rtt = next((x for x in m.series if x.name == "rtt_ms"), None)
     if rtt is None:
         return
