@@ -1,13 +1,16 @@
 """Command line: parse arguments, call the stages, print. Nothing else lives here.
 
 Exit status: 0 success, 1 a gate failed (e.g. a regression with --fail-on),
-2 usage errors and problems the message explains, 130 interrupted.
+2 usage errors and problems the message explains, 130 interrupted, 141 the
+reader of standard output closed it (``| head``).
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -18,12 +21,24 @@ from vnetbench import __version__
 from vnetbench.cli_analysis import register as register_analysis
 from vnetbench.errors import VnetbenchError
 from vnetbench.lab.teardown import Interrupted
+from vnetbench.output import check_target, output_file
 
 DEFAULT_DB = "vnetbench.db"
+EXIT_CLOSED_PIPE = 141  # 128 + SIGPIPE, as the shell reports a process a closed pipe ended
+
+
+
+class _Console(Console):
+    def on_broken_pipe(self) -> None:
+        # rich would exit 1 without a word; main() says what happened, once, with the pipe's exit status
+        self.quiet = True
+        raise BrokenPipeError
+
 
 # Logs and pipes get a wide table rather than rich's 80-column default.
-out = Console(highlight=False, soft_wrap=False, width=None if sys.stdout.isatty() else 160)
-err = Console(stderr=True, highlight=False)
+out = _Console(highlight=False, soft_wrap=False, width=None if sys.stdout.isatty() else 160)
+# Messages are never wrapped: an error is one line a script or a log can grep.
+err = _Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 def _store(args: argparse.Namespace):
@@ -72,6 +87,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.resume:
         if args.scenario or args.set:
             raise VnetbenchError("--resume RUN continues a stored run as it was planned; give no SCENARIO or --set")
+        if args.report:
+            check_target(args.report, args.db, what="report")
         runner.check_root()
         with _store(args) as store:
             summary = runner.resume(store, args.resume, console=err, progress=not args.no_progress)
@@ -79,6 +96,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     if not args.scenario:
         raise VnetbenchError("vnetbench run: give a SCENARIO (a built-in name or a .toml file), or --resume RUN")
     loaded = load(args.scenario, args.set or [])
+    if args.report:
+        check_target(args.report, args.db, what="report")  # not after an hour of trials
     runner.check_root()  # before the database is touched: not root means nothing at all happens
     with _store(args) as store:
         summary = runner.execute(loaded, store, console=err, progress=not args.no_progress)
@@ -139,7 +158,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     with _store(args) as store:
         run_id = store.resolve_run(args.run)
         if args.output and args.output != "-":
-            with open(args.output, "w", newline="") as f:
+            with output_file(args.output, store.path, what="export", newline="") as f:
                 n = export(store, run_id, args.format, f)
             err.print(f"{n} samples written to {args.output}")
         else:
@@ -195,7 +214,12 @@ def cmd_clean(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="vnetbench", description="Reproducible network performance experiments.")
+    p = argparse.ArgumentParser(
+        prog="vnetbench", description="Reproducible network performance experiments.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="exit status: 0 success; 1 a gate failed (compare --fail-on) or doctor found a problem; "
+               "2 a problem the message explains\n(bad scenario, missing tool, unwritable output, ...); "
+               "130 interrupted; 141 standard output closed by its reader (| head)")
     p.add_argument("--version", action="version", version=f"vnetbench {__version__}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -260,7 +284,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        return args.func(args)
+        status = args.func(args)
+        sys.stdout.flush()  # a closed pipe or a full disk is found here, not at interpreter exit
+        return status
     except VnetbenchError as e:
         err.print(f"[red]vnetbench:[/] {escape(str(e))}", highlight=False)
         return 2
@@ -268,6 +294,26 @@ def main(argv: list[str] | None = None) -> int:
         err.print(f"[yellow]vnetbench: interrupted ({e.signame}); the lab was torn down. "
                   "Finished trials are stored; `vnetbench run --resume RUN` completes the run.[/]")
         return 130
+    except BrokenPipeError:
+        _silence_stdout()
+        err.print("vnetbench: standard output was closed by its reader (e.g. `| head`); output stopped there",
+                  highlight=False)
+        return EXIT_CLOSED_PIPE
+    except OSError as e:
+        if e.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        _silence_stdout()
+        err.print("vnetbench: cannot write standard output: the disk is full", highlight=False)
+        return 2
+
+
+def _silence_stdout() -> None:
+    """Point standard output at /dev/null: what is still buffered cannot fail again at exit."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
 
 
 if __name__ == "__main__":

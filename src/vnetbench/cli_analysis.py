@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from vnetbench.errors import VnetbenchError
+from vnetbench.output import check_target, output_file, write_text
 
 FAIL_ON = ("regression",)
 # Literals rather than imports: building the parser must not load scipy (a second at every `vnetbench --help`).
@@ -109,6 +110,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from vnetbench.report.terminal import comparison_view
 
     out, err = _consoles()
+    for target, what in ((args.report, "report"), (args.junit, "JUnit XML")):
+        if target:
+            check_target(target, args.db, what)  # before the work, and before the other file is written
     with _store(args) as store:
         report, run_ids = comparison_from_args(args, store)
         if args.report:
@@ -122,10 +126,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     else:
         comparison_view(report, out)
     if args.junit:
-        path = Path(args.junit)
-        if path.parent and not path.parent.exists():
-            path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(report.junit())
+        path = write_text(args.junit, report.junit(), args.db, what="JUnit XML")
         err.print(f"JUnit XML written to {path}")
     if not report.pairs:
         raise VnetbenchError("no configuration was compared: the runs have no configuration (labels) in common")
@@ -182,6 +183,8 @@ def cmd_history(args: argparse.Namespace) -> int:
 
     out, err = _consoles()
     magnitude = analysis.parse_fraction(args.min_magnitude, "--min-magnitude") if args.min_magnitude else None
+    if args.csv and args.csv != "-":
+        check_target(args.csv, args.db, "CSV")
     with _store(args) as store:
         hist = analysis.history(store, args.metric, where=analysis.parse_where(args.where), scenario=args.scenario,
                                 min_magnitude=magnitude)
@@ -190,7 +193,7 @@ def cmd_history(args: argparse.Namespace) -> int:
         return 0
     if args.csv:
         path = Path(args.csv)
-        with open(path, "w", newline="") as f:
+        with output_file(path, args.db, what="CSV", newline="") as f:
             rows = hist.write_csv(f)
         err.print(f"{rows} runs written to {path} (columns: time, {hist.metric}"
                   f"{'' if len(hist.lines) == 1 else ' per configuration'})")

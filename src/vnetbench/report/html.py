@@ -40,6 +40,7 @@ import numpy as np
 
 import vnetbench
 from vnetbench.metrics import METRICS
+from vnetbench.output import check_target, write_text
 from vnetbench.report import html_charts as charts
 from vnetbench.report import html_compare as compare
 from vnetbench.report import html_model as model_mod
@@ -626,12 +627,8 @@ def write_report(store, run_ids: list[str], path: str | Path, *, comparison: dic
     when it is None and several runs are given, run_ids[0] is compared with
     each other run configuration by configuration; for one run whose labels
     carry a reference value (``env=bare``), the other values are compared with it.
+    The store's own database is never overwritten (:mod:`vnetbench.output`).
     """
-    path = Path(path)
+    check_target(path, store.path, what="report")
     text = render_report(store, list(run_ids), comparison=comparison)
-    if path.parent and not path.parent.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
-    return path
+    return write_text(path, text, store.path, what="report")

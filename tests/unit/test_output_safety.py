@@ -1,0 +1,190 @@
+"""No output path can lose the results database (outside review, item 1).
+
+Every command that writes a file is run through the CLI, in a subprocess, as a
+user would: the database as target is refused with one line and exit 2, the
+database still opens with every run in it, and no temporary file is left.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from helpers import ROOT, cli
+from vnetbench.output import OutputError, output_file, write_text
+from vnetbench.report.html_synthetic import make_run
+from vnetbench.store.db import Store
+
+RUNS = ("synthsafe001", "synthsafe002")
+
+
+@pytest.fixture(scope="module")
+def db(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("safe") / "vnetbench.db"
+    with Store(path) as store:
+        for i, run in enumerate(RUNS):
+            make_run(store, run, matrix={"proto": ["udp", "tcp"]}, repetitions=4, duration_s=2, seed=i,
+                     series=False)
+    return path
+
+
+def _runs_in(path: Path) -> set[str]:
+    with sqlite3.connect(path) as conn:
+        return {r[0] for r in conn.execute("SELECT id FROM runs")}
+
+
+def _writers(db: Path, target: str) -> list[list[str]]:
+    """Every command that writes a file, aimed at `target`."""
+    d = ["--db", str(db)]
+    return [
+        ["report", RUNS[0], "-o", target, *d],
+        ["report", RUNS[0], RUNS[1], "-o", target, *d],
+        ["export", RUNS[0], "-o", target, *d],
+        ["export", RUNS[0], "--format", "json", "-o", target, *d],
+        ["compare", RUNS[0], RUNS[1], "--report", target, *d],
+        ["compare", RUNS[0], RUNS[1], "--junit", target, *d],
+        ["history", "--metric", "throughput.rx_mbps", "--csv", target, *d],
+    ]
+
+
+def _leftover_temps(directory: Path) -> list[str]:
+    return [p.name for p in directory.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_every_writer_refuses_the_database_in_use(db):
+    before = db.read_bytes()
+    for argv in _writers(db, str(db)) + [["run", "quick", "--report", str(db), "--db", str(db)]]:
+        proc = cli(*argv, check=False)
+        assert proc.returncode == 2, (argv, proc.stdout, proc.stderr)
+        assert "results database" in proc.stderr, (argv, proc.stderr)
+        assert "Traceback" not in proc.stderr
+        assert db.read_bytes() == before, argv
+    assert _runs_in(db) == set(RUNS)
+    assert _leftover_temps(db.parent) == []
+    listing = cli("runs", "--db", str(db))
+    assert all(r in listing.stdout for r in RUNS)
+
+
+def test_every_writer_refuses_another_sqlite_file(db, tmp_path):
+    other = tmp_path / "other-results.sqlite"
+    shutil.copyfile(db, other)
+    for argv in _writers(db, str(other)):
+        proc = cli(*argv, check=False)
+        assert proc.returncode == 2, (argv, proc.stderr)
+        assert "SQLite database" in proc.stderr, (argv, proc.stderr)
+    assert _runs_in(other) == set(RUNS)
+
+
+def test_the_database_is_recognised_under_another_name(db, tmp_path):
+    link = tmp_path / "results-link.html"
+    link.symlink_to(db)
+    proc = cli("report", RUNS[0], "-o", str(link), "--db", str(db), check=False)
+    assert proc.returncode == 2 and "results database" in proc.stderr
+    relative = os.path.relpath(db, ROOT)  # the CLI runs in ROOT: the same file by a relative path
+    proc = cli("export", RUNS[0], "-o", relative, "--db", str(db), check=False)
+    assert proc.returncode == 2 and "results database" in proc.stderr
+    assert _runs_in(db) == set(RUNS)
+
+
+def test_writers_write_complete_files_and_no_temporaries(db, tmp_path):
+    out = tmp_path / "out"
+    for i in range(len(_writers(db, "-"))):
+        argv = _writers(db, str(out / f"file{i}"))[i]
+        proc = cli(*argv, check=False)
+        # compare's gate may say 1 (a synthetic regression); the file is written before the verdict
+        assert proc.returncode in (0, 1), (argv, proc.stderr)
+        assert (out / f"file{i}").stat().st_size > 100, argv
+    assert _leftover_temps(out) == []
+    html = (out / "file0").read_text()
+    assert html.rstrip().endswith("</html>")
+
+
+def test_a_directory_an_unwritable_place_and_a_full_disk_are_one_line(db, tmp_path):
+    cases = {
+        str(tmp_path): "is a directory",
+        "/proc/vnetbench-report.html": "cannot write report",
+        "/dev/full": "the disk is full",
+    }
+    for target, expected in cases.items():
+        proc = cli("report", RUNS[0], "-o", target, "--db", str(db), check=False)
+        assert proc.returncode == 2, (target, proc.stderr)
+        assert expected in proc.stderr, (target, proc.stderr)
+        assert "Traceback" not in proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(ro)], check=False,
+                   capture_output=True)
+    try:
+        if os.path.ismount(ro):  # root: a real read-only file system
+            proc = cli("export", RUNS[0], "-o", str(ro / "x.csv"), "--db", str(db), check=False)
+            assert proc.returncode == 2 and "read-only" in proc.stderr, proc.stderr
+    finally:
+        subprocess.run(["umount", str(ro)], check=False, capture_output=True)
+
+
+def test_a_closed_pipe_is_one_line_not_a_traceback(db):
+    # The reader has gone before vnetbench writes a byte (as `| head` that has read its fill): the
+    # pipe's read end is closed in the parent, so every write fails with EPIPE, whatever the timing.
+    for argv in (["export", RUNS[0]], ["show", RUNS[0], "--json"], ["export", RUNS[0], "--format", "json"],
+                 ["runs"]):
+        read_end, write_end = os.pipe()
+        os.close(read_end)
+        try:
+            proc = subprocess.run([sys.executable, "-m", "vnetbench", *argv, "--db", str(db)], stdout=write_end,
+                                  stderr=subprocess.PIPE, text=True, cwd=ROOT, timeout=120)
+        finally:
+            os.close(write_end)
+        assert "Traceback" not in proc.stderr, (argv, proc.stderr)
+        assert "Exception ignored" not in proc.stderr, (argv, proc.stderr)
+        assert proc.returncode == 141, (argv, proc.returncode, proc.stderr)
+        assert proc.stderr.count("\n") == 1 and "closed by its reader" in proc.stderr, proc.stderr
+
+
+def test_stdout_to_a_full_disk_is_one_line(db):
+    proc = subprocess.run(f"{sys.executable} -m vnetbench export {RUNS[0]} --db {db} >/dev/full", shell=True,
+                          capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert "disk is full" in proc.stderr and "Traceback" not in proc.stderr
+
+
+# ------------------------------------------------------------------ the module itself
+
+
+def test_an_error_inside_keeps_the_old_file_and_leaves_no_temporary(tmp_path):
+    target = tmp_path / "report.html"
+    target.write_text("old")
+    with pytest.raises(RuntimeError):
+        with output_file(target) as f:
+            f.write("half of the new")
+            raise RuntimeError("rendering failed")
+    assert target.read_text() == "old"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report.html"]
+
+
+def test_a_replaced_file_keeps_its_permissions(tmp_path):
+    target = tmp_path / "shared.csv"
+    target.write_text("a")
+    target.chmod(0o640)
+    write_text(target, "b")
+    assert target.read_text() == "b"
+    assert target.stat().st_mode & 0o777 == 0o640
+
+
+def test_missing_parent_directories_are_made(tmp_path):
+    target = tmp_path / "a" / "b" / "report.html"
+    write_text(target, "x")
+    assert target.read_text() == "x"
+
+
+def test_the_database_path_is_refused_even_before_it_exists(tmp_path):
+    db = tmp_path / "new.db"
+    with pytest.raises(OutputError, match="results database"):
+        write_text(db, "x", db)
+    assert not db.exists()
