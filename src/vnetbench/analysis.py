@@ -52,13 +52,13 @@ from vnetbench.stats import (
     junit_xml,
     summarize,
 )
+from vnetbench.metrics import HEADLINE
 from vnetbench.stats.compare import DEFAULT_ALPHA, DEFAULT_N_BOOT, DEFAULT_NOISE
 from vnetbench.store.db import Store
 
 #: What a comparison judges unless told otherwise: what a person asks first
 #: ("did throughput, loss, delay or fairness change?"), one metric per question.
-DEFAULT_METRICS = ("throughput.rx_mbps", "udp.loss_ratio", "rtt.p50_ms", "rtt.p99_ms", "tcp.retransmits",
-                   "flows.jain_fairness")
+DEFAULT_METRICS = HEADLINE
 
 #: History: E-divisive window and significance (Hunter's defaults).
 HISTORY_WINDOW = 50

@@ -14,12 +14,14 @@ from pathlib import Path
 
 from vnetbench.lab import cgroups, environments, netns
 from vnetbench.runner import fingerprint
-from vnetbench.workloads.base import ETHTOOL, IP, IPERF3, PING, SS, TASKSET, Tool
+from vnetbench.workloads import registry
+from vnetbench.workloads.base import ETHTOOL, IP, SS, TASKSET, Tool
 
-TOOLS = [IP, SS, TASKSET, IPERF3, PING, ETHTOOL,
-         Tool("fping", "fping", ("-v",)), Tool("irtt", "irtt", ("version",)), Tool("sockperf", "sockperf", ("--version",)),
-         Tool("tcpdump", "tcpdump", ("--version",)), Tool("nft", "nftables", ("--version",)),
-         Tool("qemu-system-x86_64", "qemu-system-x86", ("--version",))]
+# The lab's own tools, every workload's, and those of the environments.
+TOOLS = list(dict.fromkeys([IP, SS, TASKSET, *(t for d in registry.drivers().values() for t in d.requires), ETHTOOL,
+                            Tool("fping", "fping", ("-v",)), Tool("irtt", "irtt", ("version",)),
+                            Tool("tcpdump", "tcpdump", ("--version",)), Tool("nft", "nftables", ("--version",)),
+                            Tool("qemu-system-x86_64", "qemu-system-x86", ("--version",))]))
 
 QDISCS = {
     "tbf": "tbf rate 10mbit burst 32kb limit 100kb",

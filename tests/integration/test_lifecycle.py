@@ -170,7 +170,7 @@ def test_failing_tool_is_recorded_and_the_run_goes_on(no_leftovers):
             proc.wait()
         failed = bench.run_trial(config, "t1")
         assert failed.status == "failed" and "Connection refused" in failed.reason
-        assert failed.raw["iperf3"]["s1"]  # the tool's own output is kept
+        assert failed.raw["workloads"]["stream"]["s1"]  # the tool's own output is kept
         ok = bench.run_trial(config, "t2")  # servers were restarted
         assert ok.status == "ok", ok.reason
     finally:

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from vnetbench.scenario import load as L
-from vnetbench.workloads import tcpinfo as T
+from vnetbench.workloads import iperf3, tcpinfo as T
 from vnetbench.workloads.base import ToolFailed
 
 FIX = Path(__file__).resolve().parent.parent / "fixtures"
@@ -45,8 +45,8 @@ def test_sampler_output_ipv4_and_ipv6():
     assert len(flows) == 4  # two data connections, two iperf3 control connections
     assert {f.local for f in flows.values()} == {"198.18.0.1:38906", "198.18.0.1:38910", "[2001:2::1]:50888",
                                                 "[2001:2::1]:50892"}
-    ports = (T.iperf3_data_ports(text("ss_loop_iperf3_ipv4.json"))
-             | T.iperf3_data_ports(text("ss_loop_iperf3_ipv6.json")))
+    ports = (iperf3.data_ports(text("ss_loop_iperf3_ipv4.json"))
+             | iperf3.data_ports(text("ss_loop_iperf3_ipv6.json")))
     assert ports == {38910, 50892}
     data = T.data_flows(flows, ports)
     assert sorted(f.local_port for f in data) == [38910, 50892]
@@ -70,11 +70,11 @@ def test_measure_series_and_metrics_from_a_trial():
     out = text("ss_sampler_cubic_s1.txt")
     ports = set()
     for h in ("s1", "s2"):
-        ports |= T.iperf3_data_ports(text(f"ss_sampler_cubic_iperf3_{h}.json"))
+        ports |= iperf3.data_ports(text(f"ss_sampler_cubic_iperf3_{h}.json"))
     t0 = T.parse(out)[0].t - 0.015
     m = T.measure({"s1": out}, t0=t0, data_ports=ports)
     names = {s.name for s in m.series}
-    port = next(iter(T.iperf3_data_ports(text("ss_sampler_cubic_iperf3_s1.json"))))
+    port = next(iter(iperf3.data_ports(text("ss_sampler_cubic_iperf3_s1.json"))))
     assert names == {f"ss.{q}/s1:{port}" for q in ("cwnd_segments", "srtt_ms", "delivery_rate_mbps", "retrans")}
     cwnd = next(s for s in m.series if s.name.startswith("ss.cwnd"))
     assert cwnd.unit == "segments" and 0.01 < cwnd.t[0] < 0.2 and cwnd.v.max() > 10
@@ -110,7 +110,7 @@ def test_ss_workload_in_a_scenario(tmp_path):
         with pytest.raises(Exception, match=needle):
             L.load(str(f))
     f.write_text(base.format("20ms").replace('during = "stream"', 'during = "nothing"'))
-    with pytest.raises(Exception, match="names no iperf3 workload"):
+    with pytest.raises(Exception, match="during = .nothing. is no workload"):
         L.load(str(f))
 
 

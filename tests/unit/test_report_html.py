@@ -259,7 +259,7 @@ def test_cdf_pools_every_packet(one_run):
     assert len(cdf["data"]) == 6, "one line per configuration"
     for t in cdf["data"]:
         assert t["y"][-1] == 1.0 and np.all(np.diff(t["x"]) >= 0)
-    assert cdf["layout"]["xaxis"]["title"]["text"] == "round-trip time (ms)"
+    assert cdf["layout"]["xaxis"]["title"]["text"] == "ping round-trip time (ms)"
 
 
 def test_time_series_for_the_trial_selector(one_run):

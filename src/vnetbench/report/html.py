@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 
 import vnetbench
+from vnetbench import metrics as metrics_mod
 from vnetbench.metrics import METRICS
 from vnetbench.output import check_target, write_text
 from vnetbench.report import html_charts as charts
@@ -51,8 +52,7 @@ from vnetbench.report.relative import software_guest_note
 __all__ = ["write_report", "render_report"]
 
 #: Headline metrics for the "at a glance" table, in order of preference.
-HEADLINE = ["throughput.rx_mbps", "udp.loss_ratio", "rtt.avg_ms", "rtt.p99_ms", "tcp.retransmits",
-            "flows.jain_fairness", "tcp.mean_srtt_ms"]
+HEADLINE = metrics_mod.HEADLINE
 MAX_GLANCE_METRICS = 5
 #: Tables longer than this start collapsed.
 COLLAPSE_ROWS = 24
@@ -500,19 +500,25 @@ def _sweep(m: ReportModel, data: dict[str, Any], summ: dict[str, dict[int, Any]]
     return "".join(out) if n else ""
 
 
-def _cdfs(m: ReportModel, data: dict[str, Any], pooled: dict[int, np.ndarray]) -> str:
-    if not pooled:
+def _cdfs(m: ReportModel, data: dict[str, Any], pooled: dict[str, dict[int, np.ndarray]]) -> str:
+    """One CDF chart per latency instrument (ping's RTT, sockperf's request/response round trips)."""
+    figures = []
+    for kind, per_entry in pooled.items():
+        what = model_mod.LATENCY_KINDS[kind][0]
+        spec = _facet_specs(m, lambda f, per_entry=per_entry, what=what: charts.cdf_figure(m, f, per_entry, what))
+        if spec is None:
+            continue
+        cid = "cdf" if kind == "rtt_ms" else f"cdf-{kind}"
+        data["charts"][cid] = spec
+        figures.append(_chart(cid, f"Cumulative distribution of the {what} per configuration"))
+    if not figures:
         return ""
-    spec = _facet_specs(m, lambda f: charts.cdf_figure(m, f, pooled))
-    if spec is None:
-        return ""
-    data["charts"]["cdf"] = spec
     return ('<section id="cdf"><h2>Latency distributions</h2>'
-            '<p class="note">Cumulative distribution of the ping RTT per configuration, pooled over every packet of '
-            "its successful trials (not downsampled). Darker lines are higher values of the swept parameter. The "
+            '<p class="note">Cumulative distribution of each latency instrument per configuration, pooled over '
+            "every sample of its successful trials (ping: every packet; sockperf: every message, or an evenly "
+            "spaced 20,000 of them per trial). Darker lines are higher values of the swept parameter. The "
             "per-trial metrics and every comparison use one number per trial instead, since packets of one trial "
-            "are not independent.</p>"
-            + _chart("cdf", "Cumulative distribution of RTT per configuration") + "</section>")
+            "are not independent.</p>" + "".join(figures) + "</section>")
 
 
 def _timeseries(m: ReportModel, data: dict[str, Any], sd: model_mod.SeriesData) -> str:
@@ -569,7 +575,7 @@ def render_report(store, run_ids: list[str], *, comparison: dict | list | None =
         ("comparison", "Comparison", _comparison(cmp)),
         ("distributions", "Distributions", _distributions(m, data)),
         ("sweep", f"Against {m.layout.sweep.name}" if m.layout.sweep else "", _sweep(m, data, summ)),
-        ("cdf", "Latency CDFs", _cdfs(m, data, sd.rtt_pooled)),
+        ("cdf", "Latency CDFs", _cdfs(m, data, sd.latency_pooled)),
         ("timeseries", "Time series", _timeseries(m, data, sd)),
     ]
     sections = [s for s in sections if s[2]]

@@ -354,8 +354,9 @@ _CDF_PROBS = np.unique(np.concatenate([np.linspace(0, 0.95, 96), np.linspace(0.9
                                        [0.995, 0.998, 0.999, 0.9995, 0.9999, 1.0]]))
 
 
-def cdf_figure(model: ReportModel, facet: str, pooled: dict[int, np.ndarray]) -> dict | None:
-    """RTT distribution per configuration, pooled over the packets of its ok trials."""
+def cdf_figure(model: ReportModel, facet: str, pooled: dict[int, np.ndarray],
+               what: str = "ping round-trip time") -> dict | None:
+    """A latency distribution (ms) per configuration, pooled over the samples of its ok trials."""
     entries = [e for e in model.entries_in(facet) if e.index in pooled]
     if not entries:
         return None
@@ -378,10 +379,10 @@ def cdf_figure(model: ReportModel, facet: str, pooled: dict[int, np.ndarray]) ->
         traces.append({
             "type": "scatter", "mode": "lines", "x": _round(x), "y": np.round(y, 5).tolist(), "name": name,
             "line": {"color": colour, "width": 1.8, "dash": e.dash},
-            "hovertemplate": f"%{{x:.3g}} ms: %{{y:.2%}} of packets<extra>{name} (n = {v.size})</extra>",
+            "hovertemplate": f"%{{x:.3g}} ms: %{{y:.2%}} of samples<extra>{name} (n = {v.size})</extra>",
         })
-    layout = base_layout("RTT distribution per configuration (ping, all packets of its ok trials)",
-                         "round-trip time (ms)", "fraction of packets with RTT ≤ x", "configuration", height=420)
+    layout = base_layout(f"Distribution of the {what} per configuration (all samples of its ok trials)",
+                         f"{what} (ms)", "fraction of samples ≤ x", "configuration", height=420)
     layout["yaxis"].update({"range": [0, 1.02], "tickformat": ".0%"})
     layout["legend"].update({"orientation": "v", "x": 1.02, "y": 1, "yanchor": "top"})
     layout["margin"].update({"r": 10, "t": 60})

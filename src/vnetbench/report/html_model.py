@@ -529,6 +529,14 @@ SERIES_KINDS = {
     "rtt_ms": ("Round-trip time", "ms", 1.0),
     "srtt_ms": ("Round-trip time", "ms", 1.0),
     "cwnd_bytes": ("Congestion window", "kB", 1e-3),
+    "rr_rtt_us": ("Request/response round trip", "us", 1.0),
+}
+#: Series whose every point is a latency sample, pooled per configuration for the CDFs: kind -> (the
+#: instrument's words for it, scale to milliseconds). Each kind gets its own chart: packets of two
+#: instruments are never pooled together.
+LATENCY_KINDS = {
+    "rtt_ms": ("ping round-trip time", 1.0),
+    "rr_rtt_us": ("request/response round trip (sockperf)", 1e-3),
 }
 ROW_ORDER = ["throughput_mbps", "rtt_ms", "cwnd_bytes"]
 ROW_OF = {"srtt_ms": "rtt_ms"}
@@ -544,6 +552,8 @@ def series_display_name(name: str) -> str:
         return f"cwnd {host}".strip()
     if kind == "throughput_mbps":
         return host or "throughput"
+    if kind == "rr_rtt_us":
+        return "request/response RTT"
     return name
 
 
@@ -555,7 +565,7 @@ class SeriesData:
     downsampled: int  # number of series that were downsampled
     longest: int  # longest stored series (points)
     cap: int  # points per series after downsampling
-    rtt_pooled: dict[int, np.ndarray]  # entry index -> every RTT of its ok trials
+    latency_pooled: dict[str, dict[int, np.ndarray]]  # LATENCY_KINDS kind -> entry index -> every sample (ms)
 
 
 def collect_series(store: Store, model: ReportModel) -> SeriesData:
@@ -570,7 +580,7 @@ def collect_series(store: Store, model: ReportModel) -> SeriesData:
     kinds: dict[tuple[str, str], int] = {}
     catalogue: list[dict[str, Any]] = []
     trials_out: list[dict[str, Any]] = []
-    pooled: dict[int, list[np.ndarray]] = {}
+    pooled: dict[str, dict[int, list[np.ndarray]]] = {}
     downsampled = 0
     longest = 0
     for e, t, recs in raw:
@@ -589,10 +599,10 @@ def collect_series(store: Store, model: ReportModel) -> SeriesData:
                                   "host": r.name.partition("/")[2], "unit": html.escape(unit)})
             tt, vv = np.asarray(r.t, dtype=float), np.asarray(r.v, dtype=float)
             longest = max(longest, vv.size)
-            if kind == "rtt_ms" and t.status == "ok":
-                fin = vv[np.isfinite(vv)]
+            if kind in LATENCY_KINDS and t.status == "ok":
+                fin = vv[np.isfinite(vv)] * LATENCY_KINDS[kind][1]
                 if fin.size:
-                    pooled.setdefault(e.index, []).append(fin)
+                    pooled.setdefault(kind, {}).setdefault(e.index, []).append(fin)
             n0 = vv.size
             is_regular = regular[id(r)]
             if n0 > cap:
@@ -610,4 +620,4 @@ def collect_series(store: Store, model: ReportModel) -> SeriesData:
     ordered_rows = sorted(rows.values(), key=lambda r: (ROW_ORDER.index(r["id"]) if r["id"] in ROW_ORDER
                                                          else len(ROW_ORDER), r["id"]))
     return SeriesData(ordered_rows, catalogue, trials_out, downsampled, longest, cap,
-                      {k: np.concatenate(v) for k, v in pooled.items()})
+                      {kind: {k: np.concatenate(v) for k, v in per.items()} for kind, per in pooled.items()})

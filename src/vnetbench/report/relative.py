@@ -15,20 +15,18 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from vnetbench.metrics import METRICS
+from vnetbench.metrics import HEADLINE, METRICS
 from vnetbench.store.db import Store
 
 # Labels that say which environment a configuration ran in (LabSpec.env and its options).
 ENV_LABELS = ("env", "overlay", "nic", "vcpus", "memory", "cpu_quota", "cpuset", "memory_limit")
-# Metric -> how to compare: "ratio" (env / bare) or "pp" (difference, in percentage points).
-RELATIVE = {
-    "throughput.rx_mbps": "ratio",
-    "udp.loss_ratio": "pp",
-    "rtt.avg_ms": "ratio",
-    "rtt.p99_ms": "ratio",
-    "rtt.stdev_ms": "ratio",
-    "rtt.ipdv_ms": "ratio",
-}
+
+
+def _kind(metric: str) -> str:
+    """How to compare with bare: a fraction (loss) as a difference in percentage points, the rest as a
+    ratio env / bare."""
+    meta = METRICS.get(metric)
+    return "pp" if meta is not None and meta.unit == "ratio" else "ratio"
 
 
 @dataclass
@@ -58,7 +56,7 @@ def _context(labels: dict[str, Any], drop: tuple[str, ...] = ()) -> tuple:
 def relative_rows(configs: list[dict[str, Any]], values: dict[str, dict[str, np.ndarray]],
                   metrics: list[str] | None = None) -> list[Row]:
     """One row per configuration that has a bare counterpart (bare ones included, as the reference)."""
-    metrics = metrics or list(RELATIVE)
+    metrics = metrics or list(HEADLINE)
     bare = [c for c in configs if c["labels"].get("env") == "bare"
             and not any(k in c["labels"] for k in ENV_LABELS[1:])]
     if not bare or not any("env" in c["labels"] for c in configs):
@@ -105,7 +103,7 @@ def relative_table(store: Store, run_id: str, configs: list[dict[str, Any]],
                    metrics: list[str] | None = None) -> Table | None:
     values = store.values(run_id)
     present = {m for per in values.values() for m in per}
-    metrics = [m for m in (metrics or list(RELATIVE)) if m in present]
+    metrics = [m for m in (metrics or list(HEADLINE)) if m in present]
     rows = relative_rows(configs, values, metrics)
     if not rows or not metrics:
         return None
@@ -122,7 +120,7 @@ def relative_table(store: Store, run_id: str, configs: list[dict[str, Any]],
     for r in rows:
         env = r.environment + ("" if r.reference == "bare" else f"\n[dim]vs {r.reference}[/]")
         table.add_row(*[str(r.context.get(k, "")) for k in context_keys], env,
-                      *[_cell(RELATIVE.get(m, "ratio"), r.cells.get(m)) for m in metrics])
+                      *[_cell(_kind(m), r.cells.get(m)) for m in metrics])
     return table
 
 

@@ -12,13 +12,13 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from vnetbench.metrics import METRICS
+from vnetbench.metrics import HEADLINE, METRICS
 from vnetbench.stats import IMPROVED, INCONCLUSIVE, REGRESSED, UNCHANGED, summarize
 from vnetbench.store.db import Store
 
 # The columns people look for first in a congestion study; the rest follow.
-PREFERRED = ["throughput.offered_mbps", "throughput.rx_mbps", "udp.loss_ratio", "rtt.avg_ms", "rtt.p99_ms",
-             "tcp.retransmits", "flows.jain_fairness"]
+# The offered load first (what the row asked for), then what was measured.
+PREFERRED = ["throughput.offered_mbps", *HEADLINE]
 
 
 def _when(ts: float | None) -> str:

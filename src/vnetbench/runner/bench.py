@@ -13,7 +13,9 @@ fidelity.
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -23,15 +25,14 @@ from typing import Any
 
 from vnetbench.errors import EnvironmentUnavailable, LabError
 from vnetbench.impair import tc
-from vnetbench.impair.model import base_rtt
-from vnetbench.impair.links import LinkFailed, LinkManager, bottleneck_drops, link_metrics, staggered
+from vnetbench.impair.links import LinkFailed, LinkManager, bottleneck_drops, link_metrics
 from vnetbench.lab.environments import Variant
 from vnetbench.lab.nodes import Host
 from vnetbench.lab.teardown import Registry
 from vnetbench.lab.topology import Group, Lab, build_dumbbell
 from vnetbench.scenario.plan import Configuration
-from vnetbench.workloads import iperf3, ping, tcpinfo
-from vnetbench.workloads.base import Measurement, ToolFailed
+from vnetbench.workloads import registry
+from vnetbench.workloads.base import Measurement, ServerSpec, Started, ToolFailed, TrialContext, TrialHosts
 
 SERVER_READY_TIMEOUT = 5.0
 GUEST_READY_TIMEOUT = 60.0
@@ -130,43 +131,54 @@ class DumbbellBench:
         return self.lab.group(variant_of(config))
 
     def start_servers(self, groups: list[Group] | None = None) -> None:
-        """One iperf3 server per sender on each receiver, then wait until all listen."""
+        """Every server the run's workloads keep on each variant's endpoints (iperf3: one per sender on
+        the receiver; sockperf: a TCP and a UDP server), restarted from scratch; then wait until all
+        listen."""
         groups = groups if groups is not None else list(self.lab.groups.values())
         groups = [g for g in groups if g.unavailable is None]
+        tools = sorted({w.tool for c in self.configs for w in c.scenario.workload.values()}) if self.configs \
+            else ["iperf3"]
+        ipv = self.configs[0].scenario.lab.ip_version if self.configs else 4
         for g in groups:
-            receiver = self.lab.hosts[g.receiver]
-            keys = [f"{g.receiver}:{iperf3.BASE_PORT + i}" for i in range(len(g.senders))]
-            for key in keys:
+            hosts = TrialHosts(self.lab.hosts[g.receiver], [self.lab.hosts[n] for n in g.senders])
+            specs = [spec for tool in tools for spec in registry.driver(tool).servers(hosts, ipv)]
+            for spec in specs:
+                key = f"{spec.host.name}:{spec.label}"
                 proc = self._servers.pop(key, None)
                 if proc is not None and proc.poll() is None:
                     proc.kill()  # a hung or stopped server would ignore SIGTERM
                     proc.wait(timeout=5)
-            for i, key in enumerate(keys):
-                port = iperf3.BASE_PORT + i
-                self._servers[key] = receiver.popen(
-                    iperf3.server_command(port), self.workdir / f"server-{g.receiver}-{port}.json",
-                    self.workdir / f"server-{g.receiver}-{port}.err")
-        for g in groups:
-            self._wait_listening(g.receiver, {iperf3.BASE_PORT + i for i in range(len(g.senders))})
+            for spec in specs:
+                key = f"{spec.host.name}:{spec.label}"
+                self._servers[key] = spec.host.popen(spec.argv, self.workdir / f"server-{key}.out",
+                                                     self.workdir / f"server-{key}.err")
+            for host in {spec.host.name for spec in specs}:
+                self._wait_listening(host, [s for s in specs if s.host.name == host])
 
-    def _wait_listening(self, host: str, ports: set[int]) -> None:
-        receiver = self.lab.hosts[host]
+    def _wait_listening(self, host: str, specs: list[ServerSpec]) -> None:
+        node = self.lab.hosts[host]
+        wanted = {(s.transport, s.port) for s in specs}
         # A guest answers over SSH, slowly under TCG on a busy machine: it gets longer.
-        deadline = time.monotonic() + (SERVER_READY_TIMEOUT if isinstance(receiver, Host) else GUEST_READY_TIMEOUT)
+        deadline = time.monotonic() + (SERVER_READY_TIMEOUT if isinstance(node, Host) else GUEST_READY_TIMEOUT)
         while True:
             try:
-                out = receiver.run(["ss", "-Hltn"], timeout=10).stdout
+                out = node.run(["ss", "-Hlntu"], timeout=10).stdout  # TCP listening, UDP bound
             except subprocess.TimeoutExpired:
                 out = ""
-            listening = {int(line.split()[3].rsplit(":", 1)[1]) for line in out.splitlines() if line.strip()}
-            if ports <= listening:
+            ready = set()
+            for line in out.splitlines():
+                fields = line.split()
+                if len(fields) >= 5:
+                    ready.add((fields[0], int(fields[4].rsplit(":", 1)[1])))
+            if wanted <= ready:
                 return
-            dead = [p for p in ports if self._servers[f"{host}:{p}"].poll() is not None]
+            dead = [s for s in specs if self._servers[f"{host}:{s.label}"].poll() is not None]
             if dead or time.monotonic() > deadline:
-                port = (dead or sorted(ports - listening))[0]
-                err = (self.workdir / f"server-{host}-{port}.err").read_text()[-300:]
-                raise LabError(f"iperf3 servers on {host} ports {sorted(ports - listening)} did not start "
-                               f"listening: {err}")
+                spec = (dead or [s for s in specs if (s.transport, s.port) not in ready])[0]
+                err = (self.workdir / f"server-{host}:{spec.label}.err").read_text(errors="replace")[-300:]
+                missing = sorted(f"{t}/{p}" for t, p in wanted - ready)
+                raise LabError(f"servers on {host} did not start listening on {', '.join(missing)} "
+                               f"({spec.argv[0]}{' exited' if dead else ''}): {err}")
             time.sleep(0.01)
 
     # ------------------------------------------------------- configuration
@@ -218,135 +230,142 @@ class DumbbellBench:
     # --------------------------------------------------------------- trial
 
     def run_trial(self, config: Configuration, trial_tag: str) -> TrialOutcome:
-        stream = config.stream
-        lab_spec = config.scenario.lab
-        ipv = lab_spec.ip_version
+        """One trial: the scenario's phases in order (a workload that runs on its own, with those that run
+        during it), the bottleneck's and the links' counters around them. No tool is named here: each
+        workload's module starts its clients and parses what they printed (vnetbench.workloads)."""
+        scenario = config.scenario
         tmp = self.workdir / trial_tag
         tmp.mkdir(parents=True, exist_ok=True)
         group = self.group(config)
-        receiver = self.lab.hosts[group.receiver]
-        senders = [self.lab.hosts[n] for n in group.senders[:config.active_senders]]
+        hosts = TrialHosts(self.lab.hosts[group.receiver],
+                           [self.lab.hosts[n] for n in group.senders[:config.active_senders]])
         port_iface = self.lab.ports[group.receiver]
         before = tc.counters(port_iface)
         env_counters = getattr(group.env, "counters", None)
         env_before = env_counters() if env_counters else None
-        # iperf3 runs omit + duration seconds; "auto" leaves room for connection set-up and teardown.
-        timeout = stream.omit + stream.span + 15.0 if stream.timeout == "auto" else stream.timeout
+        phases = scenario.phases()
+        span = sum(sum(registry.of(scenario.workload[lead]).timing(scenario.workload[lead], config))
+                   for lead, _ in phases)
 
-        self.links.start_trial(stream.omit + stream.span)  # an emulator restarts: seed and schedule from now
+        self.links.start_trial(span)  # an emulator restarts: seed and schedule from now
         started = time.time()
-        clients: dict[str, subprocess.Popen] = {}
-        starts: dict[str, float] = {}
-        for i, host in enumerate(senders):
-            starts[host.name], duration = stream.timing(i)  # staggered flows: [workload.stream] flows
-            spec = iperf3.ClientSpec(
-                server=receiver.service_address(ipv), port=iperf3.BASE_PORT + i, proto=stream.proto,
-                duration=duration, omit=stream.omit, window=stream.window,
-                rate_bps=config.offered_bps / stream.parallel if config.offered_bps else None,
-                congestion_control=stream.congestion_control if stream.proto == "tcp" else None,
-                length=None if stream.length == "auto" else stream.length, parallel=stream.parallel,
-                reverse=stream.reverse, ip_version=ipv)
-            clients[host.name] = host.popen(staggered(iperf3.client_command(spec), starts[host.name]),
-                                            tmp / f"{host.name}.json", tmp / f"{host.name}.err")
-        # ss -ti samplers on the hosts that send the data (the receiver with --reverse)
-        samplers = tcpinfo.start(config.scenario.samplers, [receiver] if stream.reverse else senders, tmp,
-                                 stream.proto)
-        probes: dict[str, subprocess.Popen] = {}
-        probe_specs = config.scenario.probes
-        if probe_specs:
-            # Probe the loaded path once the flows are past their warm-up (omit).
-            time.sleep(max(0.0, started + stream.omit - time.time()))
-            for name, probe in probe_specs:
-                # Whole seconds (ping -w), ending before the flows do: the probe sees only loaded time.
-                deadline = max(1, int(stream.span - 0.5))
-                # Room for a full queue plus half again, so the probe keeps its rate when the RTT grows.
-                max_rtt = 1.5 * config.expected.get("queue.full_delay_ms", 0.0) / 1e3 + 0.005 \
-                    + self.links.extra_rtt(config)
-                argv = ping.command(receiver.service_address(ipv), probe.interval, probe.size, deadline, ipv,
-                                    preload=ping.preload_for(probe.interval, max_rtt))
-                probes[name] = senders[0].popen(argv, tmp / f"{name}.txt", tmp / f"{name}.err")
-
+        ctx = TrialContext(config=config, hosts=hosts, ip_version=scenario.lab.ip_version, tmp=tmp, t0=started,
+                           extra_rtt_s=self.links.extra_rtt(config))
         status, reason = "ok", None
-        end_by = started + timeout
-        for name, proc in list(clients.items()) + list(probes.items()):
-            try:
-                self.links.wait(proc, end_by)  # also watches the links: an emulator that dies ends the trial
-            except subprocess.TimeoutExpired:
-                status, reason = "timeout", f"{name} still running after {timeout:g}s (per-trial timeout); killed"
-            except LinkFailed as e:
-                status, reason = "failed", f"{e}; the trial's tools were stopped"
+        measurement = Measurement()
+        raw: dict[str, Any] = {"workloads": {}, "stderr": {}, "command": {}}
+        runs: list[tuple[str, Started]] = []
+        for lead, companions in phases:
+            status, reason = self._run_phase(ctx, lead, companions, runs)
+            if status != "ok":
                 break
-        if status == "ok" and self.links.failure():
-            status, reason = "failed", self.links.failure()
-        samplers.stop()
         if status != "ok":
             self.lab.registry.stop_processes(grace=0.5)
         ended = time.time()
         after = tc.counters(port_iface)
         link_counters = self.links.end_trial()
 
-        raw: dict[str, Any] = {"iperf3": {}, "probes": {}, "stderr": {}, "command": {}}
-        for name, proc in clients.items():
-            raw["iperf3"][name] = (tmp / f"{name}.json").read_text(errors="replace")
-            raw["command"][name] = " ".join(map(str, proc.args))
-        for name, proc in probes.items():
-            raw["probes"][name] = (tmp / f"{name}.txt").read_text(errors="replace")
-            raw["command"][name] = " ".join(map(str, proc.args))
+        outputs = {name: s.read_outputs() for name, s in runs}
+        for name, s in runs:
+            raw["workloads"][name] = registry.of(scenario.workload[name]).raw(s, outputs[name])
+            for label, proc in s.procs.items():
+                raw["command"][f"{name}/{label}"] = " ".join(map(str, proc.args))
         for f in tmp.glob("*.err"):
             text = f.read_text(errors="replace").strip()
             if text:
                 raw["stderr"][f.stem] = text[-4000:]
         raw["bottleneck_counters"] = {"before": before, "after": after}
         raw["links"] = {name: c.per_direction for name, c in link_counters.items()}
-        ss_outputs = {w: samplers.outputs(w) for w in samplers.workloads()}
-        raw["ss"] = {f"{w}/{h}": tcpinfo.raw_excerpt(t) for w, per in ss_outputs.items() for h, t in per.items()}
         if env_counters:
             raw["environment_counters"] = {"before": env_before, "after": env_counters()}
-        shutil.rmtree(tmp, ignore_errors=True)
 
-        measurement = Measurement()
         if status == "ok":
             try:
-                flows = {name: iperf3.parse_client(raw["iperf3"][name]) for name in clients}
-                # What the sender's kernel really ran, as iperf3 reports it: the requested algorithm is a
-                # parameter, this is the record (a sysctl or a missing module can make them differ).
-                used = {name: f.congestion_control for name, f in flows.items() if f.congestion_control}
-                if used:
-                    raw["congestion_control_used"] = used
-                asked = stream.congestion_control if stream.proto == "tcp" else None
-                wrong = {n: cc for n, cc in used.items() if asked not in (None, cc)}
-                if wrong:
-                    raise ToolFailed(f"congestion control {asked!r} was asked but the "
-                                     f"senders ran {wrong}")
-                measurement.extend(iperf3.measure(flows, (config.offered_bps or 0) * len(senders) or None,
-                                                  t_offset=stream.omit))
-                iperf3.shift_series(measurement, starts)
+                # Leaders first: their companions read what they found (iperf3's data ports for ss).
+                by_name = dict(runs)
+                order = [n for lead, comp in phases for n in (lead, *comp) if n in by_name]
+                for name in order:
+                    s, options = by_name[name], scenario.workload[name]
+                    lead = options.during
+                    ctx.leader = by_name.get(lead) if lead else None
+                    ctx.leader_options = scenario.workload[lead] if lead else None
+                    driver = registry.of(options)
+                    measurement.extend(driver.measure(s, options, ctx, outputs[name]))
+                    problem = driver.exit_problem(s)
+                    if problem:
+                        raise ToolFailed(problem)
+                    used = s.info.get("congestion_control_used")
+                    if used:
+                        raw["congestion_control_used"] = used
                 drops = bottleneck_drops(link_counters)
                 measurement.add("bottleneck.drops", drops if drops is not None else after["drops"] - before["drops"])
                 for metric, value in link_metrics(link_counters):
                     measurement.add(metric, value)
-                ports = set().union(*(tcpinfo.iperf3_data_ports(raw["iperf3"][n]) for n in clients))
-                for w, outputs in ss_outputs.items():
-                    measurement.extend(tcpinfo.measure(outputs, t0=started, data_ports=ports,
-                                                       window=(stream.omit, stream.omit + stream.span)))
-                for name in probes:
-                    measurement.extend(ping.measure(ping.parse(raw["probes"][name]), t0=started))
-                # Staggered flows ([workload.stream] flows): what queue the others leave once one has ended.
-                ends = [starts[h.name] + stream.omit + stream.timing(i)[1] for i, h in enumerate(senders)]
-                if probes and min(ends) < max(ends):
-                    ping.standing_queue(measurement, after_s=min(ends) + ping.STANDING_QUEUE_SETTLE_S,
-                                        base_rtt_ms=base_rtt(lab_spec) * 1e3)
             except ToolFailed as e:
                 status, reason = "failed", str(e)
-            bad = [n for n, p in clients.items() if p.returncode not in (0, None)]
-            if status == "ok" and bad:
-                status = "failed"
-                reason = "; ".join(f"{n}: iperf3 exited {clients[n].returncode}: {raw['stderr'].get(n, '')[-200:]}"
-                                   for n in bad)
+        shutil.rmtree(tmp, ignore_errors=True)
         if status != "ok":
             # A client that died mid-test can leave its server waiting; start clean.
             self.start_servers([group])
         return TrialOutcome(status, reason, started, ended, measurement, raw)
+
+    def _run_phase(self, ctx: TrialContext, lead: str, companions: list[str],
+                   runs: list[tuple[str, Started]]) -> tuple[str, str | None]:
+        """Start `lead`, then each companion once the lead's warm-up is over, and wait for them all
+        (watching the links: an emulator that dies ends the trial). Returns (status, reason)."""
+        scenario = ctx.config.scenario
+        phase_t0 = time.time() - ctx.t0  # trial-clock second this phase starts at
+        ctx.leader = ctx.leader_options = None
+        leader = registry.of(scenario.workload[lead]).start(lead, scenario.workload[lead], ctx)
+        _shift(leader, phase_t0)
+        runs.append((lead, leader))
+        ctx.leader, ctx.leader_options = leader, scenario.workload[lead]
+        if companions:
+            # Companions measure the loaded path: they start once the leader is past its warm-up.
+            time.sleep(max(0.0, ctx.t0 + leader.measured_from - time.time()))
+            for name in companions:  # their times come from the leader's: on the trial's clock already
+                runs.append((name, registry.of(scenario.workload[name]).start(name, scenario.workload[name], ctx)))
+        ctx.leader = ctx.leader_options = None
+        waited = [(lead, leader)] + [(n, s) for n, s in runs if n in companions and not s.stopped_by_runner]
+        try:
+            for name, s in waited:
+                for label, proc in s.procs.items():
+                    try:
+                        self.links.wait(proc, ctx.t0 + s.ends_by)
+                    except subprocess.TimeoutExpired:
+                        return "timeout", (f"{name} ({scenario.workload[name].tool} on {label}) still running after "
+                                           f"{s.ends_by - phase_t0:g}s (per-trial timeout); killed")
+            if self.links.failure():
+                return "failed", self.links.failure()
+        except LinkFailed as e:
+            return "failed", f"{e}; the trial's tools were stopped"
+        finally:
+            for name, s in runs:
+                if name in companions and s.stopped_by_runner:
+                    _stop(s)
+        return "ok", None
+
+
+def _shift(s: Started, seconds: float) -> None:
+    """Put a leader's times (relative to its own start) on the trial's clock: it started `seconds` after
+    the trial did (the phases before it)."""
+    s.measured_from += seconds
+    s.ends_by += seconds
+
+
+def _stop(s: Started) -> None:
+    """Stop a workload that runs until told (a sampler): SIGTERM to its process group, then wait."""
+    for proc in s.procs.values():
+        if proc.poll() is None:
+            try:
+                os.killpg(proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+    for proc in s.procs.values():
+        try:
+            proc.wait(timeout=2)
+        except subprocess.TimeoutExpired:
+            pass  # the registry kills what is left at teardown
 
 
 def variant_of(config: Configuration) -> Variant:

@@ -35,7 +35,8 @@ from vnetbench.scenario.model import RepeatSpec
 from vnetbench.scenario.plan import Configuration, TrialSlot, expand, order_trials
 from vnetbench.stats import adaptive_decision
 from vnetbench.store.db import Store, TrialRecord
-from vnetbench.workloads.base import IP, IPERF3, PING, SS, TASKSET, Measurement, require
+from vnetbench.workloads import registry
+from vnetbench.workloads.base import IP, SS, TASKSET, Measurement, Tool, require
 
 RUN_PREFIX = "vnb"
 
@@ -56,7 +57,7 @@ def check_root() -> None:
 
 
 def check_congestion_controls(configs: list[Configuration]) -> None:
-    wanted = sorted({c.stream.congestion_control for c in configs if c.stream.proto == "tcp"})
+    wanted = sorted({c.stream.congestion_control for c in configs if c.stream and c.stream.proto == "tcp"})
     available = set((fingerprint.read_sysctl("net.ipv4.tcp_available_congestion_control") or "").split())
     for cc in wanted:
         if cc in available:
@@ -71,9 +72,18 @@ def check_congestion_controls(configs: list[Configuration]) -> None:
             )
 
 
+def workload_tools(configs: list[Configuration]) -> list[Tool]:
+    """The binaries the run needs: the lab's own and every workload's (each with its Debian package)."""
+    tools = [TASKSET, IP, SS]  # pinning, the lab, the servers' readiness check
+    for c in configs:
+        for w in c.scenario.workload.values():
+            tools.extend(registry.of(w).requires)
+    return list(dict.fromkeys(tools))
+
+
 def preflight(configs: list[Configuration]) -> None:
     check_root()
-    require([IPERF3, PING, TASKSET, IP, SS])
+    require(workload_tools(configs))
     check_congestion_controls(configs)
     environments.check(list(dict.fromkeys(variant_of(c) for c in configs)))  # before anything is built
     links.preflight(configs)  # link backends: explicit ones can do what is asked here; vnb-link is built
@@ -102,7 +112,8 @@ def execute(loaded: LoadedScenario, store: Store, *, resume_run_id: str | None =
     else:
         run_id = new_run_id()
         store.create_run(run_id, loaded.scenario.name, loaded.source, loaded.text, loaded.text_hash,
-                         list(loaded.overrides), rep.seed, fingerprint.collect())
+                         list(loaded.overrides), rep.seed,
+                         fingerprint.collect([t for t in workload_tools(configs) if t not in (TASKSET, IP)]))
     for c in configs:
         store.add_configuration(run_id, c.key, c.labels, c.params(), c.expected)
 

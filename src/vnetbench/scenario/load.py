@@ -15,10 +15,11 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from vnetbench.errors import ScenarioError
-from vnetbench.scenario.model import LabSpec, ProbeWorkload, RepeatSpec, Scenario, SsWorkload, StreamWorkload
+from vnetbench.scenario.model import LabSpec, RepeatSpec, Scenario
+from vnetbench.workloads import registry
 
 BUILTIN_PACKAGE = "vnetbench.scenario.builtin"
-_WORKLOAD_MODELS: dict[str, type[BaseModel]] = {"iperf3": StreamWorkload, "ping": ProbeWorkload, "ss": SsWorkload}
+_WORKLOAD_MODELS: dict[str, type[BaseModel]] = registry.options_models()
 
 
 @dataclass(frozen=True)
@@ -102,31 +103,37 @@ def _model_fields(model: type[BaseModel]) -> set[str]:
     return set(model.model_fields)
 
 
-def resolve_key(raw: dict[str, Any], key: str, source: str) -> list[str]:
-    """Turn a --set key into a path in the scenario.
+def resolve_key(raw: dict[str, Any], key: str, source: str) -> list[list[str]]:
+    """Turn a --set key into the path(s) in the scenario it sets.
 
     Dotted keys are taken as they are. A bare name is looked up: a matrix axis
     first (its plural works too: ``ratios`` -> ``matrix.ratio``), then the one
     section that has a field of that name (``bottleneck`` -> ``lab.bottleneck``,
-    ``repetitions`` -> ``repeat.repetitions``).
+    ``repetitions`` -> ``repeat.repetitions``); a workload option sets that
+    option of every workload that has it (``duration`` -> the stream's and the
+    RR test's), as a bare matrix axis does.
     """
     if "." in key:
-        return key.split(".")
+        return [key.split(".")]
     matrix = raw.get("matrix", {}) or {}
     for axis in (key, key[:-1] if key.endswith("s") else None):
         if axis and axis in matrix:
-            return ["matrix", axis]
-    candidates: list[list[str]] = []
+            return [["matrix", axis]]
+    candidates: list[list[list[str]]] = []
     if key in _model_fields(LabSpec):
-        candidates.append(["lab", key])
+        candidates.append([["lab", key]])
     if key in _model_fields(RepeatSpec):
-        candidates.append(["repeat", key])
-    for name, spec in (raw.get("workload") or {}).items():
-        model = _WORKLOAD_MODELS.get((spec or {}).get("tool", ""))
-        if model and key in _model_fields(model):
-            candidates.append(["workload", name, key])
+        candidates.append([["repeat", key]])
+    workloads = [["workload", name, key] for name, spec in (raw.get("workload") or {}).items()
+                 if isinstance(spec, dict) and key not in ("tool", "during")
+                 and key in _model_fields(_WORKLOAD_MODELS.get(spec.get("tool", "")) or BaseModel)]
+    if workloads:
+        candidates.append(workloads)
     if key in ("name", "description"):
-        candidates.append([key])
+        candidates.append([[key]])
+    if key in ("tool", "during") and not candidates:
+        raise ScenarioError(f"--set {key}: each workload has its own {key}; say which, e.g. "
+                            f"--set workload.NAME.{key}=...")
     if len(candidates) == 1:
         return candidates[0]
     if not candidates:
@@ -135,8 +142,8 @@ def resolve_key(raw: dict[str, Any], key: str, source: str) -> list[str]:
             f"(e.g. lab.bottleneck, workload.stream.duration, matrix.ratio)"
         )
     raise ScenarioError(
-        f"--set {key}: ambiguous in {source}, it could be {' or '.join('.'.join(c) for c in candidates)}; "
-        "give the full key path"
+        f"--set {key}: ambiguous in {source}, it could be "
+        f"{' or '.join(' + '.join('.'.join(p) for p in c) for c in candidates)}; give the full key path"
     )
 
 
@@ -145,22 +152,22 @@ def apply_override(raw: dict[str, Any], item: str, source: str) -> None:
         raise ScenarioError(f"--set {item!r}: expected KEY=VALUE, e.g. --set bottleneck=50Mbit")
     key, text = item.split("=", 1)
     key = key.strip()
-    path = resolve_key(raw, key, source)
-    value = _parse_value(text.strip())
-    if path[0] == "matrix":
-        if isinstance(value, str) and "," in value:
-            value = [_parse_value(v.strip()) for v in value.split(",")]
-        if not isinstance(value, list):
-            value = [value]
-    node = raw
-    for part in path[:-1]:
-        child = node.get(part)
-        if child is None:
-            child = node[part] = {}
-        if not isinstance(child, dict):
-            raise ScenarioError(f"--set {key}: {'.'.join(path[:-1])} in {source} is not a table")
-        node = child
-    node[path[-1]] = value
+    for path in resolve_key(raw, key, source):
+        value = _parse_value(text.strip())
+        if path[0] == "matrix":
+            if isinstance(value, str) and "," in value:
+                value = [_parse_value(v.strip()) for v in value.split(",")]
+            if not isinstance(value, list):
+                value = [value]
+        node = raw
+        for part in path[:-1]:
+            child = node.get(part)
+            if child is None:
+                child = node[part] = {}
+            if not isinstance(child, dict):
+                raise ScenarioError(f"--set {key}: {'.'.join(path[:-1])} in {source} is not a table")
+            node = child
+        node[path[-1]] = value
 
 
 # ------------------------------------------------------------------ errors

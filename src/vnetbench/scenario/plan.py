@@ -24,7 +24,8 @@ from pydantic import ValidationError
 from vnetbench.errors import ScenarioError
 from vnetbench.scenario.load import LoadedScenario, format_validation_error
 from vnetbench.impair.model import base_rtt, lab_links
-from vnetbench.scenario.model import LabSpec, ProbeWorkload, Scenario, StreamWorkload
+from vnetbench.scenario.model import LabSpec, Scenario, StreamWorkload
+from vnetbench.workloads import registry
 from vnetbench import units
 
 
@@ -42,14 +43,16 @@ class Configuration:
         return ", ".join(f"{k}={v}" for k, v in self.labels.items()) or "(single configuration)"
 
     @property
-    def stream(self) -> StreamWorkload:
-        return self.scenario.stream[1]
+    def stream(self) -> StreamWorkload | None:
+        """The iperf3 workload, or None in a scenario without one."""
+        found = self.scenario.stream
+        return found[1] if found else None
 
     def params(self) -> dict[str, Any]:
         """Every parameter as run, for the store: resolved, in base units."""
         lab = self.scenario.lab
         stream = self.stream
-        return {
+        params: dict[str, Any] = {
             "topology": lab.topology,
             "bottleneck_bps": lab.bottleneck,
             "buffer_bytes": lab.buffer.in_bytes(lab.bottleneck) if lab.bottleneck else None,
@@ -59,23 +62,33 @@ class Configuration:
             "mtu": lab.mtu,
             "pin_cpus": lab.pin_cpus,
             "senders": self.active_senders,
-            "proto": stream.proto,
-            "ratio": stream.ratio,
-            "offered_bps_per_sender": self.offered_bps,
-            "duration_s": stream.duration,
-            "omit_s": stream.omit,
-            "congestion_control": stream.congestion_control,
-            "length": stream.length,
-            "parallel": stream.parallel,
-            "reverse": stream.reverse,
+        }
+        if stream is not None:  # the stream's parameters flat, as stored since the first version
+            params.update({
+                "proto": stream.proto,
+                "ratio": stream.ratio,
+                "offered_bps_per_sender": self.offered_bps,
+                "duration_s": stream.duration,
+                "omit_s": stream.omit,
+                "congestion_control": stream.congestion_control,
+                "length": stream.length,
+                "parallel": stream.parallel,
+                "reverse": stream.reverse,
+            })
+        params.update({
             "env": lab.env,
             "offload": lab.offload,
             **{k: getattr(lab, k) for k in LabSpec.ENV_OPTIONS if getattr(lab, k) is not None},
             # link conditions as requested, beyond the bottleneck's rate and buffer above (the backend and
             # the settings as applied are in lab_state); only when there are any, like the window
             **({"links": links} if (links := _link_requests(lab)) else {}),
-            **({"window_bytes": stream.window} if stream.window else {}),
-        }
+            **({"window_bytes": stream.window} if stream is not None and stream.window else {}),
+        })
+        others = {name: w.model_dump(mode="json", exclude_defaults=False) for name, w in self.scenario.workload.items()
+                  if not isinstance(w, StreamWorkload)}
+        if others:
+            params["workloads"] = others
+        return params
 
 
 def _link_requests(lab: LabSpec) -> dict[str, Any]:
@@ -154,17 +167,24 @@ def evaluate_offered(expr: str, variables: dict[str, float]) -> float | None:
 # ------------------------------------------------------------------ matrix
 
 
-def _axis_target(scenario: Scenario, axis: str) -> tuple[str, ...]:
+def _axis_targets(scenario: Scenario, axis: str) -> list[tuple[str, ...]]:
+    """Where a matrix axis (or a key of an axis' inline table) puts its value: a lab field, or the
+    option of that name in every workload that has it (``proto`` sweeps the stream's and the RR
+    test's together), or one workload's option by its path (``workload.rr.payload``)."""
     if axis in LabSpec.model_fields:
-        return ("lab", axis)
-    stream_name, _ = scenario.stream
-    if axis in StreamWorkload.model_fields:
-        return ("workload", stream_name, axis)
-    for name, _probe in scenario.probes:
-        if axis in ProbeWorkload.model_fields:
-            return ("workload", name, axis)
-    sweepable = sorted(set(LabSpec.model_fields) | set(StreamWorkload.model_fields) - {"tool"})
-    raise ValueError(f"matrix.{axis} is not a parameter that can be swept; sweepable: {', '.join(sweepable)}")
+        return [("lab", axis)]
+    parts = axis.split(".")
+    if len(parts) == 3 and parts[0] == "workload" and parts[1] in scenario.workload:
+        if parts[2] in type(scenario.workload[parts[1]]).model_fields and parts[2] not in ("tool", "during"):
+            return [tuple(parts)]
+    found = [("workload", name, axis) for name, w in scenario.workload.items()
+             if axis in type(w).model_fields and axis not in ("tool", "during")]
+    if found:
+        return found
+    sweepable = sorted(set(LabSpec.model_fields) | {f for w in scenario.workload.values()
+                                                     for f in type(w).model_fields} - {"tool", "during"})
+    raise ValueError(f"matrix.{axis} is not a parameter that can be swept; sweepable: {', '.join(sweepable)} "
+                     "(or workload.NAME.OPTION for one workload's)")
 
 
 def _axis_entries(scenario: Scenario, axis: str, values: list[Any]) -> list[dict[str, Any]]:
@@ -183,7 +203,7 @@ def _axis_entries(scenario: Scenario, axis: str, values: list[Any]) -> list[dict
             entries.append(dict(value))
             continue
         try:
-            _axis_target(scenario, axis)
+            _axis_targets(scenario, axis)
         except ValueError:
             if any(isinstance(v, dict) for v in values):
                 raise ValueError(f"matrix.{axis} = {value!r}: {axis} is not a parameter, so each value of this "
@@ -193,7 +213,7 @@ def _axis_entries(scenario: Scenario, axis: str, values: list[Any]) -> list[dict
     for entry in entries:
         for key in entry:
             try:
-                _axis_target(scenario, key)
+                _axis_targets(scenario, key)
             except ValueError as e:
                 raise ValueError(str(e).replace(f"matrix.{key} is not", f"matrix.{axis}: key {key!r} in a table is "
                                                                         "not", 1)) from None
@@ -216,7 +236,7 @@ def expand(loaded: LoadedScenario) -> list[Configuration]:
                                      "set each parameter on one axis only")
                 owner[key] = axis
             axes.append((axis, entries))
-        targets = {key: _axis_target(scenario, key) for key in owner}
+        targets = {key: _axis_targets(scenario, key) for key in owner}
     except ValueError as e:
         raise ScenarioError(f"{loaded.source}: {e}") from None
     configs = []
@@ -225,11 +245,12 @@ def expand(loaded: LoadedScenario) -> list[Configuration]:
         raw = json.loads(json.dumps(base, default=str))  # a deep copy that pydantic re-parses
         raw["lab"]["buffer"] = scenario.lab.buffer.model_dump()
         for axis, value in labels.items():
-            node = raw
-            *parents, leaf = targets[axis]
-            for part in parents:
-                node = node[part]
-            node[leaf] = value
+            for target in targets[axis]:
+                node = raw
+                *parents, leaf = target
+                for part in parents:
+                    node = node[part]
+                node[leaf] = value
         try:
             effective = Scenario.model_validate(raw)
         except ValidationError as e:
@@ -241,14 +262,27 @@ def expand(loaded: LoadedScenario) -> list[Configuration]:
 
 def _configuration(source: str, labels: dict[str, Any], scenario: Scenario) -> Configuration:
     lab = scenario.lab
-    _, stream = scenario.stream
-    senders = thesis_senders(stream.ratio) if lab.senders == "auto" else lab.senders
-    variables = {"ratio": stream.ratio, "bottleneck": lab.bottleneck, "senders": float(senders)}
-    try:
-        offered = evaluate_offered(stream.offered, variables)
-    except ValueError as e:
-        raise ScenarioError(f"{source}: workload: {e}") from None
+    where = ", ".join(f"{k}={v}" for k, v in labels.items())
+    problems = [f"workload.{name} ({w.tool}): {p}" for name, w in scenario.workload.items()
+                for p in registry.of(w).problems(w, lab)]
+    if problems:
+        raise ScenarioError(f"{source}{f' [configuration {where}]' if where else ''}: " + "; ".join(problems))
+    found = scenario.stream
+    stream = found[1] if found else None
+    ratio = stream.ratio if stream else None
+    if lab.senders != "auto":
+        senders = lab.senders
+    else:
+        # Seed 001's rule for over-subscription; one sender for workloads that need no more.
+        senders = thesis_senders(ratio) if stream else 1
     expected: dict[str, float] = {}
+    offered = None
+    if stream is not None:
+        variables = {"ratio": ratio, "bottleneck": lab.bottleneck, "senders": float(senders)}
+        try:
+            offered = evaluate_offered(stream.offered, variables)
+        except ValueError as e:
+            raise ScenarioError(f"{source}: workload: {e}") from None
     if offered is not None:
         total = offered * senders * stream.parallel
         expected["throughput.offered_mbps"] = total / 1e6

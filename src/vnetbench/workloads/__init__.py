@@ -1,0 +1,8 @@
+"""The workloads: one module per tool, each registered under its ``tool`` name.
+
+Importing this package registers every driver (see :mod:`vnetbench.workloads.base` for
+what a driver declares, :mod:`vnetbench.workloads.registry` for the lookup). A new
+tool is a new module here and one line below.
+"""
+
+from vnetbench.workloads import iperf3, ping, sockperf, tcpinfo  # noqa: F401 - registers the drivers

@@ -1,16 +1,37 @@
-"""What every workload driver produces, and the check that its tool is present."""
+"""What a workload is: one tool, its options, its servers and clients, and what it measures.
+
+A workload module (``workloads/<tool>.py``) holds everything about one tool, in
+this order, so a reader sees it in one place:
+
+1. ``Options``: a pydantic model of its ``[workload.NAME]`` table (``tool`` is
+   the discriminator), validated with the rest of the scenario;
+2. ``METRICS``: the metrics it measures, with unit and direction;
+3. a :class:`Workload` subclass registered under its tool name
+   (:func:`vnetbench.workloads.registry.register`): the binaries it needs (and
+   their Debian packages), the servers it keeps on the receiver, how it starts
+   its clients for a trial and how it parses what they printed into a
+   :class:`Measurement`.
+
+The runner knows none of the tools: for each trial it starts the scenario's
+workloads through this interface (:mod:`vnetbench.runner.bench`). A workload
+either runs *on its own* (it leads a phase of the trial) or ``during`` another
+(it starts once the leader's warm-up is over and lasts its measured time, as
+ping probes the queue an iperf3 stream builds).
+"""
 
 from __future__ import annotations
 
 import shutil
 import subprocess
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import Any, ClassVar, Sequence
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict
 
 from vnetbench.errors import EnvironmentProblem
-from vnetbench.metrics import metric
+from vnetbench.metrics import Metric, metric
 from vnetbench.store.db import SampleRecord, SeriesRecord
 
 
@@ -41,6 +62,7 @@ TASKSET = Tool("taskset", "util-linux", ("--version",))
 IP = Tool("ip", "iproute2", ("-V",))
 SS = Tool("ss", "iproute2", ("-V",))
 ETHTOOL = Tool("ethtool", "ethtool", ("--version",))
+SOCKPERF = Tool("sockperf", "sockperf", ("--version",))
 
 
 def require(tools: list[Tool]) -> None:
@@ -75,3 +97,129 @@ class Measurement:
 
 class ToolFailed(Exception):
     """The tool ran but produced no usable result; the message quotes it."""
+
+
+# ------------------------------------------------------------------ the workload interface
+
+
+class WorkloadOptions(BaseModel):
+    """What every ``[workload.NAME]`` table has: its ``tool`` and, for a workload that accompanies
+    another, ``during = "<other workload's name>"``. Each tool's model adds its own options."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    tool: str
+    during: str | None = None
+
+
+@dataclass(frozen=True)
+class ServerSpec:
+    """A long-lived server a workload keeps on an endpoint for the whole run."""
+
+    host: Any  # the Host (or VmHost) it runs on
+    argv: list[str]
+    port: int
+    transport: str = "tcp"  # tcp: ready when listening; udp: ready when bound
+    label: str = ""  # file and message name, e.g. "iperf3-5201"
+
+
+@dataclass
+class TrialHosts:
+    """The endpoints of one trial: its configuration's environment variant, as many senders as it uses."""
+
+    receiver: Any
+    senders: list[Any]
+
+
+@dataclass
+class Started:
+    """What a workload started for one trial: its processes and when its measured part is.
+
+    Times are seconds on the trial's clock (0 = the trial's start). ``info`` is the
+    workload's own (e.g. iperf3's flow starts), for its ``measure`` and its companions.
+    """
+
+    name: str
+    procs: dict[str, subprocess.Popen] = field(default_factory=dict)  # label (usually a host name) -> process
+    outputs: dict[str, Path] = field(default_factory=dict)  # label -> stdout file
+    measured_from: float = 0.0  # trial-clock second its measured part begins (after any warm-up)
+    measured_s: float = 0.0  # how long the measured part lasts
+    ends_by: float = 0.0  # trial-clock second by which its processes must have ended (the per-trial timeout)
+    stopped_by_runner: bool = False  # it runs until told (a sampler): stopped when its leader ends
+    info: dict[str, Any] = field(default_factory=dict)
+
+    def read_outputs(self) -> dict[str, str]:
+        return {label: path.read_text(errors="replace") if path.exists() else "" for label, path in
+                self.outputs.items()}
+
+    def error_text(self, label: str, limit: int = 300) -> str:
+        """The end of what `label`'s process printed on standard error (to quote in a failure)."""
+        try:
+            return self.outputs[label].with_suffix(".err").read_text(errors="replace").strip()[-limit:]
+        except (KeyError, OSError):
+            return ""
+
+
+@dataclass
+class TrialContext:
+    """What a workload's ``start`` and ``measure`` get to know about the trial."""
+
+    config: Any  # vnetbench.scenario.plan.Configuration
+    hosts: TrialHosts
+    ip_version: int
+    tmp: Path  # a directory of this trial, removed after it
+    t0: float  # epoch seconds of the trial's clock zero
+    extra_rtt_s: float = 0.0  # what the links' delay and jitter add to a round trip
+    leader: Started | None = None  # for a workload `during` another: what the leader started
+    leader_options: WorkloadOptions | None = None
+
+    def popen(self, host: Any, label: str, argv: Sequence[str], pin: bool = True) -> tuple[subprocess.Popen, Path]:
+        """Start `argv` on `host`; its output goes to files of this trial named after `label`."""
+        out = self.tmp / f"{label}.out"
+        return host.popen(argv, out, self.tmp / f"{label}.err", pin=pin), out
+
+
+class Workload:
+    """One tool's driver. Subclasses set the class attributes and implement ``start`` and ``measure``."""
+
+    tool: ClassVar[str]
+    Options: ClassVar[type[WorkloadOptions]]
+    requires: ClassVar[tuple[Tool, ...]] = ()  # binaries on the endpoints, with their Debian packages
+    metrics: ClassVar[tuple[Metric, ...]] = ()
+    can_lead: ClassVar[bool] = True  # may run on its own
+    can_accompany: ClassVar[bool] = True  # may run `during` another workload
+    guest_tools: ClassVar[tuple[str, ...]] = ()  # commands a VM guest must carry (default: requires')
+
+    def problems(self, options: WorkloadOptions, lab: Any) -> list[str]:
+        """What makes these options impossible in this lab (checked for every configuration before
+        anything is built): each a sentence saying what to change."""
+        return []
+
+    def timing(self, options: WorkloadOptions, config: Any) -> tuple[float, float]:
+        """(warm-up seconds, measured seconds) when it runs on its own."""
+        raise NotImplementedError
+
+    def servers(self, hosts: TrialHosts, ip_version: int) -> list[ServerSpec]:
+        """Servers kept on the endpoints for the whole run (restarted after a failed trial)."""
+        return []
+
+    def start(self, name: str, options: WorkloadOptions, ctx: TrialContext) -> Started:
+        raise NotImplementedError
+
+    def measure(self, started: Started, options: WorkloadOptions, ctx: TrialContext,
+                outputs: dict[str, str]) -> Measurement:
+        """Parse what the clients printed; raise ToolFailed (quoting the tool) when there is no result."""
+        raise NotImplementedError
+
+    def raw(self, started: Started, outputs: dict[str, str]) -> dict[str, str]:
+        """What of the output is kept with the trial (default: all of it)."""
+        return outputs
+
+    def exit_problem(self, started: Started) -> str | None:
+        """Why the trial failed if a client exited badly although its output parsed (default: any
+        non-zero exit of a process it did not ask the runner to stop)."""
+        if started.stopped_by_runner:
+            return None
+        bad = {label: p.returncode for label, p in started.procs.items() if p.returncode not in (0, None)}
+        if not bad:
+            return None
+        return "; ".join(f"{self.tool} on {label} exited {rc}" for label, rc in bad.items())

@@ -1,22 +1,148 @@
-"""iperf3: command lines and parsing of its JSON output (``-J``).
+"""iperf3: bulk TCP or UDP flows, one per active sender, all to the receiver.
 
 Clients run with ``--get-server-output`` against servers started with ``-J``,
 so each client's JSON also carries the receiver's per-second intervals. The
-client measures the sending side, the server the receiving side: received
+client measures the sending side, the server the receiver: received
 throughput and loss come from the receiver, never from the sender's guess.
+
+::
+
+    [workload.stream]
+    tool = "iperf3"
+    proto = "udp"                              # or tcp
+    duration = "20s"
+    omit = "2s"                                # warm-up, not measured
+    offered = "ratio * bottleneck / senders"   # per sender: a rate, 'unlimited', or arithmetic
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from vnetbench.workloads.base import Measurement, ToolFailed
+from vnetbench.impair.links import staggered
+from vnetbench.metrics import HIGHER, LOWER, Metric
+from vnetbench.quantities import Duration, Size
+from vnetbench.workloads.base import (IPERF3, Measurement, ServerSpec, Started, ToolFailed, TrialContext, TrialHosts,
+                                      Workload, WorkloadOptions)
+from vnetbench.workloads.registry import register
 
-BASE_PORT = 5201
+BASE_PORT = 5201  # one server per sender: 5201, 5202, ... (tcpinfo and the container NAT know the range)
+
+# ------------------------------------------------------------------ options
+
+
+class FlowTiming(BaseModel):
+    """When one sender's flow runs, relative to the trial's start."""
+
+    model_config = ConfigDict(extra="forbid")
+    start: Duration = 0.0
+    duration: Duration | None = None  # None: the stream's duration
+
+    @field_validator("duration")
+    @classmethod
+    def _whole(cls, v: float | None) -> float | None:
+        if v is not None and v < 1:
+            raise ValueError(f"{v}s: iperf3 measures in whole seconds; give at least 1s")
+        return v
+
+
+class Options(WorkloadOptions):
+    """Bulk flows with iperf3, one per active sender, all to the receiver."""
+
+    tool: Literal["iperf3"] = "iperf3"
+    proto: Literal["udp", "tcp"] = "tcp"
+    duration: Duration = 10.0
+    omit: Duration = 1.0
+    ratio: float | None = Field(default=None, description="over-subscription ratio, used by `offered`")
+    offered: str = Field(default="unlimited", description="per-sender target rate: a rate, 'unlimited', or an expression")
+    congestion_control: str = "cubic"
+    length: Size | Literal["auto"] = "auto"
+    parallel: int = Field(default=1, ge=1, le=128)
+    reverse: bool = False
+    timeout: Duration | Literal["auto"] = "auto"
+    window: Size | None = Field(default=None, description="socket buffer / window (iperf3 --window): caps TCP at "
+                                                          "window / RTT, the thesis' bandwidth-delay-product limit")
+    flows: list[FlowTiming] = Field(default_factory=list, description="per sender, in order: when its flow starts "
+                                    "and how long it runs, e.g. [{start=\"0s\", duration=\"30s\"}, "
+                                    "{start=\"5s\", duration=\"15s\"}] (seed 001's window scaling test)")
+
+    @property
+    def span(self) -> float:
+        """Seconds from the first flow's start to the last flow's end (omit not counted)."""
+        return max([self.duration] + [f.start + (f.duration or self.duration) for f in self.flows])
+
+    def timing(self, sender_index: int) -> tuple[float, float]:
+        """(start delay, duration) of the i-th sender's flow."""
+        if sender_index < len(self.flows):
+            f = self.flows[sender_index]
+            return f.start, f.duration or self.duration
+        return 0.0, self.duration
+
+    @property
+    def trial_timeout(self) -> float:
+        """iperf3 runs omit + duration seconds; "auto" leaves room for connection set-up and teardown."""
+        return self.omit + self.span + 15.0 if self.timeout == "auto" else self.timeout
+
+    @field_validator("ratio")
+    @classmethod
+    def _ratio(cls, v: float | None) -> float | None:
+        if v is not None and v <= 0:
+            raise ValueError(f"{v}: an over-subscription ratio must be above 0")
+        return v
+
+    @field_validator("duration")
+    @classmethod
+    def _duration(cls, v: float) -> float:
+        if v < 1:
+            raise ValueError(f"{v}s: iperf3 measures in whole seconds; give at least 1s")
+        return v
+
+    @field_validator("congestion_control")
+    @classmethod
+    def _cc(cls, v: str) -> str:
+        if not v.isidentifier():
+            raise ValueError(f"{v!r} is not a congestion control name (e.g. cubic, reno, bbr)")
+        return v
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "Options":
+        if self.omit >= self.duration:
+            raise ValueError(f"omit ({self.omit:g}s) must be shorter than duration ({self.duration:g}s)")
+        if self.timeout != "auto" and self.timeout <= self.span + self.omit:
+            raise ValueError(f"timeout ({self.timeout:g}s) must be longer than omit + duration "
+                             f"({self.omit + self.span:g}s), or every trial would time out")
+        for i, f in enumerate(self.flows):
+            if (f.duration or self.duration) <= self.omit:
+                raise ValueError(f"flows[{i}] lasts {f.duration or self.duration:g}s, not longer than omit "
+                                 f"({self.omit:g}s): "
+                                 "it would measure nothing")
+        if self.length != "auto" and self.proto == "udp" and not 16 <= self.length <= 65507:
+            raise ValueError(f"length {self.length:g} B: a UDP datagram carries 16 to 65507 bytes")
+        if self.during is not None:
+            raise ValueError("an iperf3 stream runs on its own: remove `during` (ping, ss and sockperf can run "
+                             "during it)")
+        return self
+
+
+# ------------------------------------------------------------------ metrics
+
+METRICS = (
+    Metric("throughput.offered_mbps", "Mbit/s", HIGHER, "Offered load: the sum of the senders' target rates"),
+    Metric("throughput.tx_mbps", "Mbit/s", HIGHER, "Sent throughput, summed over flows (sender side, iperf3)"),
+    Metric("throughput.rx_mbps", "Mbit/s", HIGHER, "Received throughput (goodput), summed over flows (receiver side, iperf3)"),
+    Metric("flows.jain_fairness", "ratio", HIGHER, "Jain's fairness index of the flows' received throughput (1 = equal shares)"),
+    Metric("udp.loss_ratio", "ratio", LOWER, "UDP packet loss ratio, lost / sent, over all flows (RFC 7680)"),
+    Metric("udp.lost_packets", "packets", LOWER, "UDP packets lost, over all flows"),
+    Metric("udp.sent_packets", "packets", HIGHER, "UDP packets sent, over all flows"),
+    Metric("udp.jitter_rfc3550_ms", "ms", LOWER, "iperf3's jitter: RFC 3550 smoothed interarrival jitter (not IPDV), mean over flows"),
+    Metric("tcp.retransmits", "segments", LOWER, "TCP retransmitted segments, over all flows (sender side)"),
+    Metric("tcp.mean_srtt_ms", "ms", LOWER, "Mean smoothed RTT reported by the TCP sender, over intervals and flows"),
+)
 
 
 @dataclass(frozen=True)
@@ -212,3 +338,82 @@ def shift_series(m: Measurement, offsets: dict[str, float]) -> None:
         host = s.name.rsplit("/", 1)[-1]
         if offsets.get(host):
             s.t = s.t + offsets[host]
+
+
+# ------------------------------------------------------------------ the driver
+
+
+@register
+class Iperf3(Workload):
+    tool = "iperf3"
+    Options = Options
+    requires = (IPERF3,)
+    metrics = METRICS
+    can_accompany = False
+
+    def timing(self, options: Options, config: Any) -> tuple[float, float]:
+        return options.omit, options.span
+
+    def servers(self, hosts: TrialHosts, ip_version: int) -> list[ServerSpec]:
+        return [ServerSpec(hosts.receiver, server_command(BASE_PORT + i), BASE_PORT + i, "tcp", f"iperf3-{BASE_PORT + i}")
+                for i in range(len(hosts.senders))]
+
+    def start(self, name: str, options: Options, ctx: TrialContext) -> Started:
+        config = ctx.config
+        started = Started(name, measured_from=options.omit, measured_s=options.span, ends_by=options.trial_timeout)
+        server = ctx.hosts.receiver.service_address(ctx.ip_version)
+        starts: dict[str, float] = {}
+        ends: list[float] = []
+        for i, host in enumerate(ctx.hosts.senders):
+            start, duration = options.timing(i)  # staggered flows: [workload.stream] flows
+            starts[host.name] = start
+            ends.append(start + options.omit + duration)
+            spec = ClientSpec(
+                server=server, port=BASE_PORT + i, proto=options.proto, duration=duration, omit=options.omit,
+                window=options.window,
+                rate_bps=config.offered_bps / options.parallel if config.offered_bps else None,
+                congestion_control=options.congestion_control if options.proto == "tcp" else None,
+                length=None if options.length == "auto" else options.length, parallel=options.parallel,
+                reverse=options.reverse, ip_version=ctx.ip_version)
+            proc, out = ctx.popen(host, host.name, staggered(client_command(spec), start))
+            started.procs[host.name], started.outputs[host.name] = proc, out
+        # What companions need: who sends the data (ss samples there), when each flow ends (the standing
+        # queue after the first of staggered flows), on which TCP state (TCP or not).
+        started.info.update(starts=starts, flow_ends=ends, proto=options.proto,
+                            data_senders=[ctx.hosts.receiver] if options.reverse else list(ctx.hosts.senders))
+        return started
+
+    def measure(self, started: Started, options: Options, ctx: TrialContext,
+                outputs: dict[str, str]) -> Measurement:
+        flows = {label: parse_client(text) for label, text in outputs.items()}
+        # What the sender's kernel really ran, as iperf3 reports it: the requested algorithm is a
+        # parameter, this is the record (a sysctl or a missing module can make them differ).
+        used = {label: f.congestion_control for label, f in flows.items() if f.congestion_control}
+        if used:
+            started.info["congestion_control_used"] = used
+        asked = options.congestion_control if options.proto == "tcp" else None
+        wrong = {n: cc for n, cc in used.items() if asked not in (None, cc)}
+        if wrong:
+            raise ToolFailed(f"congestion control {asked!r} was asked but the senders ran {wrong}")
+        offered = ctx.config.offered_bps
+        m = measure(flows, offered * len(flows) if offered else None, t_offset=options.omit)
+        shift_series(m, started.info["starts"])
+        started.info["data_ports"] = set().union(*(data_ports(text) for text in outputs.values()))
+        return m
+
+    def exit_problem(self, started: Started) -> str | None:
+        bad = [label for label, p in started.procs.items() if p.returncode not in (0, None)]
+        if not bad:
+            return None
+        return "; ".join(f"{label}: iperf3 exited {started.procs[label].returncode}: "
+                         f"{started.error_text(label, 200)}" for label in bad)
+
+
+def data_ports(client_json: str) -> set[int]:
+    """Client-side ports of iperf3's data streams (its JSON ``start.connected``): the control
+    connection shares the server port but is not one of them."""
+    try:
+        doc = json.loads(client_json)
+    except (json.JSONDecodeError, TypeError):
+        return set()
+    return {int(c["local_port"]) for c in (doc.get("start") or {}).get("connected", []) if "local_port" in c}

@@ -10,10 +10,16 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
+from typing import Any, Literal
 
 import numpy as np
+from pydantic import Field, field_validator
 
-from vnetbench.workloads.base import Measurement, ToolFailed
+from vnetbench.metrics import LOWER, Metric
+from vnetbench.quantities import Duration
+from vnetbench.workloads.base import (PING, Measurement, Started, ToolFailed, TrialContext, Workload,
+                                      WorkloadOptions)
+from vnetbench.workloads.registry import register
 
 _REPLY = re.compile(r"^\[(?P<ts>[0-9.]+)\] \d+ bytes from .*?icmp_seq=(?P<seq>\d+) .*?time=(?P<rtt>[0-9.]+) ms")
 _SUMMARY = re.compile(r"(?P<tx>\d+) packets transmitted, (?P<rx>\d+) received")
@@ -122,3 +128,91 @@ def standing_queue(m: Measurement, after_s: float, base_rtt_ms: float) -> None:
     if len(window) >= STANDING_QUEUE_MIN_SAMPLES:
         m.add("queue.standing_ms", max(0.0, float(np.percentile(window, 5)) - base_rtt_ms))
 
+
+
+# ------------------------------------------------------------------ the workload
+
+
+class Options(WorkloadOptions):
+    """ICMP echo from the first sender to the receiver, every reply's RTT kept: during another workload
+    (the queue it builds: ``during = "stream"``) or on its own for ``duration``."""
+
+    tool: Literal["ping"] = "ping"
+    interval: Duration = 0.001
+    size: int = Field(default=1450, ge=16, le=65000, description="ICMP payload bytes, as ping -s")
+    duration: Duration = Field(default=10.0, description="on its own: how long it pings (whole seconds); "
+                                                         "during another workload it lasts that one's measured time")
+
+    @field_validator("interval")
+    @classmethod
+    def _interval(cls, v: float) -> float:
+        if v < 0.0001:
+            raise ValueError(f"{v * 1e6:g}us: ping cannot send faster than every 100us")
+        return v
+
+    @field_validator("duration")
+    @classmethod
+    def _duration(cls, v: float) -> float:
+        if v < 1:
+            raise ValueError(f"{v:g}s: ping's deadline (-w) is in whole seconds; give at least 1s")
+        return v
+
+
+METRICS = (
+    Metric("rtt.min_ms", "ms", LOWER, "Minimum round-trip time (RFC 2681), ping"),
+    Metric("rtt.avg_ms", "ms", LOWER, "Mean round-trip time (RFC 2681), ping"),
+    Metric("rtt.max_ms", "ms", LOWER, "Maximum round-trip time, ping", noise=0.10),
+    Metric("rtt.stdev_ms", "ms", LOWER, "Standard deviation of round-trip times, ping", noise=0.10),
+    Metric("rtt.p50_ms", "ms", LOWER, "Median round-trip time, ping"),
+    Metric("rtt.p90_ms", "ms", LOWER, "90th percentile round-trip time, ping"),
+    Metric("rtt.p99_ms", "ms", LOWER, "99th percentile round-trip time, ping", noise=0.10),
+    Metric("rtt.p999_ms", "ms", LOWER, "99.9th percentile round-trip time, ping", noise=0.10),
+    Metric("rtt.ipdv_ms", "ms", LOWER, "Mean absolute IPDV between consecutive ping replies (RFC 3393)"),
+    Metric("rtt.loss_ratio", "ratio", LOWER, "Ping packets without a reply / sent (RFC 7680)"),
+    Metric("queue.standing_ms", "ms", LOWER, "Queueing delay left standing after the earliest-ending of staggered "
+                                            "flows stopped: 5th percentile of ping RTT from 1 s after, less the "
+                                            "links' configured base RTT (seed 001's window scaling test)",
+           noise=0.10),
+)
+
+
+@register
+class Ping(Workload):
+    tool = "ping"
+    Options = Options
+    requires = (PING,)
+    metrics = METRICS
+
+    def timing(self, options: Options, config: Any) -> tuple[float, float]:
+        return 0.0, float(int(options.duration))
+
+    def start(self, name: str, options: Options, ctx: TrialContext) -> Started:
+        leader = ctx.leader
+        if leader is not None:
+            # Whole seconds (ping -w), ending before the leader does: the probe sees only loaded time.
+            begins, deadline = leader.measured_from, max(1, int(leader.measured_s - 0.5))
+        else:
+            begins, deadline = 0.0, int(options.duration)
+        # Room for a full queue plus half again, so the probe keeps its rate when the RTT grows.
+        max_rtt = 1.5 * ctx.config.expected.get("queue.full_delay_ms", 0.0) / 1e3 + 0.005 + ctx.extra_rtt_s
+        argv = command(ctx.hosts.receiver.service_address(ctx.ip_version), options.interval, options.size, deadline,
+                       ctx.ip_version, preload=preload_for(options.interval, max_rtt))
+        started = Started(name, measured_from=begins, measured_s=deadline, ends_by=begins + deadline + 10.0)
+        sender = ctx.hosts.senders[0]
+        started.procs[sender.name], started.outputs[sender.name] = ctx.popen(sender, name, argv)
+        return started
+
+    def measure(self, started: Started, options: Options, ctx: TrialContext,
+                outputs: dict[str, str]) -> Measurement:
+        from vnetbench.impair.model import base_rtt
+
+        m = measure(parse(next(iter(outputs.values()))), t0=ctx.t0)
+        # Staggered flows ([workload.stream] flows): what queue the others leave once one has ended.
+        ends = (ctx.leader.info.get("flow_ends") if ctx.leader else None) or []
+        if ends and min(ends) < max(ends):
+            standing_queue(m, after_s=min(ends) + STANDING_QUEUE_SETTLE_S,
+                           base_rtt_ms=base_rtt(ctx.config.scenario.lab) * 1e3)
+        return m
+
+    def exit_problem(self, started: Started) -> str | None:
+        return None  # ping exits 1 when replies were lost: that is a measurement (rtt.loss_ratio), not a failure

@@ -19,11 +19,15 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import Iterable, Literal
 
 import numpy as np
+from pydantic import field_validator
 
-from vnetbench.workloads.base import Measurement, ToolFailed
+from vnetbench.metrics import HIGHER, LOWER, Metric
+from vnetbench.quantities import Duration
+from vnetbench.workloads.base import SS, Measurement, Started, ToolFailed, TrialContext, Workload, WorkloadOptions
+from vnetbench.workloads.registry import register
 
 MIN_INTERVAL = 0.010
 MAX_INTERVAL = 0.100
@@ -242,62 +246,72 @@ def _rate_of_samples(chosen: list[tuple[str, FlowSeries]]) -> float:
     return float(np.mean(rates)) if rates else 0.0
 
 
-def iperf3_data_ports(client_json: str) -> set[int]:
-    """Client-side ports of iperf3's data streams (its JSON ``start.connected``)."""
-    import json
-
-    try:
-        doc = json.loads(client_json)
-    except (json.JSONDecodeError, TypeError):
-        return set()
-    return {int(c["local_port"]) for c in (doc.get("start") or {}).get("connected", []) if "local_port" in c}
+# ------------------------------------------------------------ the workload
 
 
-# ------------------------------------------------------------ in a trial
+class Options(WorkloadOptions):
+    """TCP state of the stream's flows (cwnd, smoothed RTT, delivery rate,
+    retransmissions), sampled with ``ss -ti`` on the sending hosts every
+    `interval` while another workload runs."""
+
+    tool: Literal["ss"] = "ss"
+    interval: Duration = 0.02
+    during: str = "stream"
+
+    @field_validator("interval")
+    @classmethod
+    def _interval(cls, v: float) -> float:
+        if not MIN_INTERVAL - 1e-9 <= v <= MAX_INTERVAL + 1e-9:
+            raise ValueError(f"{v * 1e3:g}ms: ss samples every 10ms to 100ms (each sample is one ss call)")
+        return v
 
 
-@dataclass
-class Running:
-    """Sampler processes of one trial: (workload name, host) -> process and output file."""
-
-    procs: dict[tuple[str, str], tuple[object, object]] = field(default_factory=dict)
-
-    def stop(self) -> None:
-        import os
-        import signal
-
-        for proc, _path in self.procs.values():
-            if proc.poll() is None:
-                try:
-                    os.killpg(proc.pid, signal.SIGTERM)
-                except ProcessLookupError:
-                    pass
-        for proc, _path in self.procs.values():
-            try:
-                proc.wait(timeout=2)
-            except Exception:  # noqa: BLE001 - the registry kills what is left at teardown
-                pass
-
-    def outputs(self, workload: str) -> dict[str, str]:
-        return {host: path.read_text(errors="replace") for (w, host), (_p, path) in self.procs.items()
-                if w == workload and path.exists()}
-
-    def workloads(self) -> list[str]:
-        return sorted({w for w, _ in self.procs})
+METRICS = (
+    Metric("ss.srtt_p50_ms", "ms", LOWER, "Median smoothed RTT of the TCP senders, sampled with ss -ti"),
+    Metric("ss.srtt_p99_ms", "ms", LOWER, "99th percentile smoothed RTT of the TCP senders, sampled with ss -ti",
+           noise=0.10),
+    Metric("ss.cwnd_median_segments", "segments", HIGHER, "Median congestion window (segments), mean over flows, "
+                                                          "sampled with ss -ti"),
+    Metric("ss.retrans_segments", "segments", LOWER, "Retransmitted segments (ss -ti retrans total), over flows"),
+    Metric("ss.samples_per_s", "1/s", HIGHER, "ss -ti samples per second actually taken (sampler cadence)",
+           noise=0.5),
+)
 
 
-def start(samplers: list, hosts: list, tmp, proto: str = "tcp") -> Running:
-    """One sampler loop per (ss workload, sending host); not pinned (it must not steal the flows' core).
-    UDP streams have no TCP state to sample: nothing is started for them."""
-    running = Running()
-    if proto != "tcp":
-        return running
-    for name, spec in samplers:
-        for host in hosts:
-            path = tmp / f"{name}-{host.name}.ss"
-            running.procs[(name, host.name)] = (host.popen(sampler_command(spec.interval), path,
-                                                           tmp / f"{name}-{host.name}.err", pin=False), path)
-    return running
+@register
+class Ss(Workload):
+    """One sampler loop per host that sends the leader's data (its ``data_senders``), not pinned (it
+    must not steal the flows' core), stopped when the leader ends. A leader without TCP flows (UDP)
+    has no TCP state to sample: nothing is started."""
+
+    tool = "ss"
+    Options = Options
+    requires = (SS,)
+    metrics = METRICS
+    can_lead = False
+
+    def start(self, name: str, options: Options, ctx: TrialContext) -> Started:
+        leader = ctx.leader
+        started = Started(name, measured_from=leader.measured_from, measured_s=leader.measured_s,
+                          ends_by=leader.ends_by, stopped_by_runner=True)
+        if leader.info.get("proto", "tcp") != "tcp":
+            return started
+        for host in leader.info.get("data_senders", ctx.hosts.senders):
+            label = f"{name}-{host.name}"
+            started.procs[host.name], started.outputs[host.name] = ctx.popen(
+                host, label, sampler_command(options.interval), pin=False)
+        return started
+
+    def measure(self, started: Started, options: Options, ctx: TrialContext,
+                outputs: dict[str, str]) -> Measurement:
+        if not started.procs:
+            return Measurement()
+        leader = ctx.leader
+        window = (leader.measured_from, leader.measured_from + leader.measured_s)
+        return measure(outputs, t0=ctx.t0, data_ports=leader.info.get("data_ports"), window=window)
+
+    def raw(self, started: Started, outputs: dict[str, str]) -> dict[str, str]:
+        return {label: raw_excerpt(text) for label, text in outputs.items()}
 
 
 def raw_excerpt(text: str, limit: int = 20000) -> str:

@@ -32,7 +32,8 @@ from vnetbench.lab.environments.base import (SUBNET_V4_PREFIXLEN, SUBNET_V6_PREF
 from vnetbench.lab.nodes import Interface, Link, Namespace
 
 BRIDGE = "docker0"
-PUBLISHED_PORTS = (5201, 5299)  # iperf3's servers listen from 5201 up (one per sender)
+# Every workload server's port (iperf3 from 5201 up, one per sender; sockperf 5301-5302; ...) is in this range.
+PUBLISHED_PORTS = (5201, 5399)
 
 RULESET = """\
 # vnetbench container NAT for {node}: Docker's bridge model (DOCKER chain + MASQUERADE)

@@ -1,0 +1,265 @@
+"""sockperf: request/response latency (netperf TCP_RR / UDP_RR's job; netperf is not in Debian).
+
+The first sender sends a message to a sockperf server on the receiver, which
+answers it; the client records every message's send and receive time:
+
+- ``mode = "ping-pong"``: one message in flight, the next sent when the answer
+  arrives (netperf's RR): transactions/s = 1 / mean round trip;
+- ``mode = "under-load"``: messages at a fixed rate (``rate``, messages/s), each
+  answered (``--reply-every 1``): latency while the path carries that load.
+
+Every statistic comes from the full per-message log (``--full-log``, with
+``--full-rtt``: round-trip times), never from sockperf's summary line: the
+percentiles p50/p90/p99/p99.9, mean, standard deviation and the transaction
+rate; the round trips are kept as a series (``rr_rtt_us``, at most
+``SERIES_POINTS`` per trial, every k-th message: the same distribution) for
+the report's CDFs and time plots. sockperf's own warm-up (about 0.4 s) is not
+in the log.
+
+::
+
+    [workload.rr]
+    tool = "sockperf"
+    proto = "tcp"             # or udp (sockperf's default)
+    payload = 64              # message bytes (sockperf's minimum is 14: its header)
+    duration = "10s"
+
+Debian's sockperf (3.7) speaks IPv4 only: an IPv6 lab is refused before anything
+is built (irtt measures UDP round trips over IPv6).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import Field, field_validator, model_validator
+
+from vnetbench.metrics import HIGHER, LOWER, Metric
+from vnetbench.quantities import Duration
+from vnetbench.workloads.base import (SOCKPERF, Measurement, ServerSpec, Started, ToolFailed, TrialContext, TrialHosts,
+                                      Workload, WorkloadOptions)
+from vnetbench.workloads.registry import register
+
+UDP_PORT, TCP_PORT = 5301, 5302  # inside the range the container model publishes
+MIN_PAYLOAD, MAX_PAYLOAD = 14, 65000  # sockperf's header; its largest message
+SERIES_POINTS = 20_000
+#: Seconds sockperf needs beyond --time: its warm-up, connection set-up, writing the log.
+OVERHEAD_S = 15.0
+
+
+class Options(WorkloadOptions):
+    """Request/response latency with sockperf, first sender -> receiver."""
+
+    tool: Literal["sockperf"] = "sockperf"
+    mode: Literal["ping-pong", "under-load"] = "ping-pong"
+    proto: Literal["udp", "tcp"] = "udp"
+    payload: int = Field(default=64, description="message size in bytes, as sockperf -m (at least its 14-byte "
+                                                 "header)")
+    duration: Duration = Field(default=10.0, description="on its own: how long it runs (whole seconds); during "
+                                                         "another workload it lasts that one's measured time")
+    rate: int | None = Field(default=None, ge=1, le=10_000_000, description="under-load: messages per second "
+                                                                            "(sockperf --mps; default 10000)")
+
+    @field_validator("payload")
+    @classmethod
+    def _payload(cls, v: int) -> int:
+        if not MIN_PAYLOAD <= v <= MAX_PAYLOAD:
+            raise ValueError(f"{v} B: sockperf sends messages of {MIN_PAYLOAD} B (its header; netperf's 1-byte RR "
+                             f"has no exact equivalent) to {MAX_PAYLOAD} B")
+        return v
+
+    @field_validator("duration")
+    @classmethod
+    def _duration(cls, v: float) -> float:
+        if v < 1 or v != int(v):
+            raise ValueError(f"{v:g}s: sockperf runs whole seconds (-t); give 1s or more, whole")
+        return v
+
+    @model_validator(mode="after")
+    def _rate_for_load(self) -> "Options":
+        if self.rate is not None and self.mode != "under-load":
+            raise ValueError(f"rate = {self.rate} sets the message rate of mode = \"under-load\"; ping-pong sends "
+                             "the next message when the answer arrives: remove rate, or set mode = \"under-load\"")
+        return self
+
+
+METRICS = (
+    Metric("rr.transactions_per_s", "1/s", HIGHER, "Request/response transactions per second (sockperf; "
+                                                   "ping-pong: netperf RR's figure)"),
+    Metric("rr.mean_us", "us", LOWER, "Mean round-trip time of a request and its response (sockperf, every message)"),
+    Metric("rr.stdev_us", "us", LOWER, "Standard deviation of request/response round-trip times (sockperf)",
+           noise=0.10),
+    Metric("rr.min_us", "us", LOWER, "Minimum request/response round-trip time (sockperf)"),
+    Metric("rr.p50_us", "us", LOWER, "Median request/response round-trip time (sockperf)"),
+    Metric("rr.p90_us", "us", LOWER, "90th percentile request/response round-trip time (sockperf)"),
+    Metric("rr.p99_us", "us", LOWER, "99th percentile request/response round-trip time (sockperf)", noise=0.10),
+    Metric("rr.p999_us", "us", LOWER, "99.9th percentile request/response round-trip time (sockperf)", noise=0.10),
+    Metric("rr.max_us", "us", LOWER, "Maximum request/response round-trip time (sockperf)", noise=0.10),
+    Metric("rr.dropped_messages", "messages", LOWER, "Messages sockperf counted as dropped (UDP)"),
+)
+
+
+def server_command(address: str, port: int, proto: str) -> list[str]:
+    return ["sockperf", "server", "-i", address, "-p", str(port), *(["--tcp"] if proto == "tcp" else [])]
+
+
+def client_script(options: Options, address: str, seconds: int) -> list[str]:
+    """sockperf's client, with its full log sent to standard output once it ends.
+
+    The log goes to a file of its own first (sockperf opens it separately: pointing it at
+    /dev/stdout would overwrite what it prints there) in the node's /tmp, which every node
+    has (a namespace host and a guest alike); its chatter goes to standard error.
+    """
+    port = TCP_PORT if options.proto == "tcp" else UDP_PORT
+    argv = ["sockperf", options.mode, "-i", address, "-p", str(port), "-t", str(seconds), "-m", str(options.payload),
+            "--full-rtt"]
+    if options.proto == "tcp":
+        argv.append("--tcp")
+    if options.mode == "under-load":
+        argv += ["--mps", str(options.rate or 10_000), "--reply-every", "1"]
+    script = ('f=$(mktemp /tmp/vnb-sockperf.XXXXXX) || exit 1; trap \'rm -f "$f"\' EXIT INT TERM; '
+              '"$@" --full-log "$f" >&2; rc=$?; cat "$f"; exit $rc')
+    return ["sh", "-c", script, "sockperf", *argv]
+
+
+# ------------------------------------------------------------------ parsing
+
+_VALID = re.compile(r"\[Valid Duration\] RunTime=(?P<s>[0-9.]+) sec; SentMessages=(?P<tx>\d+); "
+                    r"ReceivedMessages=(?P<rx>\d+)")
+_DROPPED = re.compile(r"# dropped messages = (?P<d>\d+)")
+_HEADER = re.compile(r"^packet, txTime\(sec\), rxTime\(sec\), (rtt|latency)\(usec\)")
+
+
+class Log:
+    """A parsed full log: per message, send and receive time (s, sockperf's clock) and round trip (us)."""
+
+    def __init__(self, tx: np.ndarray, rx: np.ndarray, rtt_us: np.ndarray, valid_s: float | None,
+                 dropped: int | None, round_trip: bool):
+        self.tx, self.rx, self.rtt_us = tx, rx, rtt_us
+        self.valid_s, self.dropped, self.round_trip = valid_s, dropped, round_trip
+
+
+def parse_log(text: str) -> Log:
+    """Parse sockperf's ``--full-log`` (its summary block, then ``packet, txTime, rxTime, rtt`` rows)."""
+    header = None
+    rows: list[str] = []
+    summary: list[str] = []
+    for line in text.splitlines():
+        if header is None:
+            if _HEADER.match(line):
+                header = line
+            else:
+                summary.append(line)
+            continue
+        if line[:1].isdigit():
+            rows.append(line)
+    if header is None:
+        snippet = " / ".join(x.strip() for x in text.strip().splitlines()[-3:])[-300:] or "(empty output)"
+        raise ToolFailed(f"sockperf wrote no per-message log: {snippet}")
+    if not rows:
+        raise ToolFailed("sockperf's log has no message: no request was answered (server unreachable?)")
+    try:
+        table = np.array([r.split(",") for r in rows], dtype=float)
+    except ValueError:
+        raise ToolFailed(f"sockperf's log has a malformed row: {rows[-1][:120]!r}") from None
+    block = "\n".join(summary)
+    valid = _VALID.search(block)
+    dropped = _DROPPED.search(block)
+    return Log(tx=table[:, 1], rx=table[:, 2], rtt_us=table[:, 3],
+               valid_s=float(valid["s"]) if valid else None, dropped=int(dropped["d"]) if dropped else None,
+               round_trip=header.rstrip().endswith("rtt(usec)"))
+
+
+def measure_log(log: Log, mode: str, t_offset: float = 0.0) -> Measurement:
+    """Per-trial metrics from every message; the round trips as a series on the trial's clock."""
+    if not log.round_trip:
+        raise ToolFailed("sockperf logged one-way latency (half the round trip), not round trips: run it with "
+                         "--full-rtt")
+    r = log.rtt_us
+    m = Measurement()
+    p50, p90, p99, p999 = np.percentile(r, [50, 90, 99, 99.9])
+    m.add("rr.mean_us", float(r.mean()))
+    m.add("rr.stdev_us", float(r.std()))
+    m.add("rr.min_us", float(r.min()))
+    m.add("rr.p50_us", float(p50))
+    m.add("rr.p90_us", float(p90))
+    m.add("rr.p99_us", float(p99))
+    m.add("rr.p999_us", float(p999))
+    m.add("rr.max_us", float(r.max()))
+    span = float(log.rx[-1] - log.tx[0])
+    if span > 0:
+        # Answered messages over the time from the first send to the last answer: in ping-pong
+        # one message is in flight, so this is 1 / mean round trip.
+        m.add("rr.transactions_per_s", len(r) / span)
+    if log.dropped is not None:
+        m.add("rr.dropped_messages", log.dropped)
+    step = max(1, int(np.ceil(len(r) / SERIES_POINTS)))
+    m.add_series("rr_rtt_us", "us", t_offset + (log.tx[::step] - log.tx[0]), r[::step])
+    return m
+
+
+def _errors(stderr: str) -> str:
+    """sockperf's error lines (colour codes removed), else the last line it printed."""
+    lines = [re.sub(r"\x1b\[[0-9;]*m", "", x).strip() for x in stderr.splitlines() if x.strip()]
+    errors = [x for x in lines if "ERROR" in x]
+    return " / ".join(errors or lines[-1:])[:300]
+
+
+# ------------------------------------------------------------------ the driver
+
+
+@register
+class Sockperf(Workload):
+    tool = "sockperf"
+    Options = Options
+    requires = (SOCKPERF,)
+    metrics = METRICS
+
+    def problems(self, options: Options, lab: Any) -> list[str]:
+        if lab.ip_version == 6:
+            return ["sockperf (Debian's 3.7) speaks IPv4 only: use ip_version = 4 for it (irtt measures UDP "
+                    "round trips over IPv6)"]
+        return []
+
+    def timing(self, options: Options, config: Any) -> tuple[float, float]:
+        return 0.0, float(options.duration)
+
+    def servers(self, hosts: TrialHosts, ip_version: int) -> list[ServerSpec]:
+        address = hosts.receiver.address(4)  # its own: a container's node forwards published ports to it
+        return [ServerSpec(hosts.receiver, server_command(address, port, proto), port, proto, f"sockperf-{proto}")
+                for proto, port in (("udp", UDP_PORT), ("tcp", TCP_PORT))]
+
+    def start(self, name: str, options: Options, ctx: TrialContext) -> Started:
+        leader = ctx.leader
+        if leader is not None:  # under the leader's load, for its measured time (whole seconds)
+            begins, seconds = leader.measured_from, max(1, int(leader.measured_s - 0.5))
+        else:
+            begins, seconds = 0.0, int(options.duration)
+        started = Started(name, measured_from=begins, measured_s=seconds, ends_by=begins + seconds + OVERHEAD_S)
+        sender = ctx.hosts.senders[0]
+        argv = client_script(options, ctx.hosts.receiver.service_address(4), seconds)
+        started.procs[sender.name], started.outputs[sender.name] = ctx.popen(sender, name, argv)
+        return started
+
+    def measure(self, started: Started, options: Options, ctx: TrialContext,
+                outputs: dict[str, str]) -> Measurement:
+        label, text = next(iter(outputs.items()))
+        try:
+            log = parse_log(text)
+        except ToolFailed as e:
+            # sockperf exits 0 even when it could not connect: what it said is on standard error
+            said = _errors(started.error_text(label, 2000))
+            raise ToolFailed(f"{e}{f'; sockperf said: {said}' if said else ''}") from None
+        return measure_log(log, options.mode, t_offset=started.measured_from)
+
+    def raw(self, started: Started, outputs: dict[str, str]) -> dict[str, str]:
+        """The log's summary block and its first rows (the whole log can be tens of megabytes)."""
+        kept = {}
+        for label, text in outputs.items():
+            lines = text.splitlines()
+            head = [x for x in lines[:200]]
+            kept[label] = "\n".join(head) + (f"\n... ({len(lines) - 200} more log rows not kept)" if len(lines) > 200
+                                             else "")
+        return kept
