@@ -19,7 +19,7 @@ from vnetbench.workloads.base import ETHTOOL, IP, SS, TASKSET, Tool
 
 # The lab's own tools, every workload's, and those of the environments.
 TOOLS = list(dict.fromkeys([IP, SS, TASKSET, *(t for d in registry.drivers().values() for t in d.requires), ETHTOOL,
-                            Tool("fping", "fping", ("-v",)), Tool("irtt", "irtt", ("version",)),
+                            Tool("fping", "fping", ("-v",)),
                             Tool("tcpdump", "tcpdump", ("--version",)), Tool("nft", "nftables", ("--version",)),
                             Tool("qemu-system-x86_64", "qemu-system-x86", ("--version",))]))
 

@@ -42,7 +42,10 @@ LAB_METRICS = (
 #: request/response latency change?"), in this order: the metrics `show`, `compare`, the report's first
 #: table and the relative-to-bare table use by default, of those a run measured.
 HEADLINE = ("throughput.rx_mbps", "udp.loss_ratio", "rtt.p50_ms", "rtt.p99_ms", "tcp.retransmits",
-            "flows.jain_fairness", "rr.p50_us", "rr.p99_us", "rr.transactions_per_s")
+            "flows.jain_fairness", "rr.p50_us", "rr.p99_us", "rr.transactions_per_s",
+            "irtt.rtt_p50_ms", "irtt.jitter_rfc3550_ms", "irtt.loss_ratio",
+            "http.requests_per_s", "http.latency_p99_ms", "http.errors",
+            "cpu.events_per_s", "memory.write_mib_per_s", "memory.mbw_memcpy_mib_per_s")
 
 
 class _Registry(Mapping[str, Metric]):

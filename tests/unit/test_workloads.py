@@ -3,6 +3,7 @@ outputs (sockperf 3.7 between two namespaces of this machine; long logs trimmed 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -196,3 +197,156 @@ def test_sockperf_failures_quote_what_it_said(tmp_path):
     with pytest.raises(ToolFailed, match=r"no per-message log.*sockperf said: sockperf: ERROR: Can`t connect socket "
                                          r"\(errno=111 Connection refused\)"):
         registry.driver("sockperf").measure(started, S.Options(), None, {"s1": ""})
+
+
+# ------------------------------------------------------------------ wrk (HTTP, TCP_CRR)
+
+from vnetbench.workloads import wrk as W  # noqa: E402
+
+
+def test_wrk_figures_come_from_its_histogram_line():
+    doc = W.parse(text("wrk_keepalive_c4_1KiB.txt"))
+    got = {s.metric: s.value for s in W.measure_result(doc, connections=4).samples}
+    assert got["http.requests_per_s"] == pytest.approx(80289 / 2.09986)
+    # the printed summary rounds; the histogram line is exact and agrees with it
+    assert got["http.requests_per_s"] == pytest.approx(38235.41, rel=1e-4)
+    assert got["http.latency_p50_ms"] == pytest.approx(0.091) and got["http.latency_p999_ms"] == pytest.approx(5.475)
+    assert got["http.latency_mean_ms"] == pytest.approx(0.138692)
+    assert got["http.transaction_ms"] == pytest.approx(4 / got["http.requests_per_s"] * 1e3)
+    assert got["http.transfer_mbps"] == pytest.approx(102609342 * 8 / 2.09986 / 1e6)
+    assert got["http.errors"] == got["http.timeouts"] == 0
+
+
+def test_wrk_connection_close_is_tcp_crr():
+    argv = W.client_script(W.Options(connections=4, threads=2, connection="close"), "http://198.18.0.2:5320/f1024", 3)
+    assert "-H 'Connection: close'" in argv[2] and "-t 2 -c 4 -d 3s" in argv[2]
+    got = {s.metric: s.value for s in W.measure_result(W.parse(text("wrk_close_c4_1KiB.txt")), 4).samples}
+    # a new connection per request costs more than keep-alive on the same path, measured the same minute
+    keep = {s.metric: s.value for s in W.measure_result(W.parse(text("wrk_keepalive_c4_1KiB.txt")), 4).samples}
+    assert got["http.requests_per_s"] < 0.5 * keep["http.requests_per_s"]
+
+
+def test_wrk_failures_quote_wrk(tmp_path):
+    with pytest.raises(ToolFailed, match="wrk printed no result"):
+        W.parse(text("wrk_refused.txt"))
+    out = tmp_path / "web.out"
+    out.write_text(text("wrk_refused.txt"))
+    out.with_suffix(".err").write_text("unable to connect to 198.18.0.2:5399 Connection refused\n")
+    with pytest.raises(ToolFailed, match="wrk said: unable to connect to 198.18.0.2:5399 Connection refused"):
+        registry.driver("wrk").measure(Started("web", outputs={"s1": out}), W.Options(), None,
+                                       {"s1": text("wrk_refused.txt")})
+    with pytest.raises(ToolFailed, match="completed no request"):
+        W.measure_result({"duration_us": 1e6, "requests": 0, "bytes": 0, "errors": {
+            "connect": 2, "read": 0, "write": 0, "status": 0, "timeout": 0}, "latency_us": {}}, 2)
+
+
+def test_wrk_options_are_checked(tmp_path):
+    for body, needle in [('threads = 4\nconnections = 2\n', "more than connections"),
+                         ('duration = "2.5s"\n', "whole seconds"), ('file_size = "2GiB"\n', "1 B to 1 GiB")]:
+        with pytest.raises(ScenarioError, match=needle):
+            L.load(write(tmp_path, '[workload.web]\ntool = "wrk"\n' + body))
+
+
+def test_nginx_serves_every_size_the_run_asks_for():
+    argv = W.server_script("198.18.0.2", 4, [1024, 1 << 20], 4, "/tmp/run/nginx-r")
+    assert argv[:2] == ["sh", "-c"] and "head -c 1024 /dev/zero" in argv[2] and "head -c 1048576" in argv[2]
+    conf = argv[4]
+    assert "listen 198.18.0.2:5320" in conf and "worker_processes 4;" in conf and "access_log off;" in conf
+    assert "listen [2001:2::1]:5320" in W.server_script("2001:2::1", 6, [1], 1, "/d")[4]
+
+
+# ------------------------------------------------------------------ sysbench, mbw (seed 002)
+
+from vnetbench.workloads import mbw as MB, sysbench as SB  # noqa: E402
+
+
+def test_sysbench_runs_each_test_for_its_time_and_parses_both():
+    argv = SB.command(SB.Options(tests=["cpu", "memory"], threads=2, duration=5))
+    assert argv[:2] == ["sh", "-c"]
+    assert "sysbench cpu --threads=2 --time=5 --cpu-max-prime=10000 run" in argv[2]
+    assert "sysbench memory --threads=2 --time=5 --memory-block-size=1024 --memory-total-size=1000000G run" in argv[2]
+    got = SB.parse(text("sysbench_cpu_memory_1s.txt"), ["cpu", "memory"])
+    assert got["cpu"] > 100 and got["memory"] > 100
+    with pytest.raises(ToolFailed, match="no result for memory"):
+        SB.parse(text("sysbench_cpu_memory_1s.txt").split("=== vnb: sysbench memory")[0], ["cpu", "memory"])
+
+
+def test_mbw_averages_and_loops_per_method():
+    got = MB.parse(text("mbw_all_16MiB.txt"))
+    assert set(got) == {"memcpy", "dumb", "mcblock"}
+    assert got["memcpy"]["avg"] == pytest.approx(9615.385) and got["memcpy"]["loops"] == pytest.approx([8874.099, 10491.803])
+    assert MB.command(MB.Options(size="300MiB", loops=10, methods=["memcpy", "mcblock"])) == \
+        ["mbw", "-q", "-n", "10", "-t0", "-t2", "300"]
+    started = Started("mem")
+    m = registry.driver("mbw").measure(started, MB.Options(methods=["memcpy", "dumb"]), None,
+                                       {"r": text("mbw_all_16MiB.txt")})
+    assert {s.metric: s.value for s in m.samples} == {"memory.mbw_memcpy_mib_per_s": 9615.385,
+                                                      "memory.mbw_dumb_mib_per_s": 9122.007}
+    assert [s.t[-1] for s in m.series] == pytest.approx([0.00333, 0.00333 + 0.00351])
+    with pytest.raises(ToolFailed, match="no average for mcblock"):
+        registry.driver("mbw").measure(started, MB.Options(methods=["mcblock"]), None, {"r": "mbw: malloc failed"})
+
+
+# ------------------------------------------------------------------ irtt
+
+from vnetbench.workloads import irtt as IR  # noqa: E402
+
+
+def test_irtt_statistics_come_from_every_round_trip():
+    r = IR.parse(text("irtt_10ms_1s.json"))
+    assert r.sent == 100 and r.lost == 0
+    got = {s.metric: s.value for s in IR.measure_result(r).samples}
+    doc = json.loads(text("irtt_10ms_1s.json"))
+    # irtt's own summary, from the same packets, agrees
+    assert got["irtt.rtt_mean_ms"] == pytest.approx(doc["stats"]["rtt"]["mean"] / 1e6, rel=1e-3)
+    assert got["irtt.rtt_min_ms"] == pytest.approx(doc["stats"]["rtt"]["min"] / 1e6)
+    assert got["irtt.ipdv_ms"] == pytest.approx(doc["stats"]["ipdv_round_trip"]["mean"] / 1e6, rel=1e-3)
+    assert got["irtt.loss_ratio"] == 0 and got["irtt.upstream_loss_ratio"] == 0
+    assert 0 < got["irtt.send_delay_p50_ms"] < got["irtt.rtt_p50_ms"]
+    assert 0 < got["irtt.jitter_rfc3550_ms"] < got["irtt.rtt_max_ms"]
+    names = {s.name for s in IR.measure_result(r).series}
+    assert {"irtt_rtt_ms", "irtt_send_delay_ms", "irtt_receive_delay_ms", "irtt_loss_ratio_per_s"} <= names
+
+
+def test_irtt_loss_by_direction_and_per_second():
+    doc = json.loads(text("irtt_10ms_1s.json"))
+    for i in range(0, 10):
+        doc["round_trips"][i]["lost"] = "true_up"
+    for i in range(50, 55):
+        doc["round_trips"][i]["lost"] = "true_down"
+    r = IR.Result(doc)
+    m = IR.measure_result(r)
+    got = {s.metric: s.value for s in m.samples}
+    assert got["irtt.loss_ratio"] == pytest.approx(0.15)
+    assert got["irtt.upstream_loss_ratio"] == pytest.approx(0.10)
+    assert got["irtt.downstream_loss_ratio"] == pytest.approx(5 / 90)
+    (per_s,) = [s for s in m.series if s.name == "irtt_loss_ratio_per_s"]
+    assert per_s.v[0] == pytest.approx(0.15)  # all 100 packets were sent within the first second
+
+
+def test_rfc3550_jitter_follows_its_recursion():
+    # a constant transit has no jitter; alternating 0/1 ms approaches 1 ms with gain 1/16
+    assert IR.rfc3550_jitter(np.full(50, 3.0)) == 0
+    j = IR.rfc3550_jitter(np.array([0.0, 1.0] * 200))
+    assert j == pytest.approx(1.0, abs=1e-6)
+    assert IR.rfc3550_jitter(np.array([0.0, 1.0])) == pytest.approx(1 / 16)
+
+
+def test_irtt_failures_quote_irtt(tmp_path):
+    out = tmp_path / "voip.out"
+    out.write_text("")
+    out.with_suffix(".err").write_text("Error: read udp4 198.18.0.1:55363->198.18.0.2:5399: read: connection refused\n")
+    with pytest.raises(ToolFailed, match="irtt printed no JSON.*irtt said: Error: read udp4.*connection refused"):
+        registry.driver("irtt").measure(Started("voip", outputs={"s1": out}), IR.Options(), None, {"s1": ""})
+    assert IR.client_command(IR.Options(interval=0.02, length=172), "2001:2::1", 6, 10) == \
+        ["irtt", "client", "-6", "-i", "20ms", "-d", "10s", "-l", "172", "-Q", "-o", "-", "[2001:2::1]:5330"]
+
+
+def test_headline_metrics_are_registered_once_and_used_everywhere():
+    from vnetbench import analysis, cli_analysis
+    from vnetbench.metrics import HEADLINE
+    from vnetbench.report import html, terminal
+
+    assert len(set(HEADLINE)) == len(HEADLINE) and all(m in METRICS for m in HEADLINE)
+    assert analysis.DEFAULT_METRICS == cli_analysis.DEFAULT_METRICS_HELP == html.HEADLINE == HEADLINE
+    assert terminal.PREFERRED[1:] == list(HEADLINE)

@@ -530,6 +530,7 @@ SERIES_KINDS = {
     "srtt_ms": ("Round-trip time", "ms", 1.0),
     "cwnd_bytes": ("Congestion window", "kB", 1e-3),
     "rr_rtt_us": ("Request/response round trip", "us", 1.0),
+    "irtt_rtt_ms": ("Round-trip time", "ms", 1.0),
 }
 #: Series whose every point is a latency sample, pooled per configuration for the CDFs: kind -> (the
 #: instrument's words for it, scale to milliseconds). Each kind gets its own chart: packets of two
@@ -537,9 +538,10 @@ SERIES_KINDS = {
 LATENCY_KINDS = {
     "rtt_ms": ("ping round-trip time", 1.0),
     "rr_rtt_us": ("request/response round trip (sockperf)", 1e-3),
+    "irtt_rtt_ms": ("UDP round-trip time (irtt)", 1.0),
 }
 ROW_ORDER = ["throughput_mbps", "rtt_ms", "cwnd_bytes"]
-ROW_OF = {"srtt_ms": "rtt_ms"}
+ROW_OF = {"srtt_ms": "rtt_ms", "irtt_rtt_ms": "rtt_ms"}
 
 
 def series_display_name(name: str) -> str:

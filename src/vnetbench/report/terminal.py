@@ -85,6 +85,14 @@ def _label_keys(configs: list[dict[str, Any]]) -> list[str]:
     return sorted({k for c in configs for k in c["labels"]}, key=lambda k: first.index(k) if k in first else 99)
 
 
+def _short_version(text: str) -> str:
+    """The version number in a tool's version line ("iperf 3.12 (cJSON 1.7.15)" -> "3.12")."""
+    import re
+
+    found = re.search(r"\d+(\.\d+)+", str(text))
+    return found.group(0) if found else str(text)
+
+
 def show(store: Store, run_id: str, console: Console, metrics: list[str] | None = None) -> None:
     """Per configuration and metric: n, median with its exact 95% CI, mean ± sd, min..max, p5-95 (from 10
     trials), CV, outliers, theory."""
@@ -96,8 +104,8 @@ def show(store: Store, run_id: str, console: Console, metrics: list[str] | None 
     console.print(f"[bold]run {run_id}[/]  scenario [bold]{run['scenario_name']}[/]  status {run['status']}  "
                   f"trials ok {len(trials) - len(failed)}, failed {len(failed)}")
     fp = run["fingerprint"]
-    console.print(f"kernel {fp.get('kernel')}  cpu {fp.get('cpu_model')} x{fp.get('cpus')}  "
-                  f"iperf3 {(fp.get('tools') or {}).get('iperf3')}")
+    tools = "  ".join(f"{name} {_short_version(v)}" for name, v in (fp.get("tools") or {}).items() if v)
+    console.print(f"kernel {fp.get('kernel')}  cpu {fp.get('cpu_model')} x{fp.get('cpus')}  {tools}")
     for t in failed[:10]:
         console.print(f"  [yellow]{t['status']}[/] {t['config_key']} #{t['repetition']}: {escape(str(t['reason']))}")
     present = sorted({m for per in values.values() for m in per})

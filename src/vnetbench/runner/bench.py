@@ -136,12 +136,18 @@ class DumbbellBench:
         listen."""
         groups = groups if groups is not None else list(self.lab.groups.values())
         groups = [g for g in groups if g.unavailable is None]
-        tools = sorted({w.tool for c in self.configs for w in c.scenario.workload.values()}) if self.configs \
-            else ["iperf3"]
+        per_tool: dict[str, list[Any]] = {}  # tool -> its distinct options over the run's configurations
+        for c in self.configs:
+            for w in c.scenario.active.values():
+                if w not in per_tool.setdefault(w.tool, []):
+                    per_tool[w.tool].append(w)
+        if not self.configs:  # a bench made by hand (tests): the iperf3 stream of the first version
+            per_tool = {"iperf3": [registry.driver("iperf3").Options()]}
         ipv = self.configs[0].scenario.lab.ip_version if self.configs else 4
         for g in groups:
             hosts = TrialHosts(self.lab.hosts[g.receiver], [self.lab.hosts[n] for n in g.senders])
-            specs = [spec for tool in tools for spec in registry.driver(tool).servers(hosts, ipv)]
+            specs = [spec for tool, opts in per_tool.items()
+                     for spec in registry.driver(tool).servers(hosts, ipv, opts, str(self.workdir))]
             for spec in specs:
                 key = f"{spec.host.name}:{spec.label}"
                 proc = self._servers.pop(key, None)

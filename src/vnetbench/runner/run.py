@@ -76,7 +76,7 @@ def workload_tools(configs: list[Configuration]) -> list[Tool]:
     """The binaries the run needs: the lab's own and every workload's (each with its Debian package)."""
     tools = [TASKSET, IP, SS]  # pinning, the lab, the servers' readiness check
     for c in configs:
-        for w in c.scenario.workload.values():
+        for w in c.scenario.active.values():
             tools.extend(registry.of(w).requires)
     return list(dict.fromkeys(tools))
 

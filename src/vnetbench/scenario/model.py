@@ -365,11 +365,13 @@ class Scenario(Strict):
 
     @model_validator(mode="after")
     def _workloads(self) -> "Scenario":
-        if not self.workload:
-            raise ValueError("no workload: give at least one [workload.NAME] table with a tool, e.g. "
+        active = self.active
+        if not active:
+            what = "no workload" if not self.workload else "every workload has enabled = false"
+            raise ValueError(f"{what}: give at least one [workload.NAME] table with a tool, e.g. "
                              "[workload.stream] tool = \"iperf3\"; tools: " + ", ".join(registry.drivers()))
-        leaders = [n for n, w in self.workload.items() if w.during is None]
-        for name, w in self.workload.items():
+        leaders = [n for n, w in active.items() if w.during is None]
+        for name, w in active.items():
             d = registry.of(w)
             if w.during is None and not d.can_lead:
                 raise ValueError(f"workload.{name} ({w.tool}) cannot run on its own: give during = \"<the "
@@ -378,11 +380,14 @@ class Scenario(Strict):
                 if not d.can_accompany:
                     raise ValueError(f"workload.{name} ({w.tool}) runs on its own: remove during = {w.during!r}")
                 if w.during not in leaders:
-                    what = "runs during another itself" if w.during in self.workload else "is no workload"
+                    if w.during in self.workload and not self.workload[w.during].enabled:
+                        what = "is not enabled"
+                    else:
+                        what = "runs during another itself" if w.during in self.workload else "is no workload"
                     raise ValueError(f"workload.{name}.during = {w.during!r} {what}; it must name a workload "
                                      f"that runs on its own ({', '.join(leaders) or 'none'})")
         tools: dict[str, str] = {}
-        for name, w in self.workload.items():
+        for name, w in active.items():
             if w.tool in tools:
                 raise ValueError(f"workload.{tools[w.tool]} and workload.{name} both run {w.tool}: their metrics "
                                  "would have the same names; sweep the option that differs in [matrix] "
@@ -390,20 +395,26 @@ class Scenario(Strict):
             tools[w.tool] = name
         return self
 
+    @property
+    def active(self) -> dict[str, Workload]:
+        """The workloads that run (those with enabled = false are offered, not run)."""
+        return {n: w for n, w in self.workload.items() if w.enabled}
+
     def phases(self) -> list[tuple[str, list[str]]]:
         """The trial's phases in file order: each workload that runs on its own, with those `during` it."""
-        return [(name, [n for n, w in self.workload.items() if w.during == name])
-                for name, w in self.workload.items() if w.during is None]
+        active = self.active
+        return [(name, [n for n, w in active.items() if w.during == name])
+                for name, w in active.items() if w.during is None]
 
     @property
     def stream(self) -> tuple[str, StreamWorkload] | None:
         """The iperf3 workload, if there is one (over-subscription ratios and offered loads refer to it)."""
-        return next(((n, w) for n, w in self.workload.items() if isinstance(w, StreamWorkload)), None)
+        return next(((n, w) for n, w in self.active.items() if isinstance(w, StreamWorkload)), None)
 
     @property
     def probes(self) -> list[tuple[str, ProbeWorkload]]:
-        return [(n, w) for n, w in self.workload.items() if isinstance(w, ProbeWorkload)]
+        return [(n, w) for n, w in self.active.items() if isinstance(w, ProbeWorkload)]
 
     @property
     def samplers(self) -> list[tuple[str, SsWorkload]]:
-        return [(n, w) for n, w in self.workload.items() if isinstance(w, SsWorkload)]
+        return [(n, w) for n, w in self.active.items() if isinstance(w, SsWorkload)]

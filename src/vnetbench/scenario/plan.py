@@ -84,7 +84,7 @@ class Configuration:
             **({"links": links} if (links := _link_requests(lab)) else {}),
             **({"window_bytes": stream.window} if stream is not None and stream.window else {}),
         })
-        others = {name: w.model_dump(mode="json", exclude_defaults=False) for name, w in self.scenario.workload.items()
+        others = {name: w.model_dump(mode="json", exclude_defaults=False) for name, w in self.scenario.active.items()
                   if not isinstance(w, StreamWorkload)}
         if others:
             params["workloads"] = others
@@ -263,7 +263,7 @@ def expand(loaded: LoadedScenario) -> list[Configuration]:
 def _configuration(source: str, labels: dict[str, Any], scenario: Scenario) -> Configuration:
     lab = scenario.lab
     where = ", ".join(f"{k}={v}" for k, v in labels.items())
-    problems = [f"workload.{name} ({w.tool}): {p}" for name, w in scenario.workload.items()
+    problems = [f"workload.{name} ({w.tool}): {p}" for name, w in scenario.active.items()
                 for p in registry.of(w).problems(w, lab)]
     if problems:
         raise ScenarioError(f"{source}{f' [configuration {where}]' if where else ''}: " + "; ".join(problems))

@@ -5,4 +5,4 @@ what a driver declares, :mod:`vnetbench.workloads.registry` for the lookup). A n
 tool is a new module here and one line below.
 """
 
-from vnetbench.workloads import iperf3, ping, sockperf, tcpinfo  # noqa: F401 - registers the drivers
+from vnetbench.workloads import iperf3, irtt, mbw, ping, sockperf, sysbench, tcpinfo, wrk  # noqa: F401 - registers

@@ -63,6 +63,11 @@ IP = Tool("ip", "iproute2", ("-V",))
 SS = Tool("ss", "iproute2", ("-V",))
 ETHTOOL = Tool("ethtool", "ethtool", ("--version",))
 SOCKPERF = Tool("sockperf", "sockperf", ("--version",))
+WRK = Tool("wrk", "wrk", ("--version",))
+NGINX = Tool("nginx", "nginx-light", ("-v",))
+SYSBENCH = Tool("sysbench", "sysbench", ("--version",))
+MBW = Tool("mbw", "mbw", ("-h",))
+IRTT = Tool("irtt", "irtt", ("version",))
 
 
 def require(tools: list[Tool]) -> None:
@@ -103,12 +108,14 @@ class ToolFailed(Exception):
 
 
 class WorkloadOptions(BaseModel):
-    """What every ``[workload.NAME]`` table has: its ``tool`` and, for a workload that accompanies
-    another, ``during = "<other workload's name>"``. Each tool's model adds its own options."""
+    """What every ``[workload.NAME]`` table has: its ``tool``; for a workload that accompanies
+    another, ``during = "<other workload's name>"``; ``enabled = false`` for one that a scenario offers
+    but does not run unless asked. Each tool's model adds its own options."""
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
     tool: str
     during: str | None = None
+    enabled: bool = True  # an optional workload of a built-in: --set workload.NAME.enabled=true
 
 
 @dataclass(frozen=True)
@@ -198,8 +205,11 @@ class Workload:
         """(warm-up seconds, measured seconds) when it runs on its own."""
         raise NotImplementedError
 
-    def servers(self, hosts: TrialHosts, ip_version: int) -> list[ServerSpec]:
-        """Servers kept on the endpoints for the whole run (restarted after a failed trial)."""
+    def servers(self, hosts: TrialHosts, ip_version: int, options: list[WorkloadOptions],
+                workdir: str) -> list[ServerSpec]:
+        """Servers kept on the endpoints for the whole run (restarted after a failed trial), for every
+        distinct `options` of this tool in the run's configurations; `workdir` is a directory of the run's
+        (removed at teardown) that a server may create and use, on whatever node it runs."""
         return []
 
     def start(self, name: str, options: WorkloadOptions, ctx: TrialContext) -> Started:

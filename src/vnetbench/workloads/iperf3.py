@@ -354,7 +354,7 @@ class Iperf3(Workload):
     def timing(self, options: Options, config: Any) -> tuple[float, float]:
         return options.omit, options.span
 
-    def servers(self, hosts: TrialHosts, ip_version: int) -> list[ServerSpec]:
+    def servers(self, hosts: TrialHosts, ip_version: int, options: list[Options], workdir: str) -> list[ServerSpec]:
         return [ServerSpec(hosts.receiver, server_command(BASE_PORT + i), BASE_PORT + i, "tcp", f"iperf3-{BASE_PORT + i}")
                 for i in range(len(hosts.senders))]
 

@@ -226,7 +226,7 @@ class Sockperf(Workload):
     def timing(self, options: Options, config: Any) -> tuple[float, float]:
         return 0.0, float(options.duration)
 
-    def servers(self, hosts: TrialHosts, ip_version: int) -> list[ServerSpec]:
+    def servers(self, hosts: TrialHosts, ip_version: int, options: list[Options], workdir: str) -> list[ServerSpec]:
         address = hosts.receiver.address(4)  # its own: a container's node forwards published ports to it
         return [ServerSpec(hosts.receiver, server_command(address, port, proto), port, proto, f"sockperf-{proto}")
                 for proto, port in (("udp", UDP_PORT), ("tcp", TCP_PORT))]

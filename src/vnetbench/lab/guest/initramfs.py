@@ -78,8 +78,19 @@ OPTIONAL_TOOLS: tuple[tuple[str, str], ...] = (
     ("ss", "iproute2"),
     ("fping", "fping"),
     ("irtt", "irtt"),
-    ("sockperf", "sockperf"),
 )
+
+
+def optional_tools() -> tuple[tuple[str, str], ...]:
+    """The tools copied when the host has them: the list above and every workload's binaries
+    (vnetbench.workloads), so a guest runs whatever a scenario's workloads need."""
+    from vnetbench.workloads.registry import drivers
+
+    found = list(OPTIONAL_TOOLS)
+    for d in drivers().values():
+        found.extend((t.command, t.package) for t in d.requires)
+    required = {cmd for cmd, _ in REQUIRED_TOOLS}
+    return tuple(dict.fromkeys(t for t in found if t[0] not in required))
 
 BUSYBOX_CANDIDATES = ("/bin/busybox", "/usr/bin/busybox")
 
@@ -524,7 +535,7 @@ def plan(kernel: Kernel | None = None) -> Plan:
         raise EnvironmentProblem(f"the guest image needs: apt-get install {' '.join(sorted(set(missing)))}")
     p = Plan(kernel=kernel, busybox=busybox)
     p.add("bin/busybox", busybox, 0o755)
-    for cmd, _pkg in REQUIRED_TOOLS + OPTIONAL_TOOLS:
+    for cmd, _pkg in REQUIRED_TOOLS + optional_tools():
         exe = _which(cmd)
         if exe is None:
             p.missing_optional.append(cmd)
