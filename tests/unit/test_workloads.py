@@ -350,3 +350,41 @@ def test_headline_metrics_are_registered_once_and_used_everywhere():
     assert len(set(HEADLINE)) == len(HEADLINE) and all(m in METRICS for m in HEADLINE)
     assert analysis.DEFAULT_METRICS == cli_analysis.DEFAULT_METRICS_HELP == html.HEADLINE == HEADLINE
     assert terminal.PREFERRED[1:] == list(HEADLINE)
+
+
+# ------------------------------------------------------------------ several tools in one study
+
+
+def test_a_study_of_several_tools_runs_each_in_its_own_configurations():
+    configs = expand(L.load("docker-vs-kvm"))
+    assert len(configs) == 3 * 12
+    runs = {(c.labels["env"], c.labels["workloads"]) for c in configs}
+    assert {w for _, w in runs} == {"cpu", "mem", "stream", "web"}
+    for c in configs:
+        (lead, companions), = c.scenario.phases()
+        assert lead == c.labels["workloads"] and companions == []
+        assert (c.stream is not None) == (lead == "stream")  # offered loads only where iperf3 runs
+    udp = [c for c in configs if c.labels.get("offered") == "50Mbit"]
+    assert udp and all(c.offered_bps == 50e6 and c.stream.proto == "udp" for c in udp)
+    web = sorted({c.scenario.workload["web"].connections for c in configs if c.labels["workloads"] == "web"})
+    assert web == [50, 100, 200]
+
+
+def test_workloads_names_what_runs_with_its_companions(tmp_path):
+    body = ('[workload.stream]\ntool = "iperf3"\n[workload.probe]\ntool = "ping"\nduring = "stream"\n'
+            '[workload.rr]\ntool = "sockperf"\n')
+    sc = L.load(write(tmp_path, body), ["workloads=stream"]).scenario
+    assert sc.phases() == [("stream", ["probe"])]
+    with pytest.raises(ScenarioError, match="no workload named 'nope'"):
+        L.load(write(tmp_path, body), ["workloads=nope"])
+
+
+def test_optional_workloads_are_off_until_enabled():
+    assert L.load("congestion").scenario.phases() == [("stream", ["probe"])]
+    on = L.load("congestion", ["workload.crr.enabled=true"]).scenario
+    assert on.phases() == [("stream", ["probe", "crr"])] and on.workload["crr"].connection == "close"
+
+
+def test_every_builtin_expands():
+    for name in L.builtin_names():
+        assert expand(L.load(name)), name

@@ -129,7 +129,7 @@ def resolve_key(raw: dict[str, Any], key: str, source: str) -> list[list[str]]:
                  and key in _model_fields(_WORKLOAD_MODELS.get(spec.get("tool", "")) or BaseModel)]
     if workloads:
         candidates.append(workloads)
-    if key in ("name", "description"):
+    if key in ("name", "description", "workloads"):
         candidates.append([[key]])
     if key in ("tool", "during") and not candidates:
         raise ScenarioError(f"--set {key}: each workload has its own {key}; say which, e.g. "

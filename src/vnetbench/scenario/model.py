@@ -351,6 +351,9 @@ class Scenario(Strict):
     lab: LabSpec = Field(default_factory=LabSpec)
     matrix: dict[str, list[Any]] = Field(default_factory=dict)
     workload: dict[str, Workload]
+    workloads: list[str] | None = Field(default=None, description="the workloads that run (their companions "
+                                        "too); default: every enabled one. Swept in [matrix], one study of "
+                                        "several tools runs each tool in its own configurations")
     repeat: RepeatSpec = Field(default_factory=RepeatSpec)
 
     @field_validator("matrix")
@@ -363,8 +366,17 @@ class Scenario(Strict):
                 raise ValueError(f"matrix.{axis} lists a value twice: {values}")
         return v
 
+    @field_validator("workloads", mode="before")
+    @classmethod
+    def _one_or_more(cls, v: Any) -> Any:
+        return [v] if isinstance(v, str) else v
+
     @model_validator(mode="after")
     def _workloads(self) -> "Scenario":
+        unknown = [n for n in self.workloads or [] if n not in self.workload]
+        if unknown:
+            raise ValueError(f"workloads = {self.workloads}: no workload named {', '.join(map(repr, unknown))} "
+                             f"(have {', '.join(self.workload)})")
         active = self.active
         if not active:
             what = "no workload" if not self.workload else "every workload has enabled = false"
@@ -397,8 +409,12 @@ class Scenario(Strict):
 
     @property
     def active(self) -> dict[str, Workload]:
-        """The workloads that run (those with enabled = false are offered, not run)."""
-        return {n: w for n, w in self.workload.items() if w.enabled}
+        """The workloads that run: those `workloads` names and the ones that run during them, or, without
+        it, every one not marked enabled = false (offered, not run)."""
+        if self.workloads is None:
+            return {n: w for n, w in self.workload.items() if w.enabled}
+        chosen = set(self.workloads)
+        return {n: w for n, w in self.workload.items() if n in chosen or w.during in chosen}
 
     def phases(self) -> list[tuple[str, list[str]]]:
         """The trial's phases in file order: each workload that runs on its own, with those `during` it."""

@@ -173,6 +173,8 @@ def _axis_targets(scenario: Scenario, axis: str) -> list[tuple[str, ...]]:
     test's together), or one workload's option by its path (``workload.rr.payload``)."""
     if axis in LabSpec.model_fields:
         return [("lab", axis)]
+    if axis == "workloads":  # which workloads a configuration runs
+        return [("workloads",)]
     parts = axis.split(".")
     if len(parts) == 3 and parts[0] == "workload" and parts[1] in scenario.workload:
         if parts[2] in type(scenario.workload[parts[1]]).model_fields and parts[2] not in ("tool", "during"):

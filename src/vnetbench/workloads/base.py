@@ -23,9 +23,10 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Sequence
+from typing import Any, Callable, ClassVar, Iterator, Sequence
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict
@@ -165,6 +166,17 @@ class Started:
         except (KeyError, OSError):
             return ""
 
+    @contextmanager
+    def quoting(self, tool: str, label: str, said: Callable[[str], str] | None = None) -> Iterator[None]:
+        """A ToolFailed raised inside also quotes what `label`'s process said on standard error (tools
+        that exit 0 after "Connection refused" say why only there); `said` picks the lines worth quoting."""
+        try:
+            yield
+        except ToolFailed as e:
+            text = self.error_text(label, 2000)
+            text = said(text) if said else text[-300:]
+            raise ToolFailed(f"{e}{f'; {tool} said: {text}' if text else ''}") from None
+
 
 @dataclass
 class TrialContext:
@@ -178,6 +190,15 @@ class TrialContext:
     extra_rtt_s: float = 0.0  # what the links' delay and jitter add to a round trip
     leader: Started | None = None  # for a workload `during` another: what the leader started
     leader_options: WorkloadOptions | None = None
+
+    def window(self, own_seconds: float, whole: bool = True) -> tuple[float, float]:
+        """(trial-clock second it begins, seconds it lasts) for a workload that runs `own_seconds` on its
+        own, or during a leader for the leader's measured time, ending half a second early so it sees only
+        loaded time (`whole`: the tool takes whole seconds)."""
+        if self.leader is None:
+            return 0.0, float(int(own_seconds)) if whole else own_seconds
+        seconds = self.leader.measured_s - 0.5
+        return self.leader.measured_from, float(max(1, int(seconds))) if whole else max(1.0, seconds)
 
     def popen(self, host: Any, label: str, argv: Sequence[str], pin: bool = True) -> tuple[subprocess.Popen, Path]:
         """Start `argv` on `host`; its output goes to files of this trial named after `label`."""

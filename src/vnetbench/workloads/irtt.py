@@ -218,11 +218,7 @@ class Irtt(Workload):
         return [ServerSpec(receiver, server_command(receiver.address(ip_version), ip_version), PORT, "udp", "irtt")]
 
     def start(self, name: str, options: Options, ctx: TrialContext) -> Started:
-        leader = ctx.leader
-        if leader is not None:
-            begins, seconds = leader.measured_from, max(1.0, leader.measured_s - 0.5)
-        else:
-            begins, seconds = 0.0, options.duration
+        begins, seconds = ctx.window(options.duration, whole=False)
         started = Started(name, measured_from=begins, measured_s=seconds, ends_by=begins + seconds + OVERHEAD_S)
         sender = ctx.hosts.senders[0]
         argv = client_command(options, ctx.hosts.receiver.service_address(ctx.ip_version), ctx.ip_version, seconds)
@@ -232,11 +228,8 @@ class Irtt(Workload):
     def measure(self, started: Started, options: Options, ctx: TrialContext,
                 outputs: dict[str, str]) -> Measurement:
         label, text = next(iter(outputs.items()))
-        try:
+        with started.quoting("irtt", label):
             result = parse(text)
-        except ToolFailed as e:
-            said = started.error_text(label)
-            raise ToolFailed(f"{e}{f'; irtt said: {said}' if said else ''}") from None
         return measure_result(result, t_offset=started.measured_from)
 
     def raw(self, started: Started, outputs: dict[str, str]) -> dict[str, str]:

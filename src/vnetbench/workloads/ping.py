@@ -187,15 +187,10 @@ class Ping(Workload):
         return 0.0, float(int(options.duration))
 
     def start(self, name: str, options: Options, ctx: TrialContext) -> Started:
-        leader = ctx.leader
-        if leader is not None:
-            # Whole seconds (ping -w), ending before the leader does: the probe sees only loaded time.
-            begins, deadline = leader.measured_from, max(1, int(leader.measured_s - 0.5))
-        else:
-            begins, deadline = 0.0, int(options.duration)
+        begins, deadline = ctx.window(options.duration)  # whole seconds: ping -w
         # Room for a full queue plus half again, so the probe keeps its rate when the RTT grows.
         max_rtt = 1.5 * ctx.config.expected.get("queue.full_delay_ms", 0.0) / 1e3 + 0.005 + ctx.extra_rtt_s
-        argv = command(ctx.hosts.receiver.service_address(ctx.ip_version), options.interval, options.size, deadline,
+        argv = command(ctx.hosts.receiver.service_address(ctx.ip_version), options.interval, options.size, int(deadline),
                        ctx.ip_version, preload=preload_for(options.interval, max_rtt))
         started = Started(name, measured_from=begins, measured_s=deadline, ends_by=begins + deadline + 10.0)
         sender = ctx.hosts.senders[0]

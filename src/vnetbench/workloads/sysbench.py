@@ -124,11 +124,8 @@ class Sysbench(Workload):
     def measure(self, started: Started, options: Options, ctx: TrialContext,
                 outputs: dict[str, str]) -> Measurement:
         label, text = next(iter(outputs.items()))
-        try:
+        with started.quoting("sysbench", label):
             got = parse(text, options.tests)
-        except ToolFailed as e:
-            said = started.error_text(label)
-            raise ToolFailed(f"{e}{f'; sysbench said: {said}' if said else ''}") from None
         m = Measurement()
         if "cpu" in got:
             m.add("cpu.events_per_s", got["cpu"])

@@ -213,11 +213,7 @@ class Wrk(Workload):
         return [ServerSpec(receiver, argv, PORT, "tcp", "nginx")]
 
     def start(self, name: str, options: Options, ctx: TrialContext) -> Started:
-        leader = ctx.leader
-        if leader is not None:
-            begins, seconds = leader.measured_from, max(1, int(leader.measured_s - 0.5))
-        else:
-            begins, seconds = 0.0, int(options.duration)
+        begins, seconds = ctx.window(options.duration)
         started = Started(name, measured_from=begins, measured_s=seconds,
                           ends_by=begins + seconds + options.timeout + OVERHEAD_S)
         address = ctx.hosts.receiver.service_address(ctx.ip_version)
@@ -225,16 +221,13 @@ class Wrk(Workload):
         url = f"http://{host}:{PORT}/{file_name(options.file_size)}"
         sender = ctx.hosts.senders[0]
         started.procs[sender.name], started.outputs[sender.name] = ctx.popen(
-            sender, name, client_script(options, url, seconds))
+            sender, name, client_script(options, url, int(seconds)))
         return started
 
     def measure(self, started: Started, options: Options, ctx: TrialContext,
                 outputs: dict[str, str]) -> Measurement:
         label, text = next(iter(outputs.items()))
-        try:
+        with started.quoting("wrk", label):
             doc = parse(text)
-        except ToolFailed as e:
-            said = started.error_text(label)
-            raise ToolFailed(f"{e}{f'; wrk said: {said}' if said else ''}") from None
         return measure_result(doc, options.connections)
 
