@@ -101,7 +101,7 @@ METRICS = (
 
 def server_command(address: str, ip_version: int) -> list[str]:
     bind = f"[{address}]:{PORT}" if ip_version == 6 else f"{address}:{PORT}"
-    return ["irtt", "server", "-b", bind, "-q"]
+    return ["irtt", "server", "-b", bind]
 
 
 def client_command(options: Options, address: str, ip_version: int, seconds: float) -> list[str]:
