@@ -13,8 +13,10 @@ Every statistic comes from the full per-message log (``--full-log``, with
 percentiles p50/p90/p99/p99.9, mean, standard deviation and the transaction
 rate; the round trips are kept as a series (``rr_rtt_us``, at most
 ``SERIES_POINTS`` per trial, every k-th message: the same distribution) for
-the report's CDFs and time plots. sockperf's own warm-up (about 0.4 s) is not
-in the log.
+the report's CDFs and time plots. sockperf pauses 2 s before it starts timing
+and leaves the first 0.4 s of ``duration`` (its warm-up) out of its log: the
+measured part is ``duration`` - 0.4 s, from 2.4 s after it starts. During
+another workload it is fitted into that one's measured time.
 
 ::
 
@@ -45,7 +47,12 @@ from vnetbench.workloads.registry import register
 UDP_PORT, TCP_PORT = 5301, 5302  # inside the range the container model publishes
 MIN_PAYLOAD, MAX_PAYLOAD = 14, 65000  # sockperf's header; its largest message
 SERIES_POINTS = 20_000
-#: Seconds sockperf needs beyond --time: its warm-up, connection set-up, writing the log.
+#: sockperf 3.7 pauses this long after its warm-up messages, before --time starts (strace: one
+#: clock_nanosleep of 2 s, with or without --dontwarmup); no option removes it.
+STARTUP_PAUSE_S = 2.0
+#: The first part of --time sockperf leaves out of its log and statistics ("Warm up time=400 msec").
+WARMUP_S = 0.4
+#: Seconds sockperf may need beyond its pause and --time: connection set-up, writing the log.
 OVERHEAD_S = 15.0
 
 
@@ -224,7 +231,7 @@ class Sockperf(Workload):
         return []
 
     def timing(self, options: Options, config: Any) -> tuple[float, float]:
-        return 0.0, float(options.duration)
+        return STARTUP_PAUSE_S + WARMUP_S, float(options.duration) - WARMUP_S
 
     def servers(self, hosts: TrialHosts, ip_version: int, options: list[Options], workdir: str) -> list[ServerSpec]:
         address = hosts.receiver.address(4)  # its own: a container's node forwards published ports to it
@@ -232,8 +239,13 @@ class Sockperf(Workload):
                 for proto, port in (("udp", UDP_PORT), ("tcp", TCP_PORT))]
 
     def start(self, name: str, options: Options, ctx: TrialContext) -> Started:
-        begins, seconds = ctx.window(options.duration)  # during a leader: under its load
-        started = Started(name, measured_from=begins, measured_s=seconds, ends_by=begins + seconds + OVERHEAD_S)
+        begins, seconds = ctx.window(options.duration)
+        if ctx.leader is not None:
+            # under the leader's load: its pause comes out of the leader's time, so that every logged
+            # message is sent before the leader ends
+            seconds = max(1.0, float(int(ctx.leader.measured_s - 0.5 - STARTUP_PAUSE_S)))
+        started = Started(name, measured_from=begins + STARTUP_PAUSE_S + WARMUP_S, measured_s=seconds - WARMUP_S,
+                          ends_by=begins + STARTUP_PAUSE_S + seconds + OVERHEAD_S)
         sender = ctx.hosts.senders[0]
         argv = client_script(options, ctx.hosts.receiver.service_address(4), int(seconds))
         started.procs[sender.name], started.outputs[sender.name] = ctx.popen(sender, name, argv)
