@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import BeforeValidator
+from pydantic import AfterValidator, BeforeValidator
 
 from vnetbench import units
 
@@ -32,6 +32,14 @@ def duration(v: Any) -> float:
     return value
 
 
+def whole_seconds(v: float) -> float:
+    if v < 1 or v != int(v):
+        raise ValueError(f"{v:g}s: the tool runs whole seconds; give 1s or more, whole")
+    return v
+
+
 Rate = Annotated[float, BeforeValidator(rate)]
 Size = Annotated[float, BeforeValidator(size)]
 Duration = Annotated[float, BeforeValidator(duration)]
+#: A tool's run time where the tool takes whole seconds (sockperf -t, wrk -d, sysbench --time).
+WholeSeconds = Annotated[float, BeforeValidator(duration), AfterValidator(whole_seconds)]

@@ -39,7 +39,6 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationIn
 from vnetbench import quantities, units
 from vnetbench.impair.model import LinkSpec, LossSpec, Schedule, lab_links, short_hand_conflicts
 from vnetbench.workloads import iperf3, ping, registry, tcpinfo
-from vnetbench.workloads.base import WorkloadOptions
 
 # Largest Ethernet frame at the default MTU; a buffer must hold at least one.
 FULL_FRAME_BYTES = 1514

@@ -36,7 +36,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from vnetbench.metrics import HIGHER, LOWER, Metric
-from vnetbench.quantities import Duration, Size
+from vnetbench.quantities import Duration, Size, WholeSeconds
 from vnetbench.workloads.base import (NGINX, WRK, Measurement, ServerSpec, Started, ToolFailed, TrialContext,
                                       TrialHosts, Workload, WorkloadOptions)
 from vnetbench.workloads.registry import register
@@ -73,17 +73,10 @@ class Options(WorkloadOptions):
                                                        "connection per request (netperf TCP_CRR's transaction)")
     file_size: Size = Field(default=1024, description="size of the file every request fetches")
     workers: int = Field(default=1, ge=1, le=64, description="nginx worker processes on the receiver")
-    duration: Duration = Field(default=10.0, description="on its own: how long it runs (whole seconds); during "
+    duration: WholeSeconds = Field(default=10.0, description="on its own: how long it runs (whole seconds); during "
                                                          "another workload it lasts that one's measured time")
     timeout: Duration = Field(default=2.0, description="a request without an answer this long counts as a "
                                                        "timeout (wrk --timeout)")
-
-    @field_validator("duration")
-    @classmethod
-    def _duration(cls, v: float) -> float:
-        if v < 1 or v != int(v):
-            raise ValueError(f"{v:g}s: wrk runs whole seconds (-d); give 1s or more, whole")
-        return v
 
     @field_validator("file_size")
     @classmethod
