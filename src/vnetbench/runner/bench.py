@@ -326,10 +326,14 @@ class DumbbellBench:
         _shift(leader, phase_t0)
         runs.append((lead, leader))
         ctx.leader, ctx.leader_options = leader, scenario.workload[lead]
-        if companions:
-            # Companions measure the loaded path: they start once the leader is past its warm-up.
-            time.sleep(max(0.0, ctx.t0 + leader.measured_from - time.time()))
-            for name in companions:  # their times come from the leader's: on the trial's clock already
+        # Companions measure the loaded path: they start once the leader is past its warm-up, except those
+        # that follow the leader's whole life (ss: the cwnd from slow start on). Their times come from the
+        # leader's, on the trial's clock already.
+        for at_once in (True, False):
+            chosen = [n for n in companions if registry.of(scenario.workload[n]).from_leader_start == at_once]
+            if chosen and not at_once:
+                time.sleep(max(0.0, ctx.t0 + leader.measured_from - time.time()))
+            for name in chosen:
                 runs.append((name, registry.of(scenario.workload[name]).start(name, scenario.workload[name], ctx)))
         ctx.leader = ctx.leader_options = None
         waited = [(lead, leader)] + [(n, s) for n, s in runs if n in companions and not s.stopped_by_runner]

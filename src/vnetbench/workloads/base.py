@@ -215,6 +215,7 @@ class Workload:
     metrics: ClassVar[tuple[Metric, ...]] = ()
     can_lead: ClassVar[bool] = True  # may run on its own
     can_accompany: ClassVar[bool] = True  # may run `during` another workload
+    from_leader_start: ClassVar[bool] = False  # during another: start with it, not after its warm-up
     guest_tools: ClassVar[tuple[str, ...]] = ()  # commands a VM guest must carry (default: requires')
 
     def problems(self, options: WorkloadOptions, lab: Any) -> list[str]:

@@ -289,6 +289,7 @@ class Ss(Workload):
     requires = (SS,)
     metrics = METRICS
     can_lead = False
+    from_leader_start = True  # the flows' whole life, slow start included (seed 001's figure 4.8)
 
     def start(self, name: str, options: Options, ctx: TrialContext) -> Started:
         leader = ctx.leader
