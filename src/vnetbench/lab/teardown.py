@@ -130,6 +130,10 @@ class Registry:
                     p.wait(timeout=2)
                 except subprocess.TimeoutExpired:
                     self.errors.append(f"process {p.pid} ({' '.join(map(str, p.args))[:80]}) would not die")
+        for p in live:
+            # The leader may have gone while others of its group linger (a server's workers busy with a
+            # connection whose link is gone): nothing of the group may outlive the lab.
+            _signal_group(p, signal.SIGKILL)
         self.processes = [p for p in self.processes if p.poll() is None]
 
     def teardown(self) -> list[str]:
@@ -142,6 +146,11 @@ class Registry:
                 except Exception as e:  # keep going: one failure must not strand the rest
                     self.errors.append(f"removing {what}: {e}")
         return self.errors
+
+
+def kill_group(p: subprocess.Popen) -> None:
+    """SIGKILL to a started process and everything in its process group."""
+    _signal_group(p, signal.SIGKILL)
 
 
 def _signal_group(p: subprocess.Popen, sig: int) -> None:

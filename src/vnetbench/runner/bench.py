@@ -28,7 +28,7 @@ from vnetbench.impair import tc
 from vnetbench.impair.links import LinkFailed, LinkManager, bottleneck_drops, link_metrics
 from vnetbench.lab.environments import Variant
 from vnetbench.lab.nodes import Host
-from vnetbench.lab.teardown import Registry
+from vnetbench.lab.teardown import Registry, kill_group
 from vnetbench.lab.topology import Group, Lab, build_dumbbell
 from vnetbench.scenario.plan import Configuration
 from vnetbench.workloads import registry
@@ -152,7 +152,9 @@ class DumbbellBench:
                 key = f"{spec.host.name}:{spec.label}"
                 proc = self._servers.pop(key, None)
                 if proc is not None and proc.poll() is None:
-                    proc.kill()  # a hung or stopped server would ignore SIGTERM
+                    # its whole process group (nginx's workers too), and SIGKILL: a hung or stopped
+                    # server would ignore SIGTERM
+                    kill_group(proc)
                     proc.wait(timeout=5)
             for spec in specs:
                 key = f"{spec.host.name}:{spec.label}"
