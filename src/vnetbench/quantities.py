@@ -32,6 +32,12 @@ def duration(v: Any) -> float:
     return value
 
 
+def at_least_one_second(v: float) -> float:
+    if v < 1:
+        raise ValueError(f"{v:g}s: give at least 1s")
+    return v
+
+
 def whole_seconds(v: float) -> float:
     if v < 1 or v != int(v):
         raise ValueError(f"{v:g}s: the tool runs whole seconds; give 1s or more, whole")
@@ -41,5 +47,7 @@ def whole_seconds(v: float) -> float:
 Rate = Annotated[float, BeforeValidator(rate)]
 Size = Annotated[float, BeforeValidator(size)]
 Duration = Annotated[float, BeforeValidator(duration)]
+#: A tool's run time of at least a second (ping's deadline, irtt's duration).
+Seconds = Annotated[float, BeforeValidator(duration), AfterValidator(at_least_one_second)]
 #: A tool's run time where the tool takes whole seconds (sockperf -t, wrk -d, sysbench --time).
 WholeSeconds = Annotated[float, BeforeValidator(duration), AfterValidator(whole_seconds)]

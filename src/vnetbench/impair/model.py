@@ -31,7 +31,7 @@ from typing import Annotated, Any, Iterable, Literal
 from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer,
                       model_validator)
 
-from vnetbench import units
+from vnetbench import quantities, units
 
 DIRECTIONS = ("forward", "reverse")
 BACKENDS = ("auto", "tbf", "htb", "netem", "userspace")
@@ -53,13 +53,6 @@ def _rate(v: Any) -> Any:
     return value or None
 
 
-def _duration(v: Any) -> Any:
-    value = units.parse_duration(v)
-    if value < 0:
-        raise ValueError(f"{v!r}: a duration cannot be negative")
-    return value
-
-
 def _probability(v: Any) -> Any:
     """'1%', '0.01' or 0.01 -> 0.01; must lie in [0, 1]."""
     if isinstance(v, bool):
@@ -78,7 +71,7 @@ def _probability(v: Any) -> Any:
 
 
 Rate = Annotated[float | None, BeforeValidator(_rate)]
-Duration = Annotated[float, BeforeValidator(_duration)]
+Duration = quantities.Duration
 Probability = Annotated[float, BeforeValidator(_probability)]
 
 
