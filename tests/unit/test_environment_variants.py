@@ -25,6 +25,30 @@ def test_variants_are_the_structural_environment_choices():
     assert str(Variant("vm", nic="e1000")) == "vm(nic=e1000)" and str(Variant("bare")) == "bare"
 
 
+def test_each_environment_declares_itself_in_one_place():
+    from dataclasses import fields
+
+    from vnetbench.lab import environments
+    from vnetbench.lab.environments.base import REGISTRY
+    from vnetbench.scenario.model import LabSpec
+
+    assert list(REGISTRY) == ["bare", "container", "overlay", "vm"]
+    owners = environments.option_owners()
+    # A Variant carries exactly the options the environments declare, and each is a typed lab field.
+    assert {f.name for f in fields(Variant)} == {"env", "mtu", *owners}
+    assert set(owners) <= set(LabSpec.model_fields) and LabSpec.ENV_OPTIONS == owners
+    assert owners["nic"] == "vm" and owners["cpu_quota"] == "container" and owners["overlay"] == "overlay"
+    assert len({cls.tag for cls in REGISTRY.values()}) == len(REGISTRY)
+    # The scenario's env accepts exactly the registered kinds, and an unknown one names them.
+    with pytest.raises(Exception, match="'bare', 'container', 'overlay' or 'vm'"):
+        LabSpec(env="lxc")
+    assert environments.problems([Variant("lxc")]) == [
+        "env lxc: unknown environment 'lxc'; known: bare, container, overlay, vm"]
+    # doctor's list comes from every environment's own checks, in registry order.
+    names = [c.name for c in environments.availability(probe=False)]
+    assert names[0] == "bare" and names.index("container") < names.index("overlay (vxlan)") < names.index("vm kvm")
+
+
 def test_host_names_carry_a_short_tag_only_when_the_lab_has_several_variants():
     assert variant_tags([Variant("bare")]) == {Variant("bare"): ""}  # the dumbbell as it always was: r, s1, ...
     tags = variant_tags([Variant("bare"), Variant("container"), Variant("overlay", overlay="vxlan"),

@@ -26,7 +26,6 @@ IPV4_PREFIXLEN = UNDERLAY_V4_PREFIXLEN
 IPV6_PREFIXLEN = UNDERLAY_V6_PREFIXLEN
 host_addresses = underlay_addresses
 
-ENV_TAGS = {"bare": "b", "container": "c", "vm": "v", "overlay": "o"}
 
 
 @dataclass
@@ -88,7 +87,7 @@ def variant_tags(variants: list[Variant]) -> dict[Variant, str]:
     seen: dict[str, int] = {}
     tags = {}
     for v in variants:
-        base = ENV_TAGS.get(v.env, v.env[:1])
+        base = environments.kind(v.env).tag
         seen[v.env] = seen.get(v.env, 0) + 1
         tags[v] = f"{base}{seen[v.env]}-" if counts[v.env] > 1 else f"{base}-"
     return tags

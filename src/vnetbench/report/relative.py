@@ -15,11 +15,12 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
+from vnetbench.lab.environments import option_owners
 from vnetbench.metrics import HEADLINE, METRICS
 from vnetbench.store.db import Store
 
 # Labels that say which environment a configuration ran in (LabSpec.env and its options).
-ENV_LABELS = ("env", "overlay", "nic", "vcpus", "memory", "cpu_quota", "cpuset", "memory_limit")
+ENV_LABELS = ("env", *option_owners())
 
 
 def _kind(metric: str) -> str:

@@ -38,6 +38,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationIn
 
 from vnetbench import quantities, units
 from vnetbench.impair.model import LinkSpec, LossSpec, Schedule, lab_links, short_hand_conflicts
+from vnetbench.lab import environments
 from vnetbench.workloads import iperf3, ping, registry, tcpinfo
 
 # Largest Ethernet frame at the default MTU; a buffer must hold at least one.
@@ -112,7 +113,7 @@ class LabSpec(Strict):
                                             "'100Mbit/5s 20Mbit/5s' (repeating) or 'trace:FILE' (Mahimahi)")
     link: dict[str, LinkSpec] = Field(default_factory=dict, description="conditions per link and direction: "
                                       "[lab.link.bottleneck], [lab.link.s1], ... (forward = the stream's way)")
-    env: Literal["bare", "container", "vm", "overlay"] = Field(default="bare", description="how endpoints attach")
+    env: Literal[environments.KINDS] = Field(default="bare", description="how endpoints attach")  # type: ignore
     offload: Literal["on", "off"] = Field(default="on", description="TSO, GSO, GRO and checksum offload on the "
                                                                     "endpoints' interfaces (host and guest side)")
     overlay: Literal["vxlan", "routed"] | None = Field(default=None, description="env=overlay: VXLAN (Docker "
@@ -127,11 +128,8 @@ class LabSpec(Strict):
                                                          "or '0-1' (cgroup cpuset.cpus)")
     memory_limit: Size | None = Field(default=None, description="env=container: memory limit (cgroup memory.max)")
 
-    # Which environment each option belongs to.
-    ENV_OPTIONS: ClassVar[dict[str, str]] = {
-        "overlay": "overlay", "nic": "vm", "vcpus": "vm", "memory": "vm",
-        "cpu_quota": "container", "cpuset": "container", "memory_limit": "container",
-    }
+    # Which environment each option belongs to (each environment's module declares its own).
+    ENV_OPTIONS: ClassVar[dict[str, str]] = environments.option_owners()
 
     @field_validator("bottleneck", mode="before")
     @classmethod

@@ -22,8 +22,13 @@ own address everywhere else), ``facts()`` what the environment records about
 it. Workloads never learn which environment they run in.
 
 Every environment creates its things through the lab's registry, inside
-``atomic()``, like the rest of the lab. ``vm`` lives in
-:mod:`vnetbench.lab.environments.vm` (QEMU guests) and is loaded on demand.
+``atomic()``, like the rest of the lab.
+
+An environment is one module: its class inherits
+:class:`~vnetbench.lab.environments.base.EnvironmentType`, declares its
+``kind``, host-name ``tag``, the lab ``options`` it owns and what it needs from
+the machine (``capabilities``), and is ``@register``-ed. Importing this package
+imports every module of :data:`MODULES`; nothing else names an environment.
 
 What the machine can provide is said before anything is built:
 :func:`problems` for a run's variants (preflight), :func:`availability` for
@@ -41,15 +46,35 @@ from functools import lru_cache
 from typing import Any, Protocol
 
 from vnetbench.errors import EnvironmentProblem
-from vnetbench.lab import cgroups, netns
-from vnetbench.lab.environments.base import Attached, Endpoint, LabContext
+from vnetbench.lab import netns
+from vnetbench.lab.environments.base import REGISTRY, Attached, Capability, Endpoint, EnvironmentType, LabContext
 
-KINDS = ("bare", "container", "vm", "overlay")
+# The environment modules, in the order `vnetbench doctor` lists them; each registers itself on import.
+MODULES = ("bare", "container", "overlay", "vm")
+for _module in MODULES:
+    importlib.import_module(f"vnetbench.lab.environments.{_module}")
+
+KINDS = tuple(REGISTRY)
+
+
+def kind(name: str) -> type[EnvironmentType]:
+    try:
+        return REGISTRY[name]
+    except KeyError:
+        raise EnvironmentProblem(f"unknown environment {name!r}; known: {', '.join(KINDS)}") from None
+
+
+def option_owners() -> dict[str, str]:
+    """Every environment option (a lab field) and the environment it belongs to: {"nic": "vm", ...}."""
+    return {option: cls.kind for cls in REGISTRY.values() for option in cls.options}
 
 
 @dataclass(frozen=True)
 class Variant:
-    """The structural choices one set of endpoints is built with (offload is set per trial)."""
+    """The structural choices one set of endpoints is built with (offload is set per trial).
+
+    Its fields are ``env``, ``mtu`` and every registered environment's options (a test keeps them equal).
+    """
 
     env: str = "bare"
     overlay: str | None = None
@@ -88,49 +113,11 @@ class Environment(Protocol):
     def facts(self) -> dict[str, Any]: ...
 
 
-def _classes() -> dict[str, Any]:
-    from vnetbench.lab.environments.bare import BareEnvironment
-    from vnetbench.lab.environments.container import ContainerEnvironment
-    from vnetbench.lab.environments.overlay import OverlayEnvironment
-
-    return {"bare": BareEnvironment, "container": ContainerEnvironment, "overlay": OverlayEnvironment}
-
-
-def _vm_module() -> Any | None:
-    try:
-        return importlib.import_module("vnetbench.lab.environments.vm")
-    except ModuleNotFoundError as e:
-        if e.name == "vnetbench.lab.environments.vm":
-            return None
-        raise
-
-
 def create(variant: Variant, ctx: LabContext) -> Environment:
-    if variant.env == "vm":
-        module = _vm_module()
-        if module is None:
-            raise EnvironmentProblem(VM_MISSING)
-        return module.VmEnvironment(ctx, variant)
-    try:
-        cls = _classes()[variant.env]
-    except KeyError:
-        raise EnvironmentProblem(f"unknown environment {variant.env!r}; known: {', '.join(KINDS)}") from None
-    return cls(ctx, variant)
+    return kind(variant.env)(ctx, variant)  # type: ignore[call-arg, return-value]
 
 
 # ------------------------------------------------------------ what this machine can do
-
-VM_MISSING = ("env = \"vm\" needs the QEMU guest support (vnetbench.lab.environments.vm), which this "
-              "installation does not have yet")
-
-
-@dataclass(frozen=True)
-class Capability:
-    name: str  # "container", "overlay (vxlan)", "vm (e1000)", ...
-    ok: bool
-    detail: str
-    fix: str = ""
-
 
 @lru_cache(maxsize=1)
 def probe_kernel() -> dict[str, str | None]:
@@ -159,99 +146,21 @@ def probe_kernel() -> dict[str, str | None]:
     return out
 
 
-def _container_caps(variant: Variant | None, kernel: dict[str, str | None] | None) -> list[Capability]:
-    caps = []
-    if shutil.which("nft") is None:
-        caps.append(Capability("container", False, "nft (nftables) is missing: no NAT or published ports",
-                               "apt-get install nftables"))
-    elif kernel is not None and kernel.get("nft_nat"):
-        caps.append(Capability("container", False, f"the kernel refuses an nftables NAT table: {kernel['nft_nat']}",
-                               "a kernel with nf_tables and nft_masq/nft_nat (CONFIG_NFT_NAT, CONFIG_NFT_MASQ)"))
-    else:
-        caps.append(Capability("container", True, "namespace + docker0 bridge + veth, nftables NAT/DNAT"))
-    limits = cgroups.availability()
-    wanted = {"cpu": variant.cpu_quota, "cpuset": variant.cpuset, "memory": variant.memory_limit} if variant else \
-        {c: True for c in limits}
-    for controller, err in limits.items():
-        if not wanted.get(controller):
-            continue
-        option = {"cpu": "cpu_quota", "cpuset": "cpuset", "memory": "memory_limit"}[controller]
-        caps.append(Capability(f"container {option}", err is None,
-                               f"cgroup {controller} controller" + (f": {err}" if err else
-                                                                     f" ({cgroups.mount_for(controller).path})"),
-                               "" if err is None else "boot with the controller enabled (cgroup_enable=...)"))
-    if variant and variant.cpuset:
-        allowed = os.sched_getaffinity(0)
-        for part in variant.cpuset.split(","):
-            lo, _, hi = part.partition("-")
-            missing = [c for c in range(int(lo), int(hi or lo) + 1) if c not in allowed]
-            if missing:
-                caps.append(Capability("container cpuset", False,
-                                       f"cpuset = {variant.cpuset!r} names CPU {missing[0]}, which this machine "
-                                       f"does not have (CPUs: {sorted(allowed)})", "choose CPUs that exist"))
-                break
-    return caps
-
-
-def _overlay_caps(mode: str | None, kernel: dict[str, str | None] | None) -> list[Capability]:
-    caps = []
-    if mode in (None, "vxlan"):
-        err = kernel.get("vxlan") if kernel is not None else None
-        caps.append(Capability("overlay (vxlan)", err is None,
-                               "VXLAN devices (UDP 4789) in a per-node bridge" if err is None else
-                               f"the kernel cannot create a VXLAN device: {err}",
-                               "" if err is None else "a kernel with CONFIG_VXLAN (module vxlan)"))
-    if mode in (None, "routed"):
-        caps.append(Capability("overlay (routed)", True, "per-node container blocks, static routes"))
-    return caps
-
-
-def _vm_caps(variant: Variant | None) -> list[Capability]:
-    module = _vm_module()
-    if module is None:
-        qemu = shutil.which("qemu-system-x86_64")
-        return [Capability("vm", False, VM_MISSING + (f"; {qemu} is installed" if qemu else ""),
-                           "" if qemu else "apt-get install qemu-system-x86 linux-image-amd64")]
-    check = getattr(module, "capabilities", None)
-    if check is None:
-        return [Capability("vm", True, "QEMU guests (the vm module gives no details)")]
-    try:
-        found = check(variant)
-    except Exception as e:  # a check that cannot even run says so, rather than taking doctor down with it
-        return [Capability("vm", False, f"checking what guests need failed: {type(e).__name__}: {e}",
-                           "see `vnetbench doctor`")]
-    return [Capability(*c) if not isinstance(c, Capability) else c for c in found]
-
-
 def availability(probe: bool = True) -> list[Capability]:
     """Every environment and whether this machine can provide it (for `vnetbench doctor`)."""
     kernel = probe_kernel() if probe and os.geteuid() == 0 else None
-    caps = [Capability("bare", True, "namespace on the switch (the reference)")]
-    caps += _container_caps(None, kernel)
-    caps += _overlay_caps(None, kernel)
-    caps += _vm_caps(None)
-    return caps
+    return [c for cls in REGISTRY.values() for c in cls.capabilities(None, kernel)]
 
 
 def problems(variants: list[Variant]) -> list[str]:
     """What stops these variants from being built here, each with what to do (empty: all can be)."""
-    kernel = probe_kernel() if any(v.env in ("container", "overlay") for v in variants) else None
-    out: list[str] = []
-    for v in variants:
-        if v.env == "bare":
-            caps: list[Capability] = []
-        elif v.env == "container":
-            caps = _container_caps(v, kernel)
-        elif v.env == "overlay":
-            caps = _overlay_caps(v.overlay or "vxlan", kernel)
-        elif v.env == "vm":
-            caps = _vm_caps(v)
-        else:
-            caps = [Capability(v.env, False, f"unknown environment {v.env!r}")]
-        for c in caps:
-            if not c.ok:
-                out.append(f"env {v}: {c.detail}" + (f" -> {c.fix}" if c.fix else ""))
-    return list(dict.fromkeys(out))
+    if any(v.env not in REGISTRY for v in variants):
+        return [f"env {v}: unknown environment {v.env!r}; known: {', '.join(KINDS)}" for v in variants
+                if v.env not in REGISTRY]
+    kernel = probe_kernel() if any(REGISTRY[v.env].probes_kernel for v in variants) else None
+    found = [f"env {v}: {c.detail}" + (f" -> {c.fix}" if c.fix else "")
+             for v in variants for c in REGISTRY[v.env].capabilities(v, kernel) if not c.ok]
+    return list(dict.fromkeys(found))
 
 
 def check(variants: list[Variant]) -> None:

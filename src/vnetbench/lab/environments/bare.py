@@ -9,11 +9,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from vnetbench.lab.environments.base import Attached, Endpoint, NamespaceEnvironment, attach_node, plain_host
+from vnetbench.lab.environments.base import (Attached, Capability, Endpoint, NamespaceEnvironment, attach_node,
+                                             plain_host, register)
 
 
+@register
 class BareEnvironment(NamespaceEnvironment):
     kind = "bare"
+    tag = "b"
+
+    @classmethod
+    def capabilities(cls, variant: Any | None, kernel: dict[str, str | None] | None) -> list[Capability]:
+        return [Capability("bare", True, "namespace on the switch (the reference)")]
 
     def attach(self, endpoint: Endpoint) -> Attached:
         node = attach_node(self.ctx, endpoint.name, endpoint.number, endpoint.mtu)

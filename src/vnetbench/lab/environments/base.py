@@ -13,7 +13,7 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from vnetbench.errors import LabError
 from vnetbench.lab import offload
@@ -82,6 +82,54 @@ class LabContext:
         return Subnet(self._subnets)
 
 
+# ------------------------------------------------------------ the registry
+
+@dataclass(frozen=True)
+class Capability:
+    """One thing an environment needs from this machine, and whether it has it."""
+
+    name: str  # "container", "overlay (vxlan)", "vm (e1000)", ...
+    ok: bool
+    detail: str
+    fix: str = ""
+
+
+class EnvironmentType:
+    """What an environment module declares about itself (its class inherits this and is registered):
+
+    - ``kind``: the value of the scenario's ``env``;
+    - ``tag``: the letter its hosts' names start with when a run has several environments;
+    - ``options``: the lab fields that belong to it (rejected with any other ``env``);
+    - ``probes_kernel``: its checks need :func:`vnetbench.lab.environments.probe_kernel`;
+    - :meth:`capabilities`: what it needs from this machine, for one variant or (None) all of them.
+    """
+
+    kind: ClassVar[str] = ""
+    tag: ClassVar[str] = ""
+    options: ClassVar[tuple[str, ...]] = ()
+    probes_kernel: ClassVar[bool] = False
+
+    @classmethod
+    def capabilities(cls, variant: Any | None, kernel: dict[str, str | None] | None) -> list[Capability]:
+        return [Capability(cls.kind, True, "")]
+
+
+REGISTRY: dict[str, type[EnvironmentType]] = {}
+
+
+def register(cls: type[EnvironmentType]) -> type[EnvironmentType]:
+    """Class decorator: make an environment known under its ``kind``."""
+    if not cls.kind or not cls.tag:
+        raise TypeError(f"{cls.__name__} must set kind and tag")
+    if REGISTRY.get(cls.kind, cls) is not cls:
+        raise TypeError(f"two environments are registered as {cls.kind!r}")
+    clash = [o for other in REGISTRY.values() if other is not cls for o in cls.options if o in other.options]
+    if clash:
+        raise TypeError(f"{cls.__name__} declares options another environment owns: {clash}")
+    REGISTRY[cls.kind] = cls
+    return cls
+
+
 @dataclass(frozen=True)
 class Endpoint:
     """One host the topology asks an environment for."""
@@ -113,11 +161,9 @@ class Attached:
     offload_ifaces: list[Interface] = field(default_factory=list)  # host-side interfaces on the path
 
 
-class NamespaceEnvironment:
+class NamespaceEnvironment(EnvironmentType):
     """What the environments built of namespaces share (bare, container, overlay): the endpoints they
     attached, and offloads switched on the host-side interfaces of those endpoints' paths."""
-
-    kind = ""
 
     def __init__(self, ctx: LabContext, variant: Any):
         self.ctx = ctx

@@ -21,14 +21,16 @@ same NAT, bridge and veth as the streams it runs beside.
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 from typing import Any
 
 from vnetbench.errors import LabError
 from vnetbench.lab import cgroups
-from vnetbench.lab.environments.base import (SUBNET_V4_PREFIXLEN, SUBNET_V6_PREFIXLEN, Attached, Endpoint,
-                                             LabContext, NamespaceEnvironment, add_default_routes, attach_node,
-                                             enable_forwarding, new_namespace, plain_host)
+from vnetbench.lab.environments.base import (SUBNET_V4_PREFIXLEN, SUBNET_V6_PREFIXLEN, Attached, Capability,
+                                             Endpoint, LabContext, NamespaceEnvironment, add_default_routes,
+                                             attach_node, enable_forwarding, new_namespace, plain_host, register)
 from vnetbench.lab.nodes import Interface, Link, Namespace
 
 BRIDGE = "docker0"
@@ -73,8 +75,50 @@ def apply_ruleset(ns: Namespace, ruleset: str) -> None:
         raise LabError(f"nftables ruleset refused in {ns.name}: {out.stderr.strip()[-400:]}")
 
 
+# Each resource limit: the lab option that sets it and the cgroup controller that enforces it.
+LIMIT_CONTROLLERS = {"cpu_quota": "cpu", "cpuset": "cpuset", "memory_limit": "memory"}
+
+
+@register
 class ContainerEnvironment(NamespaceEnvironment):
     kind = "container"
+    tag = "c"
+    options = tuple(LIMIT_CONTROLLERS)
+    probes_kernel = True
+
+    @classmethod
+    def capabilities(cls, variant: Any | None, kernel: dict[str, str | None] | None) -> list[Capability]:
+        """NAT from nftables, and the cgroup controllers of the limits `variant` sets (None: all)."""
+        caps = []
+        if shutil.which("nft") is None:
+            caps.append(Capability("container", False, "nft (nftables) is missing: no NAT or published ports",
+                                   "apt-get install nftables"))
+        elif kernel is not None and kernel.get("nft_nat"):
+            caps.append(Capability("container", False, "the kernel refuses an nftables NAT table: "
+                                   f"{kernel['nft_nat']}", "a kernel with nf_tables and nft_masq/nft_nat "
+                                   "(CONFIG_NFT_NAT, CONFIG_NFT_MASQ)"))
+        else:
+            caps.append(Capability("container", True, "namespace + docker0 bridge + veth, nftables NAT/DNAT"))
+        limits = cgroups.availability()
+        for option, controller in LIMIT_CONTROLLERS.items():
+            if controller not in limits or (variant is not None and getattr(variant, option) is None):
+                continue
+            err = limits[controller]
+            caps.append(Capability(f"container {option}", err is None,
+                                   f"cgroup {controller} controller" + (f": {err}" if err else
+                                                                         f" ({cgroups.mount_for(controller).path})"),
+                                   "" if err is None else "boot with the controller enabled (cgroup_enable=...)"))
+        if variant is not None and variant.cpuset:
+            allowed = os.sched_getaffinity(0)
+            for part in variant.cpuset.split(","):
+                lo, _, hi = part.partition("-")
+                missing = [c for c in range(int(lo), int(hi or lo) + 1) if c not in allowed]
+                if missing:
+                    caps.append(Capability("container cpuset", False,
+                                           f"cpuset = {variant.cpuset!r} names CPU {missing[0]}, which this machine "
+                                           f"does not have (CPUs: {sorted(allowed)})", "choose CPUs that exist"))
+                    break
+        return caps
 
     def __init__(self, ctx: LabContext, variant: Any):
         super().__init__(ctx, variant)

@@ -24,9 +24,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from vnetbench.lab.environments.base import (SUBNET_V4_PREFIXLEN, SUBNET_V6_PREFIXLEN, Attached, Endpoint,
-                                             LabContext, NamespaceEnvironment, Node, Subnet, add_default_routes,
-                                             add_route, attach_node, enable_forwarding, new_namespace, plain_host)
+from vnetbench.lab.environments.base import (SUBNET_V4_PREFIXLEN, SUBNET_V6_PREFIXLEN, Attached, Capability,
+                                             Endpoint, LabContext, NamespaceEnvironment, Node, Subnet,
+                                             add_default_routes, add_route, attach_node, enable_forwarding,
+                                             new_namespace, plain_host, register)
 from vnetbench.lab.nodes import Interface, Link
 
 VXLAN_PORT = 4789  # IANA
@@ -36,8 +37,27 @@ VXLAN_DEV = "vxlan0"
 VNI_BASE = 4096
 
 
+@register
 class OverlayEnvironment(NamespaceEnvironment):
     kind = "overlay"
+    tag = "o"
+    options = ("overlay",)
+    probes_kernel = True
+
+    @classmethod
+    def capabilities(cls, variant: Any | None, kernel: dict[str, str | None] | None) -> list[Capability]:
+        """VXLAN devices (probed in the kernel) and routing (always); `variant` None: both modes."""
+        mode = None if variant is None else (variant.overlay or "vxlan")
+        caps = []
+        if mode in (None, "vxlan"):
+            err = kernel.get("vxlan") if kernel is not None else None
+            caps.append(Capability("overlay (vxlan)", err is None,
+                                   "VXLAN devices (UDP 4789) in a per-node bridge" if err is None else
+                                   f"the kernel cannot create a VXLAN device: {err}",
+                                   "" if err is None else "a kernel with CONFIG_VXLAN (module vxlan)"))
+        if mode in (None, "routed"):
+            caps.append(Capability("overlay (routed)", True, "per-node container blocks, static routes"))
+        return caps
 
     def __init__(self, ctx: LabContext, variant: Any):
         super().__init__(ctx, variant)

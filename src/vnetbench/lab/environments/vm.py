@@ -39,6 +39,7 @@ from typing import Any, Sequence
 
 from vnetbench.errors import EnvironmentUnavailable, LabError
 from vnetbench.lab import netns, offload
+from vnetbench.lab.environments.base import Capability, EnvironmentType, register
 from vnetbench.lab.guest import initramfs, qemu
 from vnetbench.lab.guest.qemu import Guest, GuestBootError, GuestConfig
 from vnetbench.lab.nodes import Interface, Link, Namespace, RunsCommands
@@ -269,10 +270,22 @@ def _workdir(lab: Any, registry: Registry) -> Path:
 # ---------------------------------------------------------------- the environment
 
 
-class VmEnvironment:
+@register
+class VmEnvironment(EnvironmentType):
     """Endpoints as guests: each in its own host namespace on the switch (see the module docstring)."""
 
     kind = "vm"
+    tag = "v"
+    options = ("nic", "vcpus", "memory")
+
+    @classmethod
+    def capabilities(cls, variant: Any | None, kernel: dict[str, str | None] | None) -> list[Capability]:
+        """QEMU, a kernel with the NIC's driver, TAP devices, KVM or TCG; `variant` None: every NIC model."""
+        try:
+            return [Capability(*c) for c in _checks(getattr(variant, "nic", None) if variant is not None else None)]
+        except Exception as e:  # a check that cannot even run says so, rather than taking doctor down with it
+            return [Capability("vm", False, f"checking what guests need failed: {type(e).__name__}: {e}",
+                               "see `vnetbench doctor`")]
 
     def __init__(self, ctx: Any, variant: Any, options: VmOptions | None = None):
         self.ctx = ctx
@@ -398,11 +411,6 @@ def _checks(nic: str | None = None) -> list[tuple[str, bool, str, str]]:
         else f"{why}: {tcg}"
     out.append(("vm kvm", True, detail, ""))
     return out
-
-
-def capabilities(variant: Any | None) -> list[tuple[str, bool, str, str]]:
-    """For `vnetbench doctor` (variant None: every NIC model) and the run's preflight."""
-    return _checks(getattr(variant, "nic", None) if variant is not None else None)
 
 
 def check_vm_available(nic: str | None = None) -> list[str]:
