@@ -67,7 +67,7 @@ class DoctorReport:
 
 def link_emulator_check() -> tuple[str, bool, str, str]:
     """The userspace link emulator: what `backend = "auto"` uses for delay, loss... without netem."""
-    from vnetbench.impair.backends import find_binary, missing_binary_message
+    from vnetbench.impair.backend import find_binary, missing_binary_message
 
     path = find_binary()
     if path is None:

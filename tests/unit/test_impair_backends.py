@@ -13,7 +13,7 @@ import pytest
 from vnetbench.errors import EnvironmentProblem, ScenarioError
 from vnetbench.impair import backends as B
 from vnetbench.impair import netem
-from vnetbench.impair.links import _choose_needs, staggered
+from vnetbench.impair.links import staggered
 from vnetbench.impair.model import LinkConditions, LinkSpec
 from vnetbench.impair.userspace import emulator_config, settings
 
@@ -68,9 +68,21 @@ def test_explicit_backend_missing_on_this_machine():
 
 def test_auto_is_chosen_once_over_the_whole_run():
     # A sweep over delay 0 and 30 ms must not measure one point with tbf and the other with the emulator.
-    assert _choose_needs({"rate", "buffer"}, NO_NETEM, "tbf", "bottleneck") == "tbf"
-    assert _choose_needs({"rate", "buffer", "delay"}, NO_NETEM, "tbf", "bottleneck") == "userspace"
-    assert _choose_needs(set(), NO_NETEM, "htb", "bottleneck") == "htb"
+    assert B.auto_choice({"rate", "buffer"}, NO_NETEM, "tbf", "lab.link.bottleneck") == "tbf"
+    assert B.auto_choice({"rate", "buffer", "delay"}, NO_NETEM, "tbf", "lab.link.bottleneck") == "userspace"
+    assert B.auto_choice({"rate", "buffer", "delay"}, ALL, "tbf", "lab.link.bottleneck") == "netem"
+    assert B.auto_choice(set(), NO_NETEM, "htb", "lab.link.bottleneck") == "htb"
+    with pytest.raises(EnvironmentProblem, match=r"^lab.link.bottleneck needs the userspace emulator \(netem "
+                                                 r"cannot emulate .*queue.*\), and the userspace emulator"):
+        B.auto_choice({"rate", "queue:codel"}, B.Capabilities(ALL.qdiscs, None), "tbf", "lab.link.bottleneck")
+
+
+def test_every_backend_registers_itself_with_what_it_can_do():
+    assert list(B.REGISTRY) == ["tbf", "htb", "netem", "userspace"]  # cheapest first
+    assert B.backend_class("tbf") is B.backend_class("htb") and B.REGISTRY["netem"].probe_qdisc
+    assert B.REGISTRY["tbf"].can == B.SHAPER_NEEDS < B.REGISTRY["netem"].can < B.REGISTRY["userspace"].can
+    with pytest.raises(ValueError, match="unknown backend 'cake'; known: tbf, htb, netem, userspace"):
+        B.backend_class("cake")
 
 
 def test_egress_of_each_direction():

@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vnetbench.errors import EnvironmentProblem, LabError, ScenarioError
+from vnetbench.errors import LabError, ScenarioError
 from vnetbench.impair import backends as B
-from vnetbench.impair.model import LinkSpec, capability_list, lab_links
+from vnetbench.impair.model import LinkSpec, lab_links
 from vnetbench.lab.teardown import Registry
 
 
@@ -113,22 +113,8 @@ def check_configs(configs: list, caps: B.Capabilities | None = None, n_senders: 
                 shaper[name] = lab.qdisc
             else:
                 B.choose(spec, caps=caps, shaper=lab.qdisc, where=f"{where}lab.link.{name}: ")
-    return {name: _choose_needs(n, caps, shaper[name], name) for name, n in needs.items()}
-
-
-def _choose_needs(needs: set[str], caps: B.Capabilities | None, shaper: str, name: str) -> str:
-    """`auto` over everything the run asks of one link (see backends.choose)."""
-    if not needs:
-        return shaper
-    caps = caps or B.capabilities()
-    if needs <= B.SHAPER_NEEDS and caps.available(shaper):
-        return shaper
-    if caps.available("netem") and needs <= B.CAN["netem"]:
-        return "netem"
-    if caps.vnb_link is None:
-        raise EnvironmentProblem(f"lab.link.{name} needs the userspace emulator for "
-                                 f"{capability_list(needs - B.SHAPER_NEEDS)}, and {B.missing_binary_message()}")
-    return "userspace"
+    return {name: B.auto_choice(n, caps or B.capabilities(), shaper[name], f"lab.link.{name}")
+            for name, n in needs.items()}
 
 
 @dataclass

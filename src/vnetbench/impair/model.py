@@ -60,10 +60,9 @@ def _probability(v: Any) -> Any:
     if isinstance(v, (int, float)):
         value = float(v)
     else:
-        text = str(v).strip()
         try:
-            value = float(text[:-1]) / 100.0 if text.endswith("%") else float(text)
-        except ValueError:
+            value = units.parse_percent(str(v))
+        except units.UnitError:
             raise ValueError(f"{v!r} is not a probability; write a percentage (\"1%\") or a fraction (0.01)") from None
     if not 0.0 <= value <= 1.0 or math.isnan(value):
         raise ValueError(f"{v!r} is not a probability between 0 and 1 (0% and 100%)")

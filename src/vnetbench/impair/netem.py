@@ -35,8 +35,13 @@ import subprocess
 from typing import Any
 
 from vnetbench.errors import LabError
-from vnetbench.impair.backends import Backend, LabLink, TrialCounters
+from vnetbench.impair.backend import SHAPER_NEEDS, Backend, LabLink, TrialCounters, register
 from vnetbench.impair.model import LinkConditions, LinkSpec
+from vnetbench.impair.tc import burst_bytes
+
+# What a netem qdisc (with a tbf/htb child for rate and buffer) expresses; the rest needs the emulator.
+NETEM_CAN = SHAPER_NEEDS | {"overhead", "delay", "jitter", "jitter:pareto", "jitter:paretonormal", "loss",
+                            "loss:gilbert_elliott", "reorder", "duplicate", "corrupt"}
 
 ORDERING_RATE = "100gbit"
 ASSUMED_LINE_BPS = 10e9  # delay-line sizing when a direction has no rate
@@ -52,9 +57,6 @@ def _pct(p: float) -> str:
     return f"{round(p * 100, 6):g}%"
 
 
-def burst_bytes(rate_bps: float, mtu: int) -> int:
-    """The same burst as tc.Shaping: 1 ms of tokens, at least two full frames."""
-    return int(max(2 * (mtu + 14), rate_bps / 8 * 1e-3))
 
 
 def delay_line_limit(cond: LinkConditions, mtu: int) -> int:
@@ -139,6 +141,7 @@ def parse_show(text: str) -> list[dict[str, Any]]:
     return [q for q in items if q.get("kind") != "noqueue"]
 
 
+@register("netem", "'netem' (kernel network emulator)", NETEM_CAN, probe_qdisc="netem delay 1ms")
 class NetemBackend(Backend):
     name = "netem"
 

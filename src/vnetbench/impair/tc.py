@@ -30,10 +30,14 @@ class Shaping:
 
     @property
     def burst_bytes(self) -> int:
-        # One millisecond of tokens (at least two full frames): enough to keep
-        # the link busy across timer slack, small enough that the output never
-        # bursts far above the rate.
-        return int(max(2 * (self.mtu + 14), self.rate_bps / 8 * 1e-3))
+        return burst_bytes(self.rate_bps, self.mtu)
+
+
+def burst_bytes(rate_bps: float, mtu: int) -> int:
+    """A kernel shaper's burst (tbf, htb, and netem's tbf/htb child): one millisecond of tokens, at least
+    two full frames; enough to keep the link busy across timer slack, small enough that the output never
+    bursts far above the rate."""
+    return int(max(2 * (mtu + 14), rate_bps / 8 * 1e-3))
 
 
 def apply(iface: Interface, shaping: Shaping) -> None:

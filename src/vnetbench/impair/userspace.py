@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from vnetbench.errors import LabError
-from vnetbench.impair.backends import Backend, LabLink, TrialCounters, require_binary
-from vnetbench.impair.model import LinkConditions, LinkSpec, Schedule
+from vnetbench.impair.backend import Backend, LabLink, TrialCounters, register, require_binary
+from vnetbench.impair.model import CAPABILITY_TEXT, LinkConditions, LinkSpec, Schedule
 from vnetbench.lab.teardown import Registry, atomic
 
 READY_TIMEOUT = 5.0
@@ -335,6 +335,8 @@ class UserspaceContext:
     nice: int = NICE
 
 
+# The emulator is the reference: it expresses every condition a LinkSpec can ask for.
+@register("userspace", "'userspace' (vnb-link)", frozenset(CAPABILITY_TEXT))
 class UserspaceBackend(Backend):
     name = "userspace"
 
