@@ -14,38 +14,14 @@ import os
 import sys
 from pathlib import Path
 
-from rich.console import Console
 from rich.markup import escape
 
 from vnetbench import __version__
 from vnetbench.cli_analysis import register as register_analysis
+from vnetbench.cli_common import DEFAULT_DB, EXIT_CLOSED_PIPE, err, open_store, out
 from vnetbench.errors import VnetbenchError
 from vnetbench.lab.teardown import Interrupted
 from vnetbench.output import check_target, output_file
-
-DEFAULT_DB = "vnetbench.db"
-EXIT_CLOSED_PIPE = 141  # 128 + SIGPIPE, as the shell reports a process a closed pipe ended
-
-
-
-class _Console(Console):
-    def on_broken_pipe(self) -> None:
-        # rich would exit 1 without a word; main() says what happened, once, with the pipe's exit status
-        self.quiet = True
-        raise BrokenPipeError
-
-
-# Logs and pipes get a wide table rather than rich's 80-column default.
-out = _Console(highlight=False, soft_wrap=False, width=None if sys.stdout.isatty() else 160)
-# Messages are never wrapped: an error is one line a script or a log can grep.
-err = _Console(stderr=True, highlight=False, soft_wrap=True)
-
-
-def _store(args: argparse.Namespace):
-    from vnetbench.store.db import Store
-
-    return Store(args.db)
-
 
 def cmd_doctor(args: argparse.Namespace) -> int:
     from vnetbench.doctor import run_checks
@@ -90,7 +66,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         if args.report:
             check_target(args.report, args.db, what="report")
         runner.check_root()
-        with _store(args) as store:
+        with open_store(args) as store:
             summary = runner.resume(store, args.resume, console=err, progress=not args.no_progress)
             return _after_run(args, store, summary)
     if not args.scenario:
@@ -99,7 +75,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.report:
         check_target(args.report, args.db, what="report")  # not after an hour of trials
     runner.check_root()  # before the database is touched: not root means nothing at all happens
-    with _store(args) as store:
+    with open_store(args) as store:
         summary = runner.execute(loaded, store, console=err, progress=not args.no_progress)
         return _after_run(args, store, summary)
 
@@ -129,7 +105,7 @@ def _write_report(store, run_ids: list[str], path: str) -> Path:
 def cmd_runs(args: argparse.Namespace) -> int:
     from vnetbench.report.terminal import runs_table
 
-    with _store(args) as store:
+    with open_store(args) as store:
         out.print(runs_table(store))
     return 0
 
@@ -139,7 +115,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 
     from vnetbench.report.relative import show_relative
 
-    with _store(args) as store:
+    with open_store(args) as store:
         run_id = store.resolve_run(args.run)
         if args.json:
             from vnetbench.report.terminal import summary_rows
@@ -155,7 +131,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     from vnetbench.report.export import export
 
-    with _store(args) as store:
+    with open_store(args) as store:
         run_id = store.resolve_run(args.run)
         if args.output and args.output != "-":
             with output_file(args.output, store.path, what="export", newline="") as f:
@@ -169,7 +145,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     from vnetbench.cli_analysis import comparison_from_args, wants_comparison
 
-    with _store(args) as store:
+    with open_store(args) as store:
         if wants_comparison(args):
             from vnetbench.report.html import write_report
 

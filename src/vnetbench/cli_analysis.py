@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from vnetbench.cli_common import DEFAULT_DB, err, open_store, out
 from vnetbench.errors import VnetbenchError
 from vnetbench.metrics import HEADLINE
 from vnetbench.output import check_target, output_file, write_text
@@ -23,18 +24,6 @@ FAIL_ON = ("regression",)
 # tests/unit/test_analysis.py checks they agree with vnetbench.analysis and vnetbench.stats.
 DEFAULT_ALPHA = 0.05
 DEFAULT_METRICS_HELP = HEADLINE  # vnetbench.metrics is light: no scipy behind it
-
-
-def _consoles():
-    from vnetbench.cli import err, out  # here, not at import: cli imports this module
-
-    return out, err
-
-
-def _store(args: argparse.Namespace):
-    from vnetbench.store.db import Store
-
-    return Store(args.db)
 
 
 def _json(data: Any) -> None:
@@ -109,11 +98,10 @@ def wants_comparison(args: argparse.Namespace) -> bool:
 def cmd_compare(args: argparse.Namespace) -> int:
     from vnetbench.report.terminal import comparison_view
 
-    out, err = _consoles()
     for target, what in ((args.report, "report"), (args.junit, "JUnit XML")):
         if target:
             check_target(target, args.db, what)  # before the work, and before the other file is written
-    with _store(args) as store:
+    with open_store(args) as store:
         report, run_ids = comparison_from_args(args, store)
         if args.report:
             from vnetbench.report.html import write_report
@@ -147,8 +135,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 def cmd_baseline_set(args: argparse.Namespace) -> int:
     from vnetbench import analysis
 
-    out, err = _consoles()
-    with _store(args) as store:
+    with open_store(args) as store:
         name, run_id = analysis.set_baseline(store, args.run, args.name)
         run = store.run(run_id)
     out.print(f"baseline [bold]{name}[/] = run {run_id} ({run['scenario_name']}, {run['status']}); "
@@ -162,8 +149,7 @@ def cmd_baseline_list(args: argparse.Namespace) -> int:
     from vnetbench import analysis
     from vnetbench.report.terminal import baselines_table
 
-    out, _ = _consoles()
-    with _store(args) as store:
+    with open_store(args) as store:
         rows = analysis.baselines(store)
         if args.json:
             _json(rows)
@@ -181,11 +167,10 @@ def cmd_history(args: argparse.Namespace) -> int:
     from vnetbench import analysis
     from vnetbench.report.terminal import history_view
 
-    out, err = _consoles()
     magnitude = analysis.parse_fraction(args.min_magnitude, "--min-magnitude") if args.min_magnitude else None
     if args.csv and args.csv != "-":
         check_target(args.csv, args.db, "CSV")
-    with _store(args) as store:
+    with open_store(args) as store:
         hist = analysis.history(store, args.metric, where=analysis.parse_where(args.where), scenario=args.scenario,
                                 min_magnitude=magnitude)
     if args.csv == "-":
@@ -209,8 +194,6 @@ def cmd_history(args: argparse.Namespace) -> int:
 
 def register(sub) -> None:
     """Add ``compare``, ``baseline`` and ``history`` to the CLI's subparsers."""
-    from vnetbench.cli import DEFAULT_DB
-
     def with_db(sp: argparse.ArgumentParser) -> argparse.ArgumentParser:
         sp.add_argument("--db", default=DEFAULT_DB, help=f"results database (default ./{DEFAULT_DB})")
         return sp
