@@ -28,7 +28,6 @@ the family is too large for the number of trials).
 from __future__ import annotations
 
 import csv
-import datetime as dt
 import io
 import json
 import math
@@ -40,6 +39,7 @@ import numpy as np
 
 from vnetbench import units
 from vnetbench.errors import VnetbenchError
+from vnetbench.units import UnitError, parse_percent, utc_iso
 from vnetbench.metrics import METRICS
 from vnetbench.stats import (
     IMPROVED,
@@ -77,10 +77,9 @@ _FINGERPRINT_KEYS = ("kernel", "kernel_version", "hostname", "cpu_model", "cpus"
 
 def parse_fraction(text: str | float, what: str) -> float:
     """'5%' or '0.05' (or 0.05) -> 0.05; a finite value >= 0, else a VnetbenchError naming ``what``."""
-    raw = str(text).strip()
     try:
-        value = float(raw[:-1]) / 100.0 if raw.endswith("%") else float(raw)
-    except ValueError:
+        value = parse_percent(str(text))
+    except UnitError:
         raise VnetbenchError(f"{what}: {text!r} is not a fraction; write e.g. 5% or 0.05") from None
     if not math.isfinite(value) or value < 0:
         raise VnetbenchError(f"{what}: {text!r} must be a fraction >= 0 (5% or 0.05)")
@@ -154,9 +153,7 @@ def _metric_order(names: Iterable[str]) -> list[str]:
 
 
 def _when(ts: float | None) -> str | None:
-    if ts is None:
-        return None
-    return dt.datetime.fromtimestamp(ts, tz=dt.timezone.utc).isoformat(timespec="seconds")
+    return utc_iso(ts)
 
 
 def _fmt_param(name: str, value: Any) -> str:

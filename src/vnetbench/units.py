@@ -12,6 +12,8 @@ it expected, so the scenario layer can name the file and key around it.
 
 from __future__ import annotations
 
+import datetime as _dt
+import math
 import re
 
 _NUMBER = r"(?P<num>[0-9]+(?:\.[0-9]*)?(?:[eE][+-]?[0-9]+)?|\.[0-9]+)"
@@ -121,3 +123,32 @@ def format_duration(seconds: float) -> str:
         if seconds >= factor:
             return f"{seconds / factor:g}{name}"
     return f"{seconds / 1e-9:g}ns"
+
+
+def parse_percent(text: str) -> float:
+    """'5%' -> 0.05, '0.05' -> 0.05, '1.5' -> 1.5: a number, or a percentage of one. Raises UnitError; each
+    caller checks the range its quantity allows (a probability, a CPU quota, a noise level)."""
+    raw = str(text).strip()
+    try:
+        value = float(raw[:-1]) / 100.0 if raw.endswith("%") else float(raw)
+    except ValueError:
+        raise UnitError(f"{text!r} is not a number or a percentage") from None
+    if math.isnan(value):
+        raise UnitError(f"{text!r} is not a number")
+    return value
+
+
+def utc_text(ts: float | None, missing: str = "-", seconds: bool = True) -> str:
+    """A time for people, in UTC everywhere (the terminal, the HTML report and the JSON agree):
+    '2026-11-25 02:11:05 UTC'."""
+    if ts is None or ts == 0:
+        return missing
+    return _dt.datetime.fromtimestamp(ts, _dt.timezone.utc).strftime(
+        "%Y-%m-%d %H:%M:%S UTC" if seconds else "%Y-%m-%d %H:%M UTC")
+
+
+def utc_iso(ts: float | None) -> str | None:
+    """A time for programs (JSON): ISO 8601 in UTC, to the second."""
+    if ts is None:
+        return None
+    return _dt.datetime.fromtimestamp(ts, _dt.timezone.utc).isoformat(timespec="seconds")

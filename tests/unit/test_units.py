@@ -42,3 +42,18 @@ def test_bad_size_and_duration():
 def test_format_rate_round_trips():
     for v in (100e6, 1.25e9, 500e3, 64):
         assert parse_rate(format_rate(v)) == pytest.approx(v)
+
+
+def test_one_percentage_parser_and_one_time_format_serve_every_caller():
+    from vnetbench.units import parse_percent, utc_iso, utc_text
+
+    assert parse_percent("5%") == pytest.approx(0.05) and parse_percent(" 0.05 ") == 0.05
+    assert parse_percent("150%") == 1.5 and parse_percent("2") == 2.0  # each caller checks its own range
+    for bad in ("five", "%", "nan%", ""):
+        with pytest.raises(UnitError):
+            parse_percent(bad)
+    # People and programs see the same instant, in UTC, wherever it is shown.
+    assert utc_text(0) == "-" and utc_text(None, missing="—") == "—"
+    assert utc_text(1_764_036_665) == "2025-11-25 02:11:05 UTC"
+    assert utc_text(1_764_036_665, seconds=False) == "2025-11-25 02:11 UTC"
+    assert utc_iso(1_764_036_665) == "2025-11-25T02:11:05+00:00" and utc_iso(None) is None

@@ -27,11 +27,11 @@ escaped with :func:`html.escape`; data for the script is JSON inside
 from __future__ import annotations
 
 import base64
-import datetime as dt
 import hashlib
 import html
 import json
 import math
+import time
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -48,6 +48,7 @@ from vnetbench.report import html_model as model_mod
 from vnetbench.report import html_topology as topology
 from vnetbench.report.html_model import Entry, ReportModel, fmt_num, fmt_value
 from vnetbench.report.relative import software_guest_note
+from vnetbench.units import utc_text
 
 __all__ = ["write_report", "render_report"]
 
@@ -105,9 +106,7 @@ def _csp_hash(script: str) -> str:
 
 
 def _when(ts: float | None) -> str:
-    if not ts:
-        return "—"
-    return dt.datetime.fromtimestamp(ts, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return utc_text(ts, missing="—")
 
 
 def _duration(a: float | None, b: float | None) -> str:
@@ -599,7 +598,7 @@ def render_report(store, run_ids: list[str], *, comparison: dict | list | None =
            "media-src 'none'; object-src 'none'; frame-src 'none'; worker-src 'none'; base-uri 'none'; "
            "form-action 'none'")
     runs_text = ", ".join(f"{r.short}" for r in m.runs)
-    generated = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    generated = utc_text(time.time(), seconds=False)
     return "".join([
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">",
         f'<meta http-equiv="Content-Security-Policy" content="{e(csp)}">',

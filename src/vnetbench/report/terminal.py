@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import datetime as dt
 import math
 import re
 from typing import Any
@@ -13,6 +12,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from vnetbench.metrics import HEADLINE, METRICS
+from vnetbench.units import utc_text
 from vnetbench.stats import IMPROVED, INCONCLUSIVE, REGRESSED, UNCHANGED, summarize
 from vnetbench.store.db import Store
 
@@ -22,7 +22,7 @@ PREFERRED = ["throughput.offered_mbps", *HEADLINE]
 
 
 def _when(ts: float | None) -> str:
-    return dt.datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M:%S") if ts else "-"
+    return utc_text(ts)
 
 
 def _fmt(v: float) -> str:

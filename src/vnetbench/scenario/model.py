@@ -143,10 +143,9 @@ class LabSpec(Strict):
     def _cpu_quota(cls, v: Any) -> Any:
         if v is None:
             return None
-        text = str(v).strip()
         try:
-            cpus = float(text[:-1]) / 100 if text.endswith("%") else float(text)
-        except ValueError:
+            cpus = units.parse_percent(str(v))
+        except units.UnitError:
             raise ValueError(f"{v!r} is not a CPU quota: write a percentage of one CPU ('50%') or a number "
                              "of CPUs (1.5)") from None
         if not 0.01 <= cpus <= 1024:
@@ -243,10 +242,9 @@ def _fraction(v: Any) -> Any:
     """'5%', '0.05' or 0.05 -> 0.05 (range checked by the field validator)."""
     if v is None or isinstance(v, (int, float)) and not isinstance(v, bool):
         return v
-    text = str(v).strip()
     try:
-        return float(text[:-1]) / 100.0 if text.endswith("%") else float(text)
-    except ValueError:
+        return units.parse_percent(str(v))
+    except units.UnitError:
         raise ValueError(f"{v!r} is not a fraction; write a percentage (\"5%\") or a fraction (0.05)") from None
 
 
