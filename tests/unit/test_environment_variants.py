@@ -130,3 +130,17 @@ def test_a_guest_gets_a_host_cpu_per_vcpu_from_its_endpoints_on(monkeypatch, tmp
     assert guest(2, 3).host_cpus() == [0, 3]  # wraps around
     assert guest(8, 1).host_cpus() == [0, 1, 2, 3]  # no more than the machine has
     assert guest(4, None).host_cpus() is None  # unpinned endpoint: QEMU unpinned
+
+
+def test_a_tool_a_guest_cannot_carry_is_named_before_anything_is_built():
+    from vnetbench.lab import environments
+
+    found = environments.tool_problems({
+        Variant("vm", nic="virtio-net"): [("iperf3", "iperf3"), ("ldd", "libc-bin"), ("vnb-no-such-tool", "nopkg")],
+        Variant("bare"): [("vnb-no-such-tool", "nopkg")],  # the host's own preflight covers namespaces
+    })
+    assert found == [
+        "env vm(nic=virtio-net): ldd (/usr/bin/ldd) is a script for /bin/bash, which a guest does not have (it "
+        "carries busybox and ELF binaries only) -> run this workload in another environment",
+        "env vm(nic=virtio-net): vnb-no-such-tool is not installed on this machine, so it cannot be copied into "
+        "the guest -> apt-get install nopkg"]

@@ -29,6 +29,7 @@ from vnetbench.impair import links
 from vnetbench.lab.teardown import Interrupted, interruptible
 from vnetbench.runner import fingerprint
 from vnetbench.lab import environments
+from vnetbench.lab.environments import Variant
 from vnetbench.runner.bench import DumbbellBench, TrialOutcome, variant_of
 from vnetbench.scenario.load import LoadedScenario, load_text
 from vnetbench.scenario.model import RepeatSpec
@@ -85,7 +86,12 @@ def preflight(configs: list[Configuration]) -> None:
     check_root()
     require(workload_tools(configs))
     check_congestion_controls(configs)
-    environments.check(list(dict.fromkeys(variant_of(c) for c in configs)))  # before anything is built
+    # before anything is built: every environment exists here, and runs every tool its workloads need
+    tools: dict[Variant, list[tuple[str, str]]] = {}
+    for c in configs:
+        needed = tools.setdefault(variant_of(c), [])
+        needed.extend((t.command, t.package) for w in c.scenario.active.values() for t in registry.of(w).requires)
+    environments.check(list(tools), tools)
     links.preflight(configs)  # link backends: explicit ones can do what is asked here; vnb-link is built
 
 

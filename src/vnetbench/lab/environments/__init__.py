@@ -163,9 +163,18 @@ def problems(variants: list[Variant]) -> list[str]:
     return list(dict.fromkeys(found))
 
 
-def check(variants: list[Variant]) -> None:
-    """Raise EnvironmentProblem naming every environment this machine cannot provide."""
+def tool_problems(variants: dict[Variant, list[tuple[str, str]]]) -> list[str]:
+    """For each variant, the tools its workloads need, (command, package): which it cannot run."""
+    found = [f"env {v}: {p}" for v, tools in variants.items() if v.env in REGISTRY
+             for p in REGISTRY[v.env].tool_problems(v, tools)]
+    return list(dict.fromkeys(found))
+
+
+def check(variants: list[Variant], tools: dict[Variant, list[tuple[str, str]]] | None = None) -> None:
+    """Raise EnvironmentProblem naming every environment this machine cannot provide, and every tool a
+    variant's workloads need that it cannot run (`tools`: per variant, (command, package))."""
     found = problems(variants)
+    found += tool_problems(tools or {}) if not found else []
     if found:
         raise EnvironmentProblem("this machine cannot provide the environment(s) the run needs (nothing was built):\n  "
                                  + "\n  ".join(found))

@@ -101,7 +101,8 @@ class EnvironmentType:
     - ``tag``: the letter its hosts' names start with when a run has several environments;
     - ``options``: the lab fields that belong to it (rejected with any other ``env``);
     - ``probes_kernel``: its checks need :func:`vnetbench.lab.environments.probe_kernel`;
-    - :meth:`capabilities`: what it needs from this machine, for one variant or (None) all of them.
+    - :meth:`capabilities`: what it needs from this machine, for one variant or (None) all of them;
+    - :meth:`tool_problems`: which of the workloads' tools it cannot run.
     """
 
     kind: ClassVar[str] = ""
@@ -112,6 +113,12 @@ class EnvironmentType:
     @classmethod
     def capabilities(cls, variant: Any | None, kernel: dict[str, str | None] | None) -> list[Capability]:
         return [Capability(cls.kind, True, "")]
+
+    @classmethod
+    def tool_problems(cls, variant: Any, tools: list[tuple[str, str]]) -> list[str]:
+        """Why these (command, Debian package) cannot run in this environment; an environment that
+        runs the host's own binaries (namespaces) has none beyond the host's own preflight."""
+        return []
 
 
 REGISTRY: dict[str, type[EnvironmentType]] = {}

@@ -287,6 +287,12 @@ class VmEnvironment(EnvironmentType):
             return [Capability("vm", False, f"checking what guests need failed: {type(e).__name__}: {e}",
                                "see `vnetbench doctor`")]
 
+    @classmethod
+    def tool_problems(cls, variant: Any, tools: list[tuple[str, str]]) -> list[str]:
+        """A guest runs only what its initramfs carries: each tool must be a binary (with libraries) or
+        a shell script on this machine."""
+        return initramfs.guest_problems(tools)
+
     def __init__(self, ctx: Any, variant: Any, options: VmOptions | None = None):
         self.ctx = ctx
         self.variant = variant

@@ -429,6 +429,36 @@ def _ldd(binary: str) -> list[str]:
     return libs
 
 
+def guest_problems(tools: Iterable[tuple[str, str]]) -> list[str]:
+    """Why each of these (command, Debian package) cannot be copied into a guest, with what to do; empty
+    when all can. Asked before anything is built: a guest has busybox, the copied binaries and their
+    libraries, and nothing else (no Python, no Perl)."""
+    out = []
+    for cmd, pkg in dict.fromkeys(tools):
+        exe = _which(cmd)
+        if exe is None:
+            out.append(f"{cmd} is not installed on this machine, so it cannot be copied into the guest "
+                       f"-> apt-get install {pkg}")
+            continue
+        with open(os.path.realpath(exe), "rb") as f:
+            head = f.read(128)
+        if head.startswith(b"#!"):
+            interpreter = head[2:].split(b"\n", 1)[0].strip().decode(errors="replace")
+            if interpreter.split()[0] not in ("/bin/sh", "/usr/bin/sh"):
+                out.append(f"{cmd} ({exe}) is a script for {interpreter}, which a guest does not have "
+                           "(it carries busybox and ELF binaries only) -> run this workload in another environment")
+            continue
+        if not head.startswith(b"\x7fELF"):
+            out.append(f"{cmd} ({exe}) is neither an ELF binary nor a shell script -> run this workload in another "
+                       "environment")
+            continue
+        try:
+            _ldd(exe)
+        except EnvironmentProblem as e:
+            out.append(f"{cmd}: {e}")
+    return out
+
+
 def packages_of(paths: Iterable[str]) -> list[str]:
     """Debian packages (name=version) that own these files, in one dpkg-query call each way."""
     paths = sorted(set(paths))
