@@ -11,7 +11,7 @@ export PATH := $(HOME)/.cargo/bin:$(PATH)
 
 # Debian packages the lab and its workloads need. Checked one by one so a
 # machine that has them all never touches apt.
-DEB_PACKAGES := iproute2 iputils-ping iperf3 fping irtt sockperf wrk nginx-light sysbench mbw \
+DEB_PACKAGES := iproute2 iputils-ping iperf3 fping irtt sockperf wrk apache2-utils nginx-light sysbench mbw \
                 ethtool tcpdump \
                 nftables procps util-linux kmod busybox-static qemu-system-x86 \
                 linux-image-amd64 dropbear-bin zstd chromium python3-venv

@@ -45,6 +45,7 @@ HEADLINE = ("throughput.rx_mbps", "udp.loss_ratio", "rtt.p50_ms", "rtt.p99_ms", 
             "flows.jain_fairness", "rr.p50_us", "rr.p99_us", "rr.transactions_per_s",
             "irtt.rtt_p50_ms", "irtt.jitter_rfc3550_ms", "irtt.loss_ratio",
             "http.requests_per_s", "http.latency_p99_ms", "http.errors",
+            "ab.requests_per_s", "ab.latency_p99_ms", "ab.connect_p99_ms", "ab.failed_requests",
             "cpu.events_per_s", "memory.write_mib_per_s", "memory.mbw_memcpy_mib_per_s")
 
 

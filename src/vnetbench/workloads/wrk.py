@@ -119,10 +119,11 @@ def file_name(size: float) -> str:
     return f"f{int(size)}"
 
 
-def server_script(address: str, ip_version: int, sizes: list[int], workers: int, directory: str) -> list[str]:
+def server_script(address: str, ip_version: int, sizes: list[int], workers: int, directory: str,
+                  port: int = PORT) -> list[str]:
     """nginx in the foreground with a configuration and files of its own, made in `directory` on the
     node it runs on (a namespace host and a guest alike; the run's work directory goes at teardown)."""
-    listen = f"[{address}]:{PORT}" if ip_version == 6 else f"{address}:{PORT}"
+    listen = f"[{address}]:{port}" if ip_version == 6 else f"{address}:{port}"
     conf = "\n".join([
         # user root: the run's directory is private to root, and a guest knows no other user
         "daemon off;", "master_process on;", "user root root;", f"worker_processes {workers};",
@@ -136,6 +137,26 @@ def server_script(address: str, ip_version: int, sizes: list[int], workers: int,
     script = (f'd={directory}; mkdir -p "$d/www" && {files} && printf "%s" "$1" > "$d/nginx.conf" && '
               'exec nginx -p "$d" -e stderr -c "$d/nginx.conf"')
     return ["sh", "-c", script, "nginx", conf]
+
+
+def nginx_server(hosts: TrialHosts, ip_version: int, options: list[Any], workdir: str, port: int,
+                 label: str) -> ServerSpec:
+    """One nginx on the receiver for the whole run, serving every `file_size` its configurations ask for
+    with as many workers as the most any asks (idle ones cost nothing); HTTP clients (wrk, ab) each have
+    their own, on their own port, so that both can be in one scenario."""
+    sizes = sorted({int(o.file_size) for o in options})
+    workers = max(o.workers for o in options)
+    receiver = hosts.receiver
+    argv = server_script(receiver.address(ip_version), ip_version, sizes, workers,
+                         f"{workdir}/{label}-{receiver.name}", port)
+    return ServerSpec(receiver, argv, port, "tcp", label)
+
+
+def file_url(ctx: TrialContext, port: int, size: float) -> str:
+    """The URL of the served file of `size`, at the receiver's service address."""
+    address = ctx.hosts.receiver.service_address(ctx.ip_version)
+    host = f"[{address}]" if ctx.ip_version == 6 else address
+    return f"http://{host}:{port}/{file_name(size)}"
 
 
 def client_script(options: Options, url: str, seconds: int) -> list[str]:
@@ -197,24 +218,15 @@ class Wrk(Workload):
         return 0.0, float(options.duration)
 
     def servers(self, hosts: TrialHosts, ip_version: int, options: list[Options], workdir: str) -> list[ServerSpec]:
-        sizes = sorted({int(o.file_size) for o in options})
-        workers = max(o.workers for o in options)
-        # One nginx for the run: as many workers as the most any configuration asks (idle ones cost nothing).
-        receiver = hosts.receiver
-        argv = server_script(receiver.address(ip_version), ip_version, sizes, workers,
-                             f"{workdir}/nginx-{receiver.name}")
-        return [ServerSpec(receiver, argv, PORT, "tcp", "nginx")]
+        return [nginx_server(hosts, ip_version, options, workdir, PORT, "nginx")]
 
     def start(self, name: str, options: Options, ctx: TrialContext) -> Started:
         begins, seconds = ctx.window(options.duration)
         started = Started(name, measured_from=begins, measured_s=seconds,
                           ends_by=begins + seconds + options.timeout + OVERHEAD_S)
-        address = ctx.hosts.receiver.service_address(ctx.ip_version)
-        host = f"[{address}]" if ctx.ip_version == 6 else address
-        url = f"http://{host}:{PORT}/{file_name(options.file_size)}"
         sender = ctx.hosts.senders[0]
         started.procs[sender.name], started.outputs[sender.name] = ctx.popen(
-            sender, name, client_script(options, url, int(seconds)))
+            sender, name, client_script(options, file_url(ctx, PORT, options.file_size), int(seconds)))
         return started
 
     def measure(self, started: Started, options: Options, ctx: TrialContext,
