@@ -89,8 +89,40 @@ def test_overlay_latency_short_measures_rr_and_the_voice_stream(tmp_path, no_lef
 
 
 def test_congestion_with_its_optional_tcp_crr(tmp_path, no_leftovers):
-    store, _, values = _run(tmp_path, "congestion", "workload.crr.enabled=true", "ratios=[0.6]", "protos=[tcp]",
-                            "duration=2s", "workload.stream.omit=1s")
+    # Over-subscribed TCP fills the bottleneck's queue (tens of ms): a connect crosses it once (the SYN; the
+    # answer comes back unshaped), as ping's echo request does; a whole transaction crosses it twice (the SYN,
+    # then the request), so it takes about two of ping's round trips.
+    store, _, values = _run(tmp_path, "congestion", "workload.crr.enabled=true", "ratios=[1.4]", "protos=[tcp]",
+                            "duration=3s", "workload.stream.omit=1s")
     (got,) = values.values()
-    assert got["http.requests_per_s"] > 0 and got["throughput.rx_mbps"] > 0
+    assert got["ab.requests_per_s"] > 0 and got["ab.failed_requests"] == 0 and got["throughput.rx_mbps"] > 50
+    rtt = got["rtt.p50_ms"]
+    assert rtt > 5, got  # the queue is there
+    # ab gives connect times in whole ms: +-0.5 ms of rounding
+    assert 0.6 * rtt - 0.5 <= got["ab.connect_p50_ms"] <= 1.4 * rtt + 0.5, got
+    assert 1.4 * rtt <= got["ab.latency_p50_ms"] <= 2.6 * rtt, got
+    store.close()
+
+
+def test_docker_vs_kvm_short(tmp_path, no_leftovers):
+    envs = _envs()
+    tests = ['{workloads="cpu"}', '{workloads="mem"}', '{workloads="stream",proto="tcp"}',
+             '{workloads="stream",proto="udp",offered="10Mbit"}', '{workloads="web",concurrency=50}']
+    store, _, values = _run(tmp_path, "docker-vs-kvm", f"env=[{','.join(envs)}]", f"test=[{','.join(tests)}]",
+                            "duration=1s", "workload.stream.omit=0s", "workload.mem.size=16MiB",
+                            "workload.mem.loops=2")
+    assert len(values) == len(envs) * len(tests)
+    for key, got in values.items():
+        d = dict(key)
+        if d["workloads"] == "cpu":
+            assert got["cpu.events_per_s"] > 0 and got["memory.write_mib_per_s"] > 0, key
+        elif d["workloads"] == "mem":
+            assert got["memory.mbw_memcpy_mib_per_s"] > 0, key
+        elif d["workloads"] == "web":
+            # the seed's clients: a new connection per request, none failed
+            assert got["ab.requests_per_s"] > 0 and got["ab.failed_requests"] == 0, key
+        elif d.get("proto") == "udp" and d["env"] != "vm":
+            assert got["throughput.rx_mbps"] > 9 and got["udp.loss_ratio"] < 0.05, key
+        else:  # TCP anywhere; UDP in a guest emulated in software (TCG) loses packets when the host is busy
+            assert got["throughput.rx_mbps"] > 1, key
     store.close()
