@@ -22,6 +22,7 @@ from vnetbench.cli_common import DEFAULT_DB, EXIT_CLOSED_PIPE, err, open_store, 
 from vnetbench.errors import VnetbenchError
 from vnetbench.lab.teardown import Interrupted
 from vnetbench.output import check_target, output_file
+from vnetbench.scenario import MAX_CONFIGURATIONS
 
 def cmd_doctor(args: argparse.Namespace) -> int:
     from vnetbench.doctor import run_checks
@@ -76,8 +77,32 @@ def cmd_run(args: argparse.Namespace) -> int:
         check_target(args.report, args.db, what="report")  # not after an hour of trials
     runner.check_root()  # before the database is touched: not root means nothing at all happens
     with open_store(args) as store:
-        summary = runner.execute(loaded, store, console=err, progress=not args.no_progress)
+        summary = runner.execute(loaded, store, console=err, progress=not args.no_progress,
+                                 max_configurations=args.max_configurations)
         return _after_run(args, store, summary)
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from vnetbench.report.terminal import plan_view
+    from vnetbench.runner.preview import make_plan
+    from vnetbench.scenario.load import load
+
+    plan = make_plan(load(args.scenario, args.set or []), args.max_configurations)
+    if args.json:
+        print(json.dumps(plan.as_json(), indent=1, default=str))
+    else:
+        plan_view(plan, out)
+    return 0
+
+
+def _max_configurations(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
+    return value
 
 
 def _after_run(args: argparse.Namespace, store, summary) -> int:
@@ -216,7 +241,18 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--resume", metavar="RUN", help="finish the remaining trials of an interrupted run")
     sp.add_argument("--report", metavar="FILE", help="also write the HTML report to FILE")
     sp.add_argument("--no-progress", action="store_true", help="no progress bar (for logs)")
+    sp.add_argument("--max-configurations", type=_max_configurations, default=MAX_CONFIGURATIONS, metavar="N",
+                    help=f"refuse a matrix of more configurations (default {MAX_CONFIGURATIONS:,})")
     sp.set_defaults(func=cmd_run)
+
+    sp = sub.add_parser("plan", help="check a scenario and say what a run would do, cost and need (no root, "
+                                     "builds and writes nothing)")
+    sp.add_argument("scenario", help="built-in name (quick, congestion) or path to a .toml file")
+    sp.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a scenario key, as for run")
+    sp.add_argument("--json", action="store_true", help="the plan as JSON (for CI jobs and scripts)")
+    sp.add_argument("--max-configurations", type=_max_configurations, default=MAX_CONFIGURATIONS, metavar="N",
+                    help=f"refuse a matrix of more configurations (default {MAX_CONFIGURATIONS:,})")
+    sp.set_defaults(func=cmd_plan)
 
     sp = with_db(sub.add_parser("runs", help="list stored runs"))
     sp.set_defaults(func=cmd_runs)

@@ -351,3 +351,62 @@ def baselines_table(rows: list[dict[str, Any]], path: Any) -> Table:
         t.add_row(escape(b["name"]), b["run_id"], b["scenario"], (b["run_started"] or "").replace("T", " ")[:19],
                   b["status"], (b["set"] or "").replace("T", " ")[:19])
     return t
+
+
+def _span(seconds: float) -> str:
+    """35 s, 12 min, 2 h 05 min."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    minutes = round(seconds / 60)
+    return f"{minutes} min" if minutes < 60 else f"{minutes // 60} h {minutes % 60:02d} min"
+
+
+def plan_view(plan: Any, console: Console, rows: int = 20) -> None:
+    """`vnetbench plan`: what the run would be, its cost and what it needs, in a terminal's width."""
+    n = len(plan.configurations)
+    lo, hi = plan.repetitions
+    reps = f"{lo} repetitions" if lo == hi else f"{lo}..{hi} repetitions (adaptive)"
+    trials = plan.trials
+    count = f"{trials[0]:,}" if trials[0] == trials[1] else f"{trials[0]:,}..{trials[1]:,}"
+    wall = plan.wall_s
+    when = _span(wall[0]) if trials[0] == trials[1] else f"{_span(wall[0])}..{_span(wall[1])}"
+    console.print(f"[bold]{escape(plan.scenario)}[/] ({escape(plan.source)}): {n:,} configuration"
+                  f"{'s' if n != 1 else ''} x {reps}{' + 1 warm-up' if plan.warmup else ''} = {count} trials")
+    console.print(f"estimated time: [bold]{when}[/] (environments built once: {_span(plan.setup_s)}; each trial "
+                  f"its workloads' seconds + {plan.as_json()['estimated_s']['per_trial_overhead']:g} s)")
+    labels = list(dict.fromkeys(k for c in plan.configurations for k in c.labels))
+    t = Table(box=None, pad_edge=False, header_style="bold")
+    t.add_column("#", justify="right")
+    for k in labels:
+        t.add_column(escape(k))
+    if not any("env" == k for k in labels):
+        t.add_column("env")
+    t.add_column("trial", justify="right")
+    t.add_column("runs")
+    for i, c in enumerate(plan.configurations[:rows], 1):
+        cells = [escape(str(c.labels.get(k, ""))) for k in labels]
+        if "env" not in labels:
+            cells.append(escape(c.environment))
+        t.add_row(str(i), *cells, f"{c.trial_s:.1f} s", escape(" then ".join(c.phases)))
+    console.print(t)
+    if n > rows:
+        console.print(f"[dim]... {n - rows:,} more configurations (--json lists every one)[/]")
+    found = [x["command"] for x in plan.tools if x["path"]]
+    console.print(f"tools: {escape(', '.join(found)) or 'none'} found"
+                  + "".join(f"; [red]{escape(x['command'])} missing[/]" for x in plan.tools if not x["path"]))
+    console.print("environments: " + ", ".join(
+        escape(e["variant"]) + (" [green]ok[/]" if not e["problems"] else " [red]cannot be built[/]")
+        for e in plan.environments))
+    links = plan.links
+    if links.get("choice") is not None:
+        console.print("links: " + (", ".join(f"{k} -> {v}" for k, v in links["choice"].items()) or
+                                   "plain (no shaping or conditions)"))
+    elif links.get("note"):
+        console.print(f"links: [dim]{escape(links['note'])}[/]")
+    if plan.problems:
+        console.print("[yellow]before it can run here:[/]")
+        for p in plan.problems:
+            console.print(f"  - {escape(p)}", soft_wrap=True)
+    else:
+        console.print(f"[green]ready[/]: vnetbench run {escape(plan.source.removeprefix('builtin:'))} "
+                      "can start on this machine")

@@ -32,6 +32,7 @@ from vnetbench.lab import environments
 from vnetbench.lab.environments import Variant
 from vnetbench.runner.bench import DumbbellBench, TrialOutcome, variant_of
 from vnetbench.scenario.load import LoadedScenario, load_text
+from vnetbench.scenario import MAX_CONFIGURATIONS
 from vnetbench.scenario.model import RepeatSpec
 from vnetbench.scenario.plan import Configuration, TrialSlot, expand, order_trials
 from vnetbench.stats import adaptive_decision
@@ -106,9 +107,10 @@ class RunSummary:
 
 def execute(loaded: LoadedScenario, store: Store, *, resume_run_id: str | None = None,
             console: Console | None = None, progress: bool = True,
-            on_trial: Callable[[TrialSlot, str], None] | None = None) -> RunSummary:
+            on_trial: Callable[[TrialSlot, str], None] | None = None,
+            max_configurations: int = MAX_CONFIGURATIONS) -> RunSummary:
     console = console or Console(stderr=True)
-    configs = expand(loaded)
+    configs = expand(loaded, max_configurations)
     preflight(configs)
     rep = loaded.scenario.repeat
 
@@ -331,4 +333,5 @@ def resume(store: Store, run_ref: str, **kwargs: object) -> RunSummary:
     if run["status"] == "completed":
         raise ScenarioError(f"run {run_id} is already complete; nothing to resume")
     loaded = load_text(run["scenario_text"], run["scenario_source"], run["overrides"])
-    return execute(loaded, store, resume_run_id=run_id, **kwargs)
+    # the run was accepted when it was planned, whatever limit it was given then
+    return execute(loaded, store, resume_run_id=run_id, max_configurations=2**63, **kwargs)

@@ -22,6 +22,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from vnetbench.errors import ScenarioError
+from vnetbench.scenario import MAX_CONFIGURATIONS
 from vnetbench.scenario.load import LoadedScenario, format_validation_error
 from vnetbench.impair.model import base_rtt, lab_links
 from vnetbench.scenario.model import LabSpec, Scenario, StreamWorkload
@@ -222,9 +223,20 @@ def _axis_entries(scenario: Scenario, axis: str, values: list[Any]) -> list[dict
     return entries
 
 
-def expand(loaded: LoadedScenario) -> list[Configuration]:
+def matrix_size(scenario: Scenario) -> int:
+    """How many configurations the matrix makes (the product of its axes' lengths), without making them."""
+    return math.prod(len(values) for values in scenario.matrix.values())
+
+
+def expand(loaded: LoadedScenario, max_configurations: int = MAX_CONFIGURATIONS) -> list[Configuration]:
     """Every combination of the matrix, in the order the axes are written."""
     scenario = loaded.scenario
+    size = matrix_size(scenario)
+    if size > max_configurations:
+        axes = " x ".join(f"{len(v)} {axis}" for axis, v in scenario.matrix.items())
+        raise ScenarioError(f"{loaded.source}: the matrix makes {size:,} configurations ({axes}), more than the "
+                            f"limit of {max_configurations:,}: shrink an axis, or raise the limit with "
+                            f"--max-configurations {size}")
     base = scenario.model_dump(mode="python", exclude={"matrix"})
     base["lab"]["buffer"] = scenario.lab.buffer.model_dump()
     axes = []

@@ -152,12 +152,13 @@ def availability(probe: bool = True) -> list[Capability]:
     return [c for cls in REGISTRY.values() for c in cls.capabilities(None, kernel)]
 
 
-def problems(variants: list[Variant]) -> list[str]:
-    """What stops these variants from being built here, each with what to do (empty: all can be)."""
+def problems(variants: list[Variant], probe: bool = True) -> list[str]:
+    """What stops these variants from being built here, each with what to do (empty: all can be).
+    `probe` False: what needs trying in a throw-away namespace (root) is not checked."""
     if any(v.env not in REGISTRY for v in variants):
         return [f"env {v}: unknown environment {v.env!r}; known: {', '.join(KINDS)}" for v in variants
                 if v.env not in REGISTRY]
-    kernel = probe_kernel() if any(REGISTRY[v.env].probes_kernel for v in variants) else None
+    kernel = probe_kernel() if probe and any(REGISTRY[v.env].probes_kernel for v in variants) else None
     found = [f"env {v}: {c.detail}" + (f" -> {c.fix}" if c.fix else "")
              for v in variants for c in REGISTRY[v.env].capabilities(v, kernel) if not c.ok]
     return list(dict.fromkeys(found))

@@ -101,6 +101,7 @@ class EnvironmentType:
     - ``tag``: the letter its hosts' names start with when a run has several environments;
     - ``options``: the lab fields that belong to it (rejected with any other ``env``);
     - ``probes_kernel``: its checks need :func:`vnetbench.lab.environments.probe_kernel`;
+    - ``setup_s``: about how long building its endpoints takes (``vnetbench plan``'s estimate);
     - :meth:`capabilities`: what it needs from this machine, for one variant or (None) all of them;
     - :meth:`tool_problems`: which of the workloads' tools it cannot run.
     """
@@ -109,6 +110,7 @@ class EnvironmentType:
     tag: ClassVar[str] = ""
     options: ClassVar[tuple[str, ...]] = ()
     probes_kernel: ClassVar[bool] = False
+    setup_s: ClassVar[float] = 1.0
 
     @classmethod
     def capabilities(cls, variant: Any | None, kernel: dict[str, str | None] | None) -> list[Capability]:

@@ -1,0 +1,157 @@
+"""`vnetbench plan`: what a scenario will do, checked and costed, without building or writing anything.
+
+A user runs it before a two-hour campaign, and a CI job runs it to lint
+scenario files: the scenario is loaded and expanded exactly as `run` does (the
+same validation, the same errors), then each configuration's trial is timed
+from its workloads' own timing, and the machine is asked, without changing it,
+whether it has the tools, environments and link backends the run needs.
+
+Root is not needed. Without it, what only root can probe (the kernel's qdiscs
+and VXLAN/NAT support, in throw-away namespaces) is said to be "not probed"
+rather than guessed; `vnetbench doctor` as root probes everything.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from vnetbench.errors import VnetbenchError
+from vnetbench.lab import environments
+from vnetbench.lab.environments import Variant
+from vnetbench.runner import fingerprint
+from vnetbench.runner.bench import variant_of
+from vnetbench.runner.run import workload_tools
+from vnetbench.scenario.load import LoadedScenario
+from vnetbench.scenario.plan import MAX_CONFIGURATIONS, Configuration, expand
+from vnetbench.workloads import registry
+
+#: What a trial costs beyond its workloads' own seconds: starting the clients, reading and parsing their
+#: output, applying the link conditions and committing to the database. bench/workloads.py measures it per
+#: tool (0.03 s for iperf3 to 0.14 s for wrk on this project's 2-core VM); this is a round upper figure.
+TRIAL_OVERHEAD_S = 0.3
+
+
+@dataclass
+class PlannedConfiguration:
+    labels: dict[str, Any]
+    environment: str  # the variant it is built in, e.g. "vm(nic=e1000)"
+    phases: list[str]  # "stream (iperf3) + probe (ping)", ...
+    trial_s: float  # one trial, overhead included
+
+
+@dataclass
+class Plan:
+    scenario: str
+    source: str
+    configurations: list[PlannedConfiguration]
+    repetitions: tuple[int, int]  # fixed: (n, n); adaptive: (min, max) per configuration
+    warmup: bool
+    setup_s: float  # building every environment once
+    tools: list[dict[str, Any]]  # command, package, path (None: missing)
+    environments: list[dict[str, Any]]  # variant, problems
+    links: dict[str, Any]  # choice per link, or why it is not known
+    problems: list[str] = field(default_factory=list)  # what stops `run` on this machine
+
+    @property
+    def trials(self) -> tuple[int, int]:
+        extra = 1 if self.warmup and self.configurations else 0
+        n = len(self.configurations)
+        return n * self.repetitions[0] + extra, n * self.repetitions[1] + extra
+
+    @property
+    def wall_s(self) -> tuple[float, float]:
+        per_round = sum(c.trial_s for c in self.configurations)
+        warm = self.configurations[0].trial_s if self.warmup and self.configurations else 0.0
+        return tuple(self.setup_s + warm + per_round * r for r in self.repetitions)  # type: ignore[return-value]
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "scenario": self.scenario, "source": self.source, "valid": True, "ready": not self.problems,
+            "configurations": [{"labels": c.labels, "environment": c.environment, "phases": c.phases,
+                                "trial_s": round(c.trial_s, 1)} for c in self.configurations],
+            "repetitions": {"min": self.repetitions[0], "max": self.repetitions[1]}, "warmup": self.warmup,
+            "trials": {"min": self.trials[0], "max": self.trials[1]},
+            "estimated_s": {"min": round(self.wall_s[0]), "max": round(self.wall_s[1]),
+                            "setup": round(self.setup_s, 1), "per_trial_overhead": TRIAL_OVERHEAD_S},
+            "tools": self.tools, "environments": self.environments, "links": self.links,
+            "problems": self.problems,
+        }
+
+
+def trial_seconds(config: Configuration) -> tuple[float, list[str]]:
+    """One trial of `config`: its phases one after the other, each its leader's warm-up and measured
+    time (companions run inside it), plus the per-trial overhead."""
+    active = config.scenario.active
+    total, phases = TRIAL_OVERHEAD_S, []
+    for leader, companions in config.scenario.phases():
+        options = active[leader]
+        warm_s, measured_s = registry.of(options).timing(options, config)
+        total += warm_s + measured_s
+        names = [leader] + companions
+        phases.append(" + ".join(f"{n} ({active[n].tool})" for n in names))
+    return total, phases
+
+
+def _tools(configs: list[Configuration]) -> list[dict[str, Any]]:
+    return [{"command": t.command, "package": t.package, "path": t.path()} for t in workload_tools(configs)]
+
+
+def _environments(configs: list[Configuration], probe: bool) -> tuple[list[dict[str, Any]], float]:
+    tools: dict[Variant, list[tuple[str, str]]] = {}
+    for c in configs:
+        tools.setdefault(variant_of(c), []).extend(
+            (t.command, t.package) for w in c.scenario.active.values() for t in registry.of(w).requires)
+    out, setup = [], 0.0
+    for variant, needed in tools.items():
+        found = environments.problems([variant], probe=probe)
+        found += environments.tool_problems({variant: needed}) if not found else []
+        out.append({"variant": str(variant), "problems": found})
+        setup += environments.kind(variant.env).setup_s
+    return out, setup
+
+
+def _links(configs: list[Configuration], root: bool) -> dict[str, Any]:
+    from vnetbench.impair import links
+
+    if not root:
+        return {"choice": None, "note": "the link backends are chosen at run time: probing the kernel's qdiscs "
+                                        "needs root (vnetbench doctor, as root, lists them)"}
+    n = max((c.active_senders for c in configs), default=1)
+    try:
+        return {"choice": links.check_configs(configs, n_senders=n), "note": ""}
+    except VnetbenchError as e:
+        return {"choice": None, "note": "", "problem": str(e)}
+
+
+def _congestion_controls(configs: list[Configuration]) -> list[str]:
+    wanted = sorted({c.stream.congestion_control for c in configs if c.stream and c.stream.proto == "tcp"})
+    available = set((fingerprint.read_sysctl("net.ipv4.tcp_available_congestion_control") or "").split())
+    # `run` loads a missing one's module (tcp_NAME) first; plan changes nothing, so it only says so
+    return [f"TCP congestion control {cc!r} is not loaded (available: {', '.join(sorted(available))}); `run` "
+            f"tries modprobe tcp_{cc}" for cc in wanted if cc not in available]
+
+
+def make_plan(loaded: LoadedScenario, max_configurations: int = MAX_CONFIGURATIONS) -> Plan:
+    """Expand and cost `loaded`; raises ScenarioError (as `run` would) when the scenario is not valid."""
+    configs = expand(loaded, max_configurations)
+    root = os.geteuid() == 0
+    planned = []
+    for c in configs:
+        seconds, phases = trial_seconds(c)
+        planned.append(PlannedConfiguration(dict(c.labels), str(variant_of(c)), phases, seconds))
+    rep = loaded.scenario.repeat
+    repetitions = (rep.repetitions, rep.repetitions) if not rep.adaptive else (rep.n_min, rep.n_max)
+    tools = _tools(configs)
+    envs, setup = _environments(configs, probe=root)
+    link_info = _links(configs, root)
+    problems = [f"missing tool: {t['command']} -> apt-get install {t['package']}" for t in tools if not t["path"]]
+    problems += [p for e in envs for p in e["problems"]]
+    problems += [link_info["problem"]] if link_info.get("problem") else []
+    problems += _congestion_controls(configs)
+    if not root:
+        problems.append("vnetbench run needs root (it builds network namespaces): run it with sudo")
+    return Plan(scenario=loaded.scenario.name, source=loaded.source, configurations=planned,
+                repetitions=repetitions, warmup=rep.warmup, setup_s=setup, tools=tools, environments=envs,
+                links=link_info, problems=list(dict.fromkeys(problems)))
