@@ -43,6 +43,8 @@ WORKLOADS = {
     "sockperf tcp": ('tool = "sockperf"\nproto = "tcp"\npayload = 64\nduration = "{s}s"', ("rr.p50_us", 1.0)),
     "irtt 10ms": ('tool = "irtt"\ninterval = "10ms"\nlength = 60\nduration = "{s}s"', ("irtt.rtt_p50_ms", 1e3)),
     "wrk 1 conn": ('tool = "wrk"\nconnections = 1\nfile_size = "1KiB"\nduration = "{s}s"', ("http.latency_p50_ms", 1e3)),
+    "ab 1 client, CRR": ('tool = "ab"\nconcurrency = 1\nfile_size = "1KiB"\nduration = "{s}s"',
+                         ("ab.latency_p50_ms", 1e3)),
     "sysbench cpu": ('tool = "sysbench"\ntests = ["cpu"]\nduration = "{s}s"', None),
 }
 

@@ -366,8 +366,9 @@ def test_a_study_of_several_tools_runs_each_in_its_own_configurations():
         assert (c.stream is not None) == (lead == "stream")  # offered loads only where iperf3 runs
     udp = [c for c in configs if c.labels.get("offered") == "50Mbit"]
     assert udp and all(c.offered_bps == 50e6 and c.stream.proto == "udp" for c in udp)
-    web = sorted({c.scenario.workload["web"].connections for c in configs if c.labels["workloads"] == "web"})
-    assert web == [50, 100, 200]
+    web = [c.scenario.workload["web"] for c in configs if c.labels["workloads"] == "web"]
+    # the seed's ab: 50, 100 and 200 clients, each request on a new connection
+    assert sorted({w.concurrency for w in web}) == [50, 100, 200] and {(w.tool, w.keepalive) for w in web} == {("ab", False)}
 
 
 def test_workloads_names_what_runs_with_its_companions(tmp_path):
@@ -382,7 +383,8 @@ def test_workloads_names_what_runs_with_its_companions(tmp_path):
 def test_optional_workloads_are_off_until_enabled():
     assert L.load("congestion").scenario.phases() == [("stream", ["probe"])]
     on = L.load("congestion", ["workload.crr.enabled=true"]).scenario
-    assert on.phases() == [("stream", ["probe", "crr"])] and on.workload["crr"].connection == "close"
+    crr = on.workload["crr"]
+    assert on.phases() == [("stream", ["probe", "crr"])] and (crr.tool, crr.keepalive, crr.concurrency) == ("ab", False, 1)
 
 
 def test_every_builtin_expands():

@@ -13,9 +13,9 @@ Every statistic comes from the full per-message log (``--full-log``, with
 percentiles p50/p90/p99/p99.9, mean, standard deviation and the transaction
 rate; the round trips are kept as a series (``rr_rtt_us``, at most
 ``SERIES_POINTS`` per trial, every k-th message: the same distribution) for
-the report's CDFs and time plots. sockperf pauses 2 s before it starts timing
+the report's CDFs and time plots. sockperf pauses 2.1 s before it starts timing
 and leaves the first 0.4 s of ``duration`` (its warm-up) out of its log: the
-measured part is ``duration`` - 0.4 s, from 2.4 s after it starts. During
+measured part is ``duration`` - 0.4 s, from 2.5 s after it starts. During
 another workload it is fitted into that one's measured time.
 
 ::
@@ -49,9 +49,10 @@ from vnetbench.workloads.registry import register
 UDP_PORT, TCP_PORT = 5301, 5302  # inside the range the container model publishes
 MIN_PAYLOAD, MAX_PAYLOAD = 14, 65000  # sockperf's header; its largest message
 SERIES_POINTS = 20_000
-#: sockperf 3.7 pauses this long after its warm-up messages, before --time starts (strace: one
-#: clock_nanosleep of 2 s, with or without --dontwarmup); no option removes it.
-STARTUP_PAUSE_S = 2.0
+#: sockperf 3.7 sleeps this long after it starts, before --time starts (strace: a 0.1 s sleep, then one
+#: clock_nanosleep of 2 s, with or without --dontwarmup); no option removes it. (It also sleeps 0.1 s after
+#: --time, before it exits: the tool's own cost, counted in a trial's overhead by bench/workloads.py.)
+STARTUP_PAUSE_S = 2.1
 #: The first part of --time sockperf leaves out of its log and statistics ("Warm up time=400 msec").
 WARMUP_S = 0.4
 #: Seconds sockperf may need beyond its pause and --time: connection set-up, writing the log.
