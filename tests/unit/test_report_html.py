@@ -130,7 +130,7 @@ def test_page_is_self_contained(one_run):
 def test_sections_and_what_ran(one_run):
     store, run = one_run
     page = render_report(store, [run])
-    for sid in ("glance", "what-ran", "distributions", "sweep", "cdf", "timeseries"):
+    for sid in ("headline", "glance", "what-ran", "distributions", "sweep", "cdf", "timeseries"):
         assert f'<section id="{sid}">' in page
         assert f'href="#{sid}"' in page, "the table of contents links every section"
     text = " ".join(parse(page).text)
@@ -141,6 +141,68 @@ def test_sections_and_what_ran(one_run):
     assert "Connection refused" in text and "timed out" in text  # failed trials with reasons
     assert '<svg class="topology"' in page
     assert "bottleneck 100 Mbit/s" in page
+
+
+def headline(page: str) -> tuple[str, dict]:
+    """The page's headline chart: (the key of its data in data.charts, that chart's spec of the first view),
+    after checking that it is the first thing in <main>, before any table."""
+    main = page[page.index("<main>"):]
+    assert main.startswith('<main><section id="headline">'), "the page opens with the headline chart"
+    chart = main.index('id="chart-headline"')
+    assert chart < main.index("<table"), "the headline chart comes before the first table"
+    assert page.index('id="chart-headline"') < page.index("<table"), "… of the whole page too"
+    assert page.index('href="#headline"') < page.index('href="#glance"'), "first in the table of contents"
+    cid = re.search(r'id="chart-headline" data-chart="([^"]+)"', page).group(1)
+    spec = page_data(page)["charts"][cid]
+    assert "headline" not in page_data(page)["charts"], "the chart is reused, its data not on the page twice"
+    return cid, next(iter(spec["facets"].values()))
+
+
+def test_headline_chart_of_a_swept_run_is_the_key_metric_with_theory(one_run):
+    store, run = one_run
+    page = render_report(store, [run])
+    cid, spec = headline(page)
+    assert cid.startswith("sweep-"), "a numeric label is swept: the key metric against it"
+    assert "throughput.rx_mbps" in spec["layout"]["title"]["text"], "the scenario's default key metric"
+    assert "over-subscription ratio" in spec["layout"]["xaxis"]["title"]["text"]
+    assert [t for t in spec["data"] if t["name"].startswith("theory")], "with its theory line"
+    assert "<h2>Key metric: throughput.rx_mbps against ratio</h2>" in page
+    assert page.count(f'data-chart="{cid}"') == 2, "the same chart again in its own section"
+
+
+def test_headline_chart_without_a_numeric_sweep_is_box_plots(store):
+    run = make_run(store, "envonly00run", matrix={"env": ["bare", "container"], "proto": ["udp", "tcp"]},
+                   repetitions=4, duration_s=2)
+    page = render_report(store, [run])
+    assert '<section id="sweep">' not in page
+    cid, spec = headline(page)
+    assert cid.startswith("box-")
+    assert "throughput.rx_mbps" in spec["layout"]["title"]["text"]
+    assert all(t["type"] == "box" for t in spec["data"])
+
+
+def test_headline_chart_of_a_comparison_of_runs(two_runs):
+    store, a, b = two_runs
+    page = render_report(store, [a, b])
+    cid, spec = headline(page)
+    assert cid.startswith("sweep-") and "throughput.rx_mbps" in spec["layout"]["title"]["text"]
+    lines = {t["name"] for t in spec["data"] if t.get("mode") == "lines+markers"}
+    assert any(a[:8] in n for n in lines) and any(b[:8] in n for n in lines), "one line per run"
+
+
+def test_headline_metric_is_the_scenarios_first_key_metric_when_measured(store):
+    run = make_run(store, "keymetric0run", matrix={"ratio": [0.6, 2.0], "proto": ["udp"]}, repetitions=3,
+                   duration_s=2, series=False)
+    text = store.run(run)["scenario_text"]
+    for key, shown in (('["rtt.p50_ms", "throughput.rx_mbps"]', "rtt.p50_ms"),
+                       ('["rr.p50_us"]', "throughput.rx_mbps")):  # not measured: the first HEADLINE metric
+        with store.conn:
+            store.conn.execute("UPDATE runs SET scenario_text = ? WHERE id = ?",
+                               (text.replace("[repeat]\n", f"[repeat]\nkey_metrics = {key}\n"), run))
+        page = render_report(store, [run])
+        _, spec = headline(page)
+        assert shown in spec["layout"]["title"]["text"], key
+        assert f"<h2>Key metric: {shown} against ratio</h2>" in page
 
 
 def test_guests_under_software_emulation_are_called_out(store):
@@ -442,6 +504,7 @@ def test_run_with_only_failed_trials_still_reports(store):
     page = render_report(store, [run])
     assert "iperf3 not found on PATH" in page and "every trial failed" in page
     assert "No trial produced a metric" in page
+    assert '<section id="headline">' not in page, "no metric, no headline chart"
 
 
 def test_single_configuration_without_labels(store):

@@ -3,6 +3,10 @@
 ``write_report(store, run_ids, path)`` reads the runs from the store and writes
 one page with:
 
+* **Headline** (first, right under the title): the run's key metric against
+  the swept numeric parameter with its theory line, or its box plots per
+  configuration when nothing numeric is swept; the same chart as in the
+  sections below, drawn from the same data;
 * **What ran**: scenario (name, description, file text), the lab drawn as SVG,
   the run fingerprint (kernel, CPU, tools, sysctls), the qdiscs as the kernel
   reported them, trials ok / failed / timed out with their reasons;
@@ -432,10 +436,13 @@ def _glance(m: ReportModel, summ: dict[str, dict[int, Any]], cmp: compare.Compar
     return "".join(out)
 
 
-def _chart(chart_id: str, label: str, caption: str = "") -> str:
+def _chart(chart_id: str, label: str, caption: str = "", element_id: str = "") -> str:
+    """A chart container; the page script draws ``data.charts[chart_id]`` into it. Two containers may
+    show the same chart (``element_id`` tells them apart) without its data being on the page twice."""
     cap = f"<figcaption>{caption}</figcaption>" if caption else ""
-    return (f'<figure class="card"><div class="chart" id="chart-{e(chart_id)}" data-chart="{e(chart_id)}" '
-            f'role="img" aria-label="{e(label)}"><p class="loading">Drawing chart…</p></div>{cap}</figure>')
+    return (f'<figure class="card"><div class="chart" id="chart-{e(element_id or chart_id)}" '
+            f'data-chart="{e(chart_id)}" role="img" aria-label="{e(label)}"><p class="loading">Drawing chart…</p>'
+            f"</div>{cap}</figure>")
 
 
 def _metric_caption(m: ReportModel, metric: str) -> str:
@@ -497,6 +504,69 @@ def _sweep(m: ReportModel, data: dict[str, Any], summ: dict[str, dict[int, Any]]
         n += 1
     out.append("</div></section>")
     return "".join(out) if n else ""
+
+
+def key_metric(m: ReportModel) -> str | None:
+    """The metric the page leads with: the scenario's first ``repeat.key_metrics`` entry (with the run's
+    overrides applied; of the first run that measured it), else the first of HEADLINE that was measured,
+    else the first metric measured at all."""
+    for r in m.runs:
+        first = _declared_key_metric(r.record)
+        if first in m.metrics:
+            return first
+    return next((x for x in HEADLINE if x in m.metrics), m.metrics[0] if m.metrics else None)
+
+
+def _declared_key_metric(rec: dict[str, Any]) -> str | None:
+    from vnetbench.scenario.load import ScenarioError, apply_override
+
+    try:
+        raw = tomllib.loads(rec.get("scenario_text") or "")
+    except tomllib.TOMLDecodeError:
+        return None
+    for o in rec.get("overrides") or []:
+        try:
+            apply_override(raw, str(o), rec.get("scenario_source") or "scenario")
+        except (ScenarioError, ValueError, TypeError):  # an override that no longer applies
+            pass
+    keys = (raw.get("repeat") or {}).get("key_metrics") if isinstance(raw.get("repeat"), dict) else None
+    if isinstance(keys, list) and keys and isinstance(keys[0], str):
+        return keys[0]
+    return None
+
+
+def _headline(m: ReportModel, data: dict[str, Any]) -> tuple[str, str]:
+    """The first picture of the page: (table-of-contents label, section HTML), or ("", "").
+
+    It reuses a chart the sections below already carry (same data key, so its
+    data is not on the page twice): the key metric against the swept parameter
+    when that chart exists, else the key metric's box plots per configuration.
+    Call it after those sections were built."""
+    metric = key_metric(m)
+    if metric is None:
+        return "", ""
+    i = m.metrics.index(metric)
+    sweep = m.layout.sweep
+    if sweep is not None and f"sweep-{i}" in data["charts"]:
+        cid = f"sweep-{i}"
+        heading = f"{metric} against {sweep.name}"
+        has_theory = any(isinstance(x.expected.get(metric), (int, float)) for x in m.entries)
+        how = ("The line joins the medians per configuration, the band is their 95% confidence interval"
+               + ("; dashed black is the theoretical value." if has_theory else
+                  "; no theoretical value is known for this metric."))
+        more = f'Every metric against {e(sweep.name)}: <a href="#sweep">Against {e(sweep.name)}</a>.'
+    elif f"box-{i}" in data["charts"]:
+        cid = f"box-{i}"
+        heading = f"{metric} per configuration"
+        how = "Box: median and quartiles; every trial is a dot."
+        more = 'Every metric: <a href="#distributions">Distributions</a>.'
+    else:
+        return "", ""
+    caption = f"{_metric_caption(m, metric)} {e(how)} {more}"
+    html_ = (f'<section id="headline"><h2>Key metric: {e(heading)}</h2>'
+             + _chart(cid, f"Headline chart: {heading}", caption, element_id="headline")
+             + "</section>")
+    return "Key metric", html_
 
 
 def _cdfs(m: ReportModel, data: dict[str, Any], pooled: dict[str, dict[int, np.ndarray]]) -> str:
@@ -577,6 +647,8 @@ def render_report(store, run_ids: list[str], *, comparison: dict | list | None =
         ("cdf", "Latency CDFs", _cdfs(m, data, sd.latency_pooled)),
         ("timeseries", "Time series", _timeseries(m, data, sd)),
     ]
+    # The page opens with a picture: the headline chart (built from the charts above), then the tables.
+    sections.insert(0, ("headline", *_headline(m, data)))
     sections = [s for s in sections if s[2]]
     names = list(dict.fromkeys(r.record["scenario_name"] for r in m.runs))
     title = f"vnetbench report: {', '.join(names)}"
