@@ -148,8 +148,8 @@ def cmd_show(args: argparse.Namespace) -> int:
             rows = [r for r in summary_rows(store, run_id) if not args.metric or r["metric"] in args.metric]
             print(json.dumps({"run_id": run_id, "summaries": rows}, indent=1, default=str))
             return 0
-        show(store, run_id, out, metrics=args.metric)
-        show_relative(store, run_id, out)
+        show(store, run_id, out, metrics=args.metric, detail=args.detail)
+        show_relative(store, run_id, out, detail=args.detail)
     return 0
 
 
@@ -260,6 +260,9 @@ def build_parser() -> argparse.ArgumentParser:
     sp = with_db(sub.add_parser("show", help="summary table of a run"))
     sp.add_argument("run", help="run id (or a unique prefix, or 'last')")
     sp.add_argument("--metric", action="append", help="metrics to show (default: the main ones)")
+    sp.add_argument("--detail", action="store_true",
+                    help="full cells: median, its exact 95%% CI, mean ± sd, min..max, p5-95, CV, outliers, "
+                         "theory (default: one line per configuration, median ±CI%% with marks)")
     sp.add_argument("--json", action="store_true",
                     help="every metric's full summary (n, median and CI, mean, sd, CV, min, max, p5, p95, "
                          "quartiles, Tukey fences and outliers) as JSON")

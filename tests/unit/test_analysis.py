@@ -373,10 +373,14 @@ def test_terminal_views_read_well(db_with_runs, capsys):
         text = console.export_text()
         assert text.count("0 change points in 3 runs") == 2 and "at least 6 runs" in text
         console = Console(width=200, record=True, highlight=False)
-        show(s, "aaaaaaaaaaaa", console, metrics=[RX])
+        show(s, "aaaaaaaaaaaa", console, metrics=[RX], detail=True)
         text = console.export_text()
         assert re.search(r"\[94\.5\d, 95\.4\d\]", text)  # at n = 6 the exact CI exists: [min, max]
         assert "cv " in text and "n too small" not in text
+        console = Console(width=200, record=True, highlight=False)
+        show(s, "aaaaaaaaaaaa", console, metrics=[RX])  # by default benchstat's form: [94.53, 95.47] is ±0%
+        text = console.export_text()
+        assert re.search(r"^2\.0\s+udp\s+6\s+95\.00 ±0%$", text, re.M) and "?" not in text
 
 
 def test_show_says_n_too_small_and_marks_unstable(tmp_path):
@@ -387,9 +391,14 @@ def test_show_says_n_too_small_and_marks_unstable(tmp_path):
     with Store(tmp_path / "s.db") as s:
         add_run(s, "eeeeeeeeeeee", [(UDP, {RX: [50.0, 95.0, 60.0, 90.0, 300.0]})])
         console = Console(width=200, record=True, highlight=False)
-        show(s, "eeeeeeeeeeee", console, metrics=[RX])
-    text = console.export_text()
-    assert "n too small" in text and "unstable" in text and "1 outlier" in text
+        show(s, "eeeeeeeeeeee", console, metrics=[RX], detail=True)
+        text = console.export_text()
+        assert "n too small" in text and "unstable" in text and "1 outlier" in text
+        console = Console(width=200, record=True, highlight=False)
+        show(s, "eeeeeeeeeeee", console, metrics=[RX])  # the same as marks, explained once
+        text = console.export_text()
+    assert "90.00 ±? !*" in text and "n too small" not in text
+    assert "? no CI: fewer than 6 trials" in text and "! unstable: CV >= 10%" in text and "* outliers" in text
 
 
 def test_show_gives_mean_sd_percentiles_and_per_metric_n(tmp_path, capsys):
@@ -403,7 +412,7 @@ def test_show_gives_mean_sd_percentiles_and_per_metric_n(tmp_path, capsys):
         add_run(s, "ffffffffffff", [(UDP, {RX: [90.0, 92.0, 94.0, 96.0, 98.0], lost: [0.5, 0.52, 0.54, 0.56]}),
                                     (TCP, {RX: [float(v) for v in range(80, 100, 2)]})])
         console = Console(width=220, record=True, highlight=False)
-        show(s, "ffffffffffff", console, metrics=[RX, lost])
+        show(s, "ffffffffffff", console, metrics=[RX, lost], detail=True)
     text = console.export_text()
     assert "94.00 ± 3.16" in text and "90.00..98.00" in text
     assert "p5-95 80.90..97.10" in text and text.count("p5-95 8") + text.count("p5-95 9") == 1  # from 10 trials

@@ -13,10 +13,12 @@ from typing import Any
 
 import numpy as np
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from vnetbench.lab.environments import option_owners
 from vnetbench.metrics import HEADLINE, METRICS
+from vnetbench.report.terminal import Col, compact_table, print_stacked, stacked_tables
 from vnetbench.store.db import Store
 
 # Labels that say which environment a configuration ran in (LabSpec.env and its options).
@@ -89,40 +91,40 @@ def relative_rows(configs: list[dict[str, Any]], values: dict[str, dict[str, np.
     return rows
 
 
-def _cell(kind: str, pair: tuple[float, float] | None) -> str:
+def _cell(kind: str, pair: tuple[float, float] | None, detail: bool = True) -> str:
+    """The change against bare, with this configuration's median below it in the detail view."""
     if pair is None:
         return "-"
     mine, bare = pair
     if kind == "pp":
-        return f"{100 * (mine - bare):+.2f} pp\n[dim]{100 * mine:.2f}%[/]"
+        return f"{100 * (mine - bare):+.2f} pp" + (f"\n[dim]{100 * mine:.2f}%[/]" if detail else "")
     if not np.isfinite(mine) or not np.isfinite(bare) or bare == 0:
-        return f"-\n[dim]{_num(mine)}[/]"
-    return f"{mine / bare:.2f}x\n[dim]{_num(mine)}[/]"
+        return "-" + (f"\n[dim]{_num(mine)}[/]" if detail else "")
+    return f"{mine / bare:.2f}x" + (f"\n[dim]{_num(mine)}[/]" if detail else "")
 
 
-def relative_table(store: Store, run_id: str, configs: list[dict[str, Any]],
-                   metrics: list[str] | None = None) -> Table | None:
+def relative_tables(store: Store, run_id: str, configs: list[dict[str, Any]], console: Console,
+                    metrics: list[str] | None = None, detail: bool = False) -> list[Table]:
+    """The relative table, split into stacked tables where the console is too narrow for every metric:
+    one line per configuration, or with `detail` each median under its ratio."""
     values = store.values(run_id)
     present = {m for per in values.values() for m in per}
     metrics = [m for m in (metrics or list(HEADLINE)) if m in present]
     rows = relative_rows(configs, values, metrics)
     if not rows or not metrics:
-        return None
+        return []
     context_keys = list(dict.fromkeys(k for r in rows for k in r.context))
-    table = Table(title="relative to env=bare with the same workload: ratio env/bare (loss: difference), "
-                        "median below", show_lines=True)
-    for k in context_keys:
-        table.add_column(k)
-    table.add_column("environment")
+    fixed = [Col(escape(k), [escape(str(r.context.get(k, ""))) for r in rows]) for k in context_keys]
+    fixed.append(Col("environment", [escape(r.environment) + ("" if r.reference == "bare" else
+                                                              f"{chr(10) if detail else ' '}[dim]vs "
+                                                              f"{escape(r.reference)}[/]") for r in rows]))
+    units = []
     for m in metrics:
         meta = METRICS.get(m)
         arrow = "" if meta is None else (" ↑" if meta.direction == "higher" else " ↓")
-        table.add_column(f"{m.replace('.', chr(10), 1)}{arrow}", justify="right")
-    for r in rows:
-        env = r.environment + ("" if r.reference == "bare" else f"\n[dim]vs {r.reference}[/]")
-        table.add_row(*[str(r.context.get(k, "")) for k in context_keys], env,
-                      *[_cell(_kind(m), r.cells.get(m)) for m in metrics])
-    return table
+        units.append([Col(escape(f"{m.replace('.', chr(10), 1)}{arrow}"),
+                          [_cell(_kind(m), r.cells.get(m), detail) for r in rows], "right")])
+    return stacked_tables(console, (lambda: Table(show_lines=True)) if detail else compact_table, fixed, units)
 
 
 def _software_guests(configs: list[dict[str, Any]]) -> dict[str, str]:
@@ -148,13 +150,16 @@ def software_guest_note(configs: list[dict[str, Any]]) -> str | None:
               "under KVM.")
 
 
-def show_relative(store: Store, run_id: str, console: Console) -> None:
+def show_relative(store: Store, run_id: str, console: Console, detail: bool = False) -> None:
     """Print the relative table when the run compared environments (nothing otherwise), and say when
     guests ran in software."""
     configs = store.configurations(run_id)
-    table = relative_table(store, run_id, configs)
-    if table is not None:
-        console.print(table)
+    tables = relative_tables(store, run_id, configs, console, detail=detail)
+    if tables:
+        console.print()
+        console.print("relative to env=bare with the same workload: ratio env/bare (loss: difference in "
+                      "percentage points)" + (", median below" if detail else ""))
+        print_stacked(console, tables)
     note = software_guest_note(configs)
     if note:
         console.print(f"[yellow]{note}[/]")

@@ -4,16 +4,22 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+from rich import box
+from rich.cells import cell_len
 from rich.console import Console
 from rich.markup import escape
+from rich.measure import Measurement
 from rich.table import Table
+from rich.text import Text
 
 from vnetbench.metrics import HEADLINE, METRICS
 from vnetbench.units import utc_text
 from vnetbench.stats import IMPROVED, INCONCLUSIVE, REGRESSED, UNCHANGED, summarize
+from vnetbench.stats.summary import UNSTABLE_CV, min_n_for_median_ci
 from vnetbench.store.db import Store
 
 # The columns people look for first in a congestion study; the rest follow.
@@ -93,54 +99,219 @@ def _short_version(text: str) -> str:
     return found.group(0) if found else str(text)
 
 
-def show(store: Store, run_id: str, console: Console, metrics: list[str] | None = None) -> None:
-    """Per configuration and metric: n, median with its exact 95% CI, mean ± sd, min..max, p5-95 (from 10
-    trials), CV, outliers, theory."""
+# ------------------------------------------------------------------ tables that fit the terminal
+
+
+class Col:
+    """One column of a table about to be split to fit: its header, justification and cells (markup or Text)."""
+
+    def __init__(self, header: str, cells: list[str | Text], justify: str = "left") -> None:
+        self.header, self.cells, self.justify = header, cells, justify
+
+    @property
+    def width(self) -> int:
+        """The widest line of the header and the cells: what the column needs for nothing to wrap."""
+        texts = [Text.from_markup(self.header), *(c if isinstance(c, Text) else Text.from_markup(c)
+                                                  for c in self.cells)]
+        return max((cell_len(line) for t in texts for line in t.plain.split("\n")), default=0)
+
+
+def _table_width(console: Console, make: Callable[[], Table], widths: list[int]) -> int:
+    """How wide a table of `make`'s style is with columns of these content widths (rich's own arithmetic)."""
+    skeleton = make()
+    skeleton.title = skeleton.caption = None
+    for _ in widths:
+        skeleton.add_column("")
+    skeleton.add_row(*("x" * w for w in widths))
+    return Measurement.get(console, console.options.update(width=1 << 20), skeleton).maximum
+
+
+def stacked_tables(console: Console, make: Callable[[], Table], fixed: list[Col],
+                   units: list[list[Col]]) -> list[Table]:
+    """The fixed (label) columns with as many units of columns as fit the console's width, then the next
+    table with the fixed columns again and the next units: stacked tables, never cut or wrapped cells.
+    A unit too wide even alone gets a table of its own whose cells fold (nothing is ever truncated)."""
+    fixed_w = [c.width for c in fixed]
+    groups: list[list[list[Col]]] = []
+    current: list[list[Col]] = []
+    widths = list(fixed_w)
+    for unit in units:
+        more = [c.width for c in unit]
+        if current and _table_width(console, make, widths + more) > console.width:
+            groups.append(current)
+            current, widths = [], list(fixed_w)
+        current.append(unit)
+        widths += more
+    if current or not groups:
+        groups.append(current)
+    tables = []
+    for group in groups:
+        t = make()
+        cols = fixed + [c for unit in group for c in unit]
+        for c in cols:
+            t.add_column(c.header, justify=c.justify, overflow="fold")  # type: ignore[arg-type]
+        for i in range(max((len(c.cells) for c in cols), default=0)):
+            t.add_row(*(c.cells[i] if i < len(c.cells) else "" for c in cols))
+        tables.append(t)
+    return tables
+
+
+def compact_table() -> Table:
+    """The style of the compact tables: no borders, a rule under the header, two spaces between columns."""
+    return Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1, 0, 0), header_style="bold")
+
+
+def print_stacked(console: Console, tables: list[Table]) -> None:
+    for i, t in enumerate(tables):
+        if i:
+            console.print()
+        console.print(t)
+
+
+# ------------------------------------------------------------------ a run's summary
+
+# Marks of the compact cells, explained once under the table.
+MARK_NO_CI = "?"
+MARK_UNSTABLE = "!"
+MARK_OUTLIERS = "*"
+
+
+def ci_half_width(s: Any) -> str:
+    """benchstat's uncertainty: the larger half of the median's CI relative to the median, "±3%"; "±?" with
+    too few trials for a CI, "±∞" when the median is 0 and the interval is not."""
+    if s.ci is None:
+        return f"±{MARK_NO_CI}"
+    half = max(s.median - s.ci[0], s.ci[1] - s.median)
+    if s.median == 0:
+        return "±0%" if half == 0 else "±∞"
+    return f"±{100 * half / abs(s.median):.0f}%"
+
+
+def compact_parts(values: np.ndarray, row_n: int | None = None) -> tuple[str, str, str]:
+    """(median, "±X%" or "±?", marks): "!" unstable, "*" outliers, "n=4" where the metric's own number of
+    trials differs from its configuration's (`row_n`)."""
+    s = summarize(values)
+    marks = (MARK_UNSTABLE if s.unstable else "") + (MARK_OUTLIERS if s.outliers else "")
+    if row_n is not None and s.n != row_n:
+        marks += (" " if marks else "") + f"n={s.n}"
+    return _fmt(s.median), ci_half_width(s), marks
+
+
+def compact_cell(values: np.ndarray, row_n: int | None = None) -> str:
+    """One metric of one configuration in benchstat's form: "95.78 ±0%", "1.38 ±? !"."""
+    median, pm, marks = compact_parts(values, row_n)
+    return f"{median} {pm}" + (f" {marks}" if marks else "")
+
+
+def _compact_column(header: str, parts: list[tuple[str, str, str] | None]) -> Col:
+    """A metric's column: medians, ± and marks each aligned, the block right-aligned under the header."""
+    present = [p for p in parts if p is not None]
+    w_med = max((len(p[0]) for p in present), default=0)
+    w_pm = max((len(p[1]) for p in present), default=0)
+    w_mark = max((len(p[2]) for p in present), default=0)
+    inner = w_med + 1 + w_pm + (1 + w_mark if w_mark else 0)
+    col = Col(header, [], "right")
+    width = max(col.width, inner if present else 1)
+    for p in parts:
+        # every cell exactly the column's width, left-justified: right-justifying would strip the padding
+        # after a cell without marks and shift it out of line with the others
+        t = Text(justify="left")
+        if p is None:
+            t.append("-".rjust(width))
+        else:
+            median, pm, marks = p
+            t.append(" " * (width - inner))
+            t.append(median.rjust(w_med), style="bold")
+            t.append(" " + pm.ljust(w_pm), style="dim" if pm.endswith(MARK_NO_CI) else "")
+            if w_mark:
+                t.append(" " + marks.ljust(w_mark), style="yellow" if marks else "")
+        col.cells.append(t)
+    return col
+
+
+def _metric_header(m: str) -> str:
+    meta = METRICS.get(m)
+    arrow = "" if meta is None else (" ↑" if meta.direction == "higher" else " ↓")
+    return escape(f"{m.replace('.', chr(10), 1)}\n({meta.unit if meta else ''}){arrow}")
+
+
+def show(store: Store, run_id: str, console: Console, metrics: list[str] | None = None,
+         detail: bool = False) -> None:
+    """A run's summary: one line per configuration, each metric's median ± the relative half-width of its
+    95% CI with marks for a missing CI, instability and outliers (benchstat's form), and theory; with
+    `detail`, cells of median, exact 95% CI, mean ± sd, min..max, p5-95 (from 10 trials), CV, outliers,
+    theory. Either way split into stacked tables where the console is too narrow for every metric."""
     run = store.run(run_id)
     configs = store.configurations(run_id)
     values = store.values(run_id)
     trials = store.trials(run_id)
     failed = [t for t in trials if t["status"] != "ok"]
-    console.print(f"[bold]run {run_id}[/]  scenario [bold]{run['scenario_name']}[/]  status {run['status']}  "
-                  f"trials ok {len(trials) - len(failed)}, failed {len(failed)}")
+    console.print(f"[bold]run {run_id}[/]  scenario [bold]{escape(str(run['scenario_name']))}[/]  status "
+                  f"{run['status']}  trials ok {len(trials) - len(failed)}, failed {len(failed)}")
     fp = run["fingerprint"]
     tools = "  ".join(f"{name} {_short_version(v)}" for name, v in (fp.get("tools") or {}).items() if v)
-    console.print(f"kernel {fp.get('kernel')}  cpu {fp.get('cpu_model')} x{fp.get('cpus')}  {tools}")
+    console.print(escape(f"kernel {fp.get('kernel')}  cpu {fp.get('cpu_model')} x{fp.get('cpus')}  {tools}"))
     for t in failed[:10]:
         console.print(f"  [yellow]{t['status']}[/] {t['config_key']} #{t['repetition']}: {escape(str(t['reason']))}")
     present = sorted({m for per in values.values() for m in per})
     wanted = metrics or [m for m in PREFERRED if m in present]
     label_keys = _label_keys(configs)
-    table = Table(title="per configuration: median, its exact 95% CI, mean ± sd, min..max, p5-95 (n >= 10), CV, "
-                        "outliers (n = successful trials)",
-                  show_lines=True)
-    for k in label_keys:
-        table.add_column(k)
-    table.add_column("n", justify="right")
-    for m in wanted:
-        meta = METRICS.get(m)
-        arrow = "" if meta is None else (" ↑" if meta.direction == "higher" else " ↓")
-        table.add_column(f"{m.replace('.', chr(10), 1)}\n({meta.unit if meta else ''}){arrow}", justify="right")
-    unstable = outliers = 0
+    rows = []  # (configuration, n, its values)
     for c in configs:
         per = values.get(c["key"], {})
-        n = max((len(v) for v in per.values()), default=0)
-        row = [str(c["labels"].get(k, "")) for k in label_keys] + [str(n)]
+        rows.append((c, max((len(v) for v in per.values()), default=0), per))
+    fixed = [Col(escape(k), [escape(str(c["labels"].get(k, ""))) for c, _, _ in rows]) for k in label_keys]
+    fixed.append(Col("n", [str(n) for _, n, _ in rows], "right"))
+    unstable = outliers = no_ci = per_metric_n = 0
+    for _, n, per in rows:
         for m in wanted:
             v = per.get(m)
-            if v is None or len(v) == 0:
-                row.append("-")
-                continue
-            s = summarize(v)
-            unstable += s.unstable
-            outliers += s.outliers
-            row.append(_summary_cell(v, c["expected"].get(m), n))
-        table.add_row(*row)
-    console.print(table)
-    legend = ("[dim]cells: median, its CI, mean ± sd, min..max, p5-95 (from 10 trials), CV; "
-              "↑/↓ higher/lower is better; CI: exact order-statistic interval of the median (n >= 6); "
-              "unstable: CV >= 10%; outliers: beyond Tukey's fences, counted, never dropped[/]")
-    console.print(legend)
+            if v is not None and len(v):
+                s = summarize(v)
+                unstable += s.unstable
+                outliers += s.outliers
+                no_ci += s.ci is None
+                per_metric_n += s.n != n
+    units: list[list[Col]] = []
+    for m in wanted:
+        theory = [c["expected"].get(m) for c, _, _ in rows]
+        if detail:
+            cells = [_summary_cell(per[m], c["expected"].get(m), n) if per.get(m) is not None and len(per[m])
+                     else "-" for c, n, per in rows]
+            units.append([Col(_metric_header(m), cells, "right")])
+            continue
+        parts = [compact_parts(per[m], n) if per.get(m) is not None and len(per[m]) else None
+                 for _, n, per in rows]
+        unit = [_compact_column(_metric_header(m), parts)]
+        if any(x is not None for x in theory):
+            lines = _metric_header(m).count("\n")
+            unit.append(Col("\n" * lines + "theory", [f"[cyan]{_fmt(x)}[/]" if x is not None else ""
+                                                       for x in theory], "right"))
+        units.append(unit)
+    if detail:
+        console.print("per configuration: median, its exact 95% CI, mean ± sd, min..max, p5-95 (n >= 10), CV, "
+                      "outliers (n = successful trials)")
+        print_stacked(console, stacked_tables(console, lambda: Table(show_lines=True), fixed, units))
+        console.print("[dim]cells: median, its CI, mean ± sd, min..max, p5-95 (from 10 trials), CV; "
+                      "↑/↓ higher/lower is better; CI: exact order-statistic interval of the median (n >= 6); "
+                      "unstable: CV >= 10%; outliers: beyond Tukey's fences, counted, never dropped[/]")
+    else:
+        print_stacked(console, stacked_tables(console, compact_table, fixed, units))
+        need = min_n_for_median_ci()
+        legend = [f"median ±X%: the larger side of the median's exact 95% CI (n >= {need}), relative to the median"]
+        if no_ci:
+            legend.append(f"{MARK_NO_CI} no CI: fewer than {need} trials")
+        if unstable:
+            legend.append(f"{MARK_UNSTABLE} unstable: CV >= {100 * UNSTABLE_CV:g}%")
+        if outliers:
+            legend.append(f"{MARK_OUTLIERS} outliers beyond Tukey's fences (kept)")
+        if per_metric_n:
+            legend.append("n=K: the metric from K trials")
+        if any(len(unit) > 1 for unit in units):
+            legend.append("theory: what the lab's physics predicts")
+        legend.append("↑/↓ higher/lower is better; vnetbench show RUN --detail: CI, mean ± sd, min..max, "
+                      "p5-95, CV")
+        console.print("[dim]" + escape("; ".join(legend)) + "[/]")
     if unstable or outliers:
         console.print(f"[yellow]{unstable} unstable cell(s), {outliers} outlier trial value(s)[/]: "
                       "vnetbench export RUN shows every trial")
