@@ -35,11 +35,31 @@ def _split(text: str | int | float, what: str, units: str) -> tuple[float, str]:
     if isinstance(text, bool):
         raise UnitError(f"{text!r} is not a {what}; expected a number with a unit ({units})")
     if isinstance(text, (int, float)):
-        return float(text), ""
+        return _finite(text, text, what), ""
     m = _RE.match(str(text))
     if not m:
-        raise UnitError(f"{text!r} is not a {what}; expected a number with a unit ({units})")
-    return float(m.group("num")), m.group("unit")
+        raise UnitError(f"{brief(text)} is not a {what}; expected a number with a unit ({units})")
+    return _finite(float(m.group("num")), text, what), m.group("unit")
+
+
+def brief(text: object) -> str:
+    """A value for a message: whole when short, else its start and length (a 5,000-digit number is not
+    worth 5,000 characters of error)."""
+    shown = repr(text)
+    return shown if len(shown) <= 60 else f"{shown[:40]}... ({len(shown)} characters)"
+
+
+def _finite(value: float | int, text: object, what: str) -> float:
+    """`value` as a float, if it is a finite one: NaN, infinity and numbers beyond a float's range are
+    not quantities (NaN would pass every range check: nan <= 0 is false)."""
+    try:
+        out = float(value)
+    except OverflowError:
+        out = math.inf
+    if not math.isfinite(out):
+        raise UnitError(f"{brief(text)} is not a finite {what}: give a number a float can hold (at most "
+                        "about 1.8e308, and not inf or nan)")
+    return out
 
 
 def _prefix_factor(prefix: str) -> float | None:
@@ -60,7 +80,7 @@ def parse_rate(text: str | int | float) -> float:
             prefix = unit[: -len(suffix)]
             factor = _prefix_factor(prefix)
             if factor is not None:
-                return value * factor * per_bit
+                return _finite(value * factor * per_bit, text, "rate")
     raise UnitError(f"{text!r} has an unknown rate unit {unit!r}; expected {RATE_UNITS}")
 
 
@@ -72,7 +92,7 @@ def parse_size(text: str | int | float) -> float:
     if unit.endswith("B"):
         factor = _prefix_factor(unit[:-1])
         if factor is not None:
-            return value * factor
+            return _finite(value * factor, text, "size")
     raise UnitError(f"{text!r} has an unknown size unit {unit!r}; expected {SIZE_UNITS}")
 
 
@@ -85,7 +105,7 @@ def parse_duration(text: str | int | float) -> float:
     if unit == "":
         return value
     if unit in _DURATION:
-        return value * _DURATION[unit]
+        return _finite(value * _DURATION[unit], text, "duration")
     raise UnitError(f"{text!r} has an unknown duration unit {unit!r}; expected {DURATION_UNITS}")
 
 
@@ -132,10 +152,8 @@ def parse_percent(text: str) -> float:
     try:
         value = float(raw[:-1]) / 100.0 if raw.endswith("%") else float(raw)
     except ValueError:
-        raise UnitError(f"{text!r} is not a number or a percentage") from None
-    if math.isnan(value):
-        raise UnitError(f"{text!r} is not a number")
-    return value
+        raise UnitError(f"{brief(text)} is not a number or a percentage") from None
+    return _finite(value, text, "number")
 
 
 def utc_text(ts: float | None, missing: str = "-", seconds: bool = True) -> str:

@@ -93,7 +93,7 @@ def test_schedule_steps_and_their_errors():
                          "time order"),
                         ({"steps": [{"at": "12s", "forward": {"rate": "1Mbit"}}], "every": "10s"}, "within one period"),
                         ("100Mbit 20Mbit", "RATE/TIME"),
-                        ("100Mbit/0s", "lasts no time"),
+                        ("100Mbit/0s", "lasts 0ns: a step lasts at least 1ms"), ("100Mbit/0.5ms 1Mbit/1s", "a step lasts at least 1ms"),
                         ({"steps": []}, "needs steps or a trace")]:
         with pytest.raises(ValidationError) as e:
             Schedule.model_validate(raw)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 import re
+import stat
 from pathlib import Path
 from typing import Annotated, Any, Iterable, Literal
 
@@ -37,9 +38,35 @@ DIRECTIONS = ("forward", "reverse")
 BACKENDS = ("auto", "tbf", "htb", "netem", "userspace")
 FRAME_OVERHEAD = 14  # Ethernet header on top of the MTU: a full frame is MTU + 14 bytes
 MAHIMAHI_OPPORTUNITY_BYTES = 1500
+MAHIMAHI_MAX_BYTES = 64 * 2**20
+#: The compact schedule form: at most this many characters, and steps of at least a millisecond (the
+#: emulator's and the kernel's timers do not change a link faster; shorter steps would unroll for ever).
+SCHEDULE_MAX_TEXT = 100_000
+SCHEDULE_MIN_STEP_S = 1e-3
 
 
 # --------------------------------------------------------------------- parsing
+
+
+# The kernel's shapers keep a rate in bytes/s and a queue limit in bytes in 32-bit fields (tbf, htb, bfifo,
+# netem's rate): beyond these pyroute2 overflows. The emulator follows the same limits, so that a scenario
+# means the same whatever backend realises it; a delay beyond a minute is no network's.
+MAX_LINK_RATE_BPS = (2**32 - 1) * 8  # 34.36 Gbit/s
+MAX_BUFFER_BYTES = 2**32 - 1
+MAX_DELAY_S = 60.0
+
+
+def link_rate(value: float, text: Any) -> float:
+    if value > MAX_LINK_RATE_BPS:
+        raise ValueError(f"{text!r}: a link's rate is at most {units.format_rate(MAX_LINK_RATE_BPS)} (the kernel's "
+                         "shapers count bytes/s in 32 bits); for no shaping write 'unlimited'")
+    return value
+
+
+def buffer_bytes_in_range(size: float, text: Any) -> float:
+    if size > MAX_BUFFER_BYTES:
+        raise ValueError(f"{text}: a queue holds at most 4 GiB (the kernel's qdiscs count bytes in 32 bits)")
+    return size
 
 
 def _rate(v: Any) -> Any:
@@ -50,7 +77,14 @@ def _rate(v: Any) -> Any:
     value = units.parse_rate(v)
     if value < 0:
         raise ValueError(f"{v!r}: a rate cannot be negative")
-    return value or None
+    return link_rate(value, v) or None
+
+
+def _delay(v: Any) -> float:
+    value = quantities.duration(v)
+    if value > MAX_DELAY_S:
+        raise ValueError(f"{v!r}: a delay or jitter is at most {MAX_DELAY_S:g}s")
+    return value
 
 
 def _probability(v: Any) -> Any:
@@ -71,13 +105,14 @@ def _probability(v: Any) -> Any:
 
 Rate = Annotated[float | None, BeforeValidator(_rate)]
 Duration = quantities.Duration
+Delay = Annotated[float, BeforeValidator(_delay)]
 Probability = Annotated[float, BeforeValidator(_probability)]
 
 
 class _Partial(BaseModel):
     """Strict, frozen, and dumps only the fields that were given."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     @model_serializer(mode="wrap")
     def _only_given(self, handler: SerializerFunctionWrapHandler) -> Any:
@@ -106,6 +141,8 @@ class LinkBuffer(_Partial):
             raise ValueError("a buffer is either bytes or seconds, not both or neither")
         if (self.bytes or 0) < 0 or (self.seconds or 0) < 0:
             raise ValueError("a buffer cannot be negative")
+        if self.bytes is not None:
+            buffer_bytes_in_range(self.bytes, self)
         return self
 
     def in_bytes(self, rate_bps: float | None) -> float:
@@ -257,8 +294,8 @@ class LinkConditions(_Partial):
     rate: Rate = Field(default=None, description="bottleneck rate, e.g. \"100Mbit\"; none = line speed")
     buffer: LinkBuffer | None = Field(default=None, description="queue limit: bytes, or time at the rate")
     queue: QueueSpec = Field(default_factory=QueueSpec, description="queue discipline")
-    delay: Duration = Field(default=0.0, description="one-way propagation delay")
-    jitter: Duration = Field(default=0.0, description="delay variation: the standard deviation (normal, pareto, "
+    delay: Delay = Field(default=0.0, description="one-way propagation delay")
+    jitter: Delay = Field(default=0.0, description="delay variation: the standard deviation (normal, pareto, "
                                                       "paretonormal) or half-width (uniform)")
     distribution: Literal["normal", "uniform", "pareto", "paretonormal"] = "normal"
     jitter_reorders: bool = Field(default=False, description="false: packets keep their order (a packet never "
@@ -276,6 +313,9 @@ class LinkConditions(_Partial):
                 and "rate" in self.model_fields_set:
             raise ValueError(f"buffer = {self.buffer} is a time at the link's rate, but rate is unlimited: "
                              "give the buffer in bytes")
+        if self.buffer is not None and self.buffer.seconds is not None and self.rate:
+            buffer_bytes_in_range(self.buffer.in_bytes(self.rate), f"buffer = {self.buffer} at "
+                                                                   f"{units.format_rate(self.rate)}")
         return self
 
     def given(self) -> set[str]:
@@ -372,9 +412,19 @@ def read_mahimahi(path: str | Path) -> list[int]:
     = its last timestamp."""
     p = Path(path)
     try:
+        info = p.stat()
+        # a regular file only: a device or a pipe (/dev/zero, /dev/stdin) would be read for ever or block
+        if not stat.S_ISREG(info.st_mode):
+            raise ValueError(f"trace file {str(path)!r} is not a regular file (a device, pipe or directory): "
+                             "give a Mahimahi trace file")
+        if info.st_size > MAHIMAHI_MAX_BYTES:
+            raise ValueError(f"trace file {str(path)!r} has {info.st_size:,} bytes, more than a trace's "
+                             f"{MAHIMAHI_MAX_BYTES // 2**20} MiB (millions of delivery opportunities): shorten it")
         text = p.read_text()
     except OSError as e:
         raise ValueError(f"trace file {str(path)!r} cannot be read: {e.strerror or e}") from None
+    except UnicodeDecodeError:
+        raise ValueError(f"trace file {str(path)!r} is not text: a Mahimahi trace has one number per line") from None
     stamps: list[int] = []
     for n, line in enumerate(text.splitlines(), start=1):
         line = line.strip()
@@ -435,24 +485,30 @@ class Schedule(_Partial):
         t = text.strip()
         if t.lower().startswith("trace:"):
             return {"trace": t[6:].strip(), "direction": direction}
-        items = [x for x in re.split(r"[,\s]+(?=[^/\s]+\s*/)", t) if x.strip()]
+        if len(t) > SCHEDULE_MAX_TEXT:
+            raise ValueError(f"a schedule of {len(t):,} characters: write at most {SCHEDULE_MAX_TEXT:,}, or give "
+                             "the rates as a Mahimahi trace (\"trace:FILE\")")
+        # "100Mbit / 5s, 20Mbit/5s": spaces around "/" go first, then items are split at commas and spaces
+        # (two linear passes; a lookahead split here was cubic on a long run of separators)
+        items = [x for x in re.split(r"[,\s]+", re.sub(r"\s*/\s*", "/", t)) if x]
         steps, at = [], 0.0
         for item in items:
             m = _CYCLE_ITEM.match(item)
             if not m:
-                raise ValueError(f"schedule {text!r}: {item!r} is not RATE/TIME; write e.g. \"100Mbit/5s 20Mbit/5s\" "
+                raise ValueError(f"schedule {units.brief(text)}: {item!r} is not RATE/TIME; write e.g. \"100Mbit/5s 20Mbit/5s\" "
                                  "(each rate for its time, repeating), a list of steps, or \"trace:FILE\"")
             try:
                 rate = units.parse_rate(m["rate"])
                 dur = units.parse_duration(m["dur"])
             except units.UnitError as e:
-                raise ValueError(f"schedule {text!r}: {e}") from None
-            if dur <= 0:
-                raise ValueError(f"schedule {text!r}: {item!r} lasts no time")
+                raise ValueError(f"schedule {units.brief(text)}: {e}") from None
+            if dur < SCHEDULE_MIN_STEP_S:
+                raise ValueError(f"schedule {units.brief(text)}: {item!r} lasts {units.format_duration(dur)}: a step "
+                                 "lasts at least 1ms")
             steps.append({"at": at, direction: {"rate": rate}})
             at += dur
         if not steps:
-            raise ValueError(f"schedule {text!r} is empty")
+            raise ValueError(f"schedule {units.brief(text)} is empty")
         return {"steps": steps, "every": at, "direction": direction}
 
     @model_validator(mode="after")

@@ -14,6 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from vnetbench import units
 from vnetbench.errors import ScenarioError
 from vnetbench.scenario.model import LabSpec, RepeatSpec, Scenario
 from vnetbench.workloads import registry
@@ -37,6 +38,9 @@ class LoadedScenario:
         return digest.hexdigest()[:16]
 
 
+MAX_SCENARIO_BYTES = 16 * 2**20
+
+
 def builtin_names() -> list[str]:
     return sorted(p.name[:-5] for p in resources.files(BUILTIN_PACKAGE).iterdir() if p.name.endswith(".toml"))
 
@@ -44,12 +48,24 @@ def builtin_names() -> list[str]:
 def read_source(name_or_path: str) -> tuple[str, str]:
     """(source label, text) for a built-in scenario name or a file path."""
     path = Path(name_or_path)
-    if path.suffix == ".toml" or path.exists() or "/" in name_or_path:
-        if not path.is_file():
-            raise ScenarioError(
-                f"{name_or_path}: no such scenario file; built-in scenarios are: {', '.join(builtin_names())}"
-            )
-        return str(path), path.read_text()
+    shown = name_or_path if len(name_or_path) <= 200 else units.brief(name_or_path)
+    try:
+        is_file = path.suffix == ".toml" or path.exists() or "/" in name_or_path
+        if is_file and not path.is_file():
+            raise ScenarioError(f"{shown}: no such scenario file; built-in scenarios are: {', '.join(builtin_names())}")
+        text = path.read_bytes() if is_file else None
+    except OSError as e:  # a name too long, a directory without permission, ...
+        raise ScenarioError(f"{shown}: cannot read the scenario file: {e.strerror or e}") from None
+    if text is not None:
+        if len(text) > MAX_SCENARIO_BYTES:
+            raise ScenarioError(f"{shown}: {len(text):,} bytes is not a scenario file (at most "
+                                f"{MAX_SCENARIO_BYTES // 2**20} MiB); a long rate trace goes in a trace file")
+        try:
+            return str(path), text.decode("utf-8")
+        except UnicodeDecodeError as e:
+            line = text[:e.start].count(b"\n") + 1
+            raise ScenarioError(f"{shown}: line {line} is not UTF-8 (byte {text[e.start]:#04x}); TOML files are "
+                                "UTF-8: save it as UTF-8") from None
     if name_or_path in builtin_names():
         text = resources.files(BUILTIN_PACKAGE).joinpath(f"{name_or_path}.toml").read_text()
         return f"builtin:{name_or_path}", text
@@ -70,9 +86,17 @@ def load_text(text: str, source: str, overrides: list[str] | tuple[str, ...] = (
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise ScenarioError(f"{source}: not valid TOML: {e}") from None
+    except ValueError as e:  # Python's own limits, e.g. an integer of more than 4,300 digits
+        raise ScenarioError(f"{source}: a value is beyond what can be read: {e}".split("; use sys.")[0]) from None
+    except RecursionError:
+        raise ScenarioError(f"{source}: arrays or tables nested too deep to read") from None
     for item in overrides:
         apply_override(raw, item, source)
-    scenario = validate(raw, source)
+    try:
+        scenario = validate(raw, source)
+    except RecursionError:
+        raise ScenarioError(f"{source}: arrays or tables nested too deep: a scenario's values are at most a few "
+                            "levels deep") from None
     return LoadedScenario(scenario=scenario, source=source, text=text, overrides=tuple(overrides))
 
 
@@ -93,6 +117,11 @@ def _parse_value(text: str) -> Any:
         return tomllib.loads(f"v = {text}")["v"]
     except tomllib.TOMLDecodeError:
         pass
+    except ValueError as e:  # Python's own limits, e.g. an integer of more than 4,300 digits
+        raise ScenarioError(f"--set value {units.brief(text)} is beyond what can be read: "
+                            f"{str(e).split('; use sys.')[0]}") from None
+    except RecursionError:
+        raise ScenarioError(f"--set value {units.brief(text)} is nested too deep") from None
     if text.startswith("[") and text.endswith("]"):
         inner = text[1:-1].strip()
         return [_parse_value(item.strip()) for item in inner.split(",")] if inner else []
@@ -229,7 +258,7 @@ def format_validation_error(error: ValidationError, raw: dict[str, Any], source:
             lines.append(f"  {key}: required but missing")
             continue
         value = _lookup(raw, loc)
-        shown = f" = {value!r}" if value is not None and not isinstance(value, dict) else ""
+        shown = f" = {units.brief(value)}" if value is not None and not isinstance(value, dict) else ""
         lines.append(f"  {key}{shown}: {msg}")
     return "\n".join(lines)
 

@@ -37,7 +37,8 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from vnetbench import quantities, units
-from vnetbench.impair.model import LinkSpec, LossSpec, Schedule, lab_links, short_hand_conflicts
+from vnetbench.impair.model import (Delay, LinkBuffer, LinkSpec, LossSpec, Schedule, buffer_bytes_in_range,
+                                    lab_links, link_rate, short_hand_conflicts)
 from vnetbench.lab import environments
 from vnetbench.workloads import iperf3, ping, registry, tcpinfo
 
@@ -50,29 +51,17 @@ _rate, _size, _duration = quantities.rate, quantities.size, quantities.duration
 Rate, Size, Duration = quantities.Rate, quantities.Size, quantities.Duration
 
 
-class Buffer(BaseModel):
-    """A queue limit, in bytes or as time at the link rate ("500kB" or "40ms")."""
+# The lab's buffer is a link buffer: bytes, or time at the bottleneck's rate ("500kB", "40ms").
+Buffer = LinkBuffer
 
-    model_config = ConfigDict(frozen=True)
-    bytes: float | None = None
-    seconds: float | None = None
 
-    @model_validator(mode="before")
-    @classmethod
-    def _parse(cls, v: Any) -> Any:
-        if isinstance(v, (dict, Buffer)):
-            return v
-        return units.parse_buffer(v)
-
-    def in_bytes(self, rate_bps: float) -> float:
-        return self.bytes if self.bytes is not None else self.seconds * rate_bps / 8.0
-
-    def __str__(self) -> str:
-        return units.format_size(self.bytes) if self.bytes is not None else units.format_duration(self.seconds)
+IPV6_MIN_MTU = 1280
+VM_MIN_MEMORY = 64 * 2**20  # the guest kernel, its initramfs (the tools) and their page cache
+VM_MAX_MEMORY = 64 * 2**30
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
 
 class LabSpec(Strict):
@@ -101,9 +90,9 @@ class LabSpec(Strict):
     pin_cpus: bool = True
     # Link conditions (vnetbench.impair.model). Short-hands for the "bottleneck" link (the switch port toward
     # the receiver), in the `shape` direction(s); [lab.link.NAME] gives any link conditions per direction.
-    delay: Duration = Field(default=0.0, description="one-way delay added on the bottleneck, in each `shape` "
+    delay: Delay = Field(default=0.0, description="one-way delay added on the bottleneck, in each `shape` "
                                                      "direction (forward: the RTT grows by delay)")
-    jitter: Duration = Field(default=0.0, description="delay variation on the bottleneck (normal, sd = jitter)")
+    jitter: Delay = Field(default=0.0, description="delay variation on the bottleneck (normal, sd = jitter)")
     loss: LossSpec = Field(default_factory=LossSpec, description="loss on the bottleneck: '1%' (Bernoulli) or "
                                                                  "{model = \"gilbert_elliott\", p = ..., r = ...}")
     backend: Literal["auto", "tbf", "htb", "netem", "userspace"] = Field(
@@ -136,7 +125,7 @@ class LabSpec(Strict):
     def _bottleneck(cls, v: Any) -> Any:
         if v is None or (isinstance(v, str) and v.strip().lower() in ("unlimited", "none")):
             return None
-        return _rate(v)
+        return link_rate(_rate(v), v)
 
     @field_validator("cpu_quota", mode="before")
     @classmethod
@@ -172,6 +161,21 @@ class LabSpec(Strict):
                 f"{{env = \"{owners[0]}\", {wrong[0].replace(' = ', ' = ', 1)}}}]"
             )
         return self
+
+    @model_validator(mode="after")
+    def _ipv6_mtu(self) -> "LabSpec":
+        if self.ip_version == 6 and self.mtu < IPV6_MIN_MTU:
+            raise ValueError(f"mtu = {self.mtu} with ip_version = 6: IPv6 needs links of at least {IPV6_MIN_MTU} "
+                             "bytes (RFC 8200); raise mtu or use ip_version = 4")
+        return self
+
+    @field_validator("memory")
+    @classmethod
+    def _guest_memory(cls, v: float | None) -> float | None:
+        if v is not None and not VM_MIN_MEMORY <= v <= VM_MAX_MEMORY:
+            raise ValueError(f"{units.format_size(v)}: a guest gets 64 MiB to 64 GiB of memory (its kernel and "
+                             "tools need the least)")
+        return v
 
     @field_validator("senders")
     @classmethod
@@ -221,6 +225,7 @@ class LabSpec(Strict):
         if rate is None:
             return v  # the bottleneck itself is invalid; that error is reported
         size = v.in_bytes(rate)
+        buffer_bytes_in_range(size, f"{v} at {units.format_rate(rate)}")
         if size < mtu + 14:
             raise ValueError(
                 f"{v} is {size:.0f} B at {units.format_rate(rate)}, smaller than one full-size frame "
@@ -269,7 +274,8 @@ class RepeatSpec(Strict):
     key_metrics: list[str] = Field(default_factory=lambda: ["throughput.rx_mbps"],
                                    description="adaptive: the metrics whose precision decides when to stop")
     order: Literal["interleaved", "sequential"] = "interleaved"
-    seed: int = 1
+    seed: int = Field(default=1, ge=0, le=2**63 - 1, description="seeds the trial order and the emulators' "
+                                                              "randomness (a 64-bit integer, as SQLite stores it)")
     warmup: bool = True
 
     DEFAULT_MIN: ClassVar[int] = 5

@@ -137,9 +137,13 @@ def evaluate_offered(expr: str, variables: dict[str, float]) -> float | None:
     if text == "unlimited":
         return None
     try:
-        return units.parse_rate(text)
+        value = units.parse_rate(text)
     except units.UnitError:
         pass
+    else:
+        if value <= 0:  # iperf3 would read 0 as "as fast as it can": say 'unlimited' for that
+            raise ValueError(f"offered = {expr!r}: a rate must be more than 0; for no limit write 'unlimited'")
+        return value
 
     def ev(node: ast.AST) -> float:
         if isinstance(node, ast.Expression):
@@ -161,7 +165,8 @@ def evaluate_offered(expr: str, variables: dict[str, float]) -> float | None:
     except (SyntaxError, ValueError, ZeroDivisionError) as e:
         raise ValueError(f"offered = {expr!r}: {e}; write a rate ('50Mbit'), 'unlimited', or e.g. 'ratio * bottleneck / senders'") from None
     if not math.isfinite(value) or value <= 0:
-        raise ValueError(f"offered = {expr!r} gives {value:g} bit/s: it must be positive")
+        raise ValueError(f"offered = {expr!r} gives {value:g} bit/s: it must be a finite rate above 0 "
+                         "(for no limit write 'unlimited')")
     return value
 
 

@@ -114,7 +114,7 @@ class WorkloadOptions(BaseModel):
     another, ``during = "<other workload's name>"``; ``enabled = false`` for one that a scenario offers
     but does not run unless asked. Each tool's model adds its own options."""
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
     tool: str
     during: str | None = None
     enabled: bool = True  # an optional workload of a built-in: --set workload.NAME.enabled=true

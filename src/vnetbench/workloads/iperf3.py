@@ -18,6 +18,7 @@ throughput and loss come from the receiver, never from the sender's guess.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -36,19 +37,41 @@ BASE_PORT = 5201  # one server per sender: 5201, 5202, ... (tcpinfo and the cont
 # ------------------------------------------------------------------ options
 
 
+# iperf3 3.12's own limits (it refuses more: "test duration too long (maximum = 86400 seconds)", "bogus value
+# for --omit", "socket buffer size too large (maximum = 536870912 bytes)"), and it reads --time and --omit as
+# whole seconds: 1.7 s runs 1 s, 0.5 s omits nothing. Checked here, so that a scenario fails when it is loaded,
+# not as a wrong measurement.
+MAX_DURATION_S = 86_400
+MAX_OFFERED_LENGTH = 200  # an `offered` expression; longer ones are a mistake (and deep ones exhaust the parser)
+MAX_OMIT_S = 600
+MAX_WINDOW_BYTES = 536_870_912
+
+
+def iperf3_seconds(v: float, what: str, least: int) -> float:
+    if v != int(v) or not least <= v <= MAX_DURATION_S:
+        raise ValueError(f"{v:g}s: iperf3 runs {what} in whole seconds, {least}s to {MAX_DURATION_S}s (a day); "
+                         f"give e.g. {max(least, min(MAX_DURATION_S, round(v)))}s")
+    return v
+
+
 class FlowTiming(BaseModel):
     """When one sender's flow runs, relative to the trial's start."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     start: Duration = 0.0
     duration: Duration | None = None  # None: the stream's duration
+
+    @field_validator("start")
+    @classmethod
+    def _start(cls, v: float) -> float:
+        if v > MAX_DURATION_S:
+            raise ValueError(f"{v:g}s: a flow starts within a day of the trial's start")
+        return v
 
     @field_validator("duration")
     @classmethod
     def _whole(cls, v: float | None) -> float | None:
-        if v is not None and v < 1:
-            raise ValueError(f"{v}s: iperf3 measures in whole seconds; give at least 1s")
-        return v
+        return None if v is None else iperf3_seconds(v, "a flow", 1)
 
 
 class Options(WorkloadOptions):
@@ -98,8 +121,34 @@ class Options(WorkloadOptions):
     @field_validator("duration")
     @classmethod
     def _duration(cls, v: float) -> float:
-        if v < 1:
-            raise ValueError(f"{v}s: iperf3 measures in whole seconds; give at least 1s")
+        return iperf3_seconds(v, "its flows", 1)
+
+    @field_validator("omit")
+    @classmethod
+    def _omit(cls, v: float) -> float:
+        if v != int(v) or v > MAX_OMIT_S:
+            raise ValueError(f"{v:g}s: iperf3 omits whole seconds, 0s to {MAX_OMIT_S}s; give e.g. "
+                             f"{min(MAX_OMIT_S, round(v))}s")
+        return v
+
+    @field_validator("window")
+    @classmethod
+    def _window(cls, v: float | None) -> float | None:
+        if v is not None and not 1024 <= v <= MAX_WINDOW_BYTES:
+            raise ValueError(f"{v:g} B: iperf3 takes a window (socket buffer) of 1 KiB to 512 MiB")
+        return v
+
+    @field_validator("offered", mode="before")
+    @classmethod
+    def _offered(cls, v: Any) -> Any:
+        # a bare number is a rate in bit/s (as everywhere else), written the way the expression reads it
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            if not math.isfinite(v):
+                raise ValueError(f"{v!r} is not a finite rate: give a rate (e.g. '50Mbit') or 'unlimited'")
+            return repr(v)
+        if isinstance(v, str) and len(v) > MAX_OFFERED_LENGTH:
+            raise ValueError(f"an expression of {len(v)} characters: write offered in at most "
+                             f"{MAX_OFFERED_LENGTH} (e.g. 'ratio * bottleneck / senders')")
         return v
 
     @field_validator("congestion_control")
@@ -167,7 +216,7 @@ def server_command(port: int) -> list[str]:
 
 def client_command(spec: ClientSpec) -> list[str]:
     argv = ["iperf3", "--client", spec.server, "--port", str(spec.port), "--json", "--get-server-output",
-            "--time", f"{spec.duration:g}", "--omit", f"{spec.omit:g}", "-" + str(spec.ip_version)]
+            "--time", str(int(spec.duration)), "--omit", str(int(spec.omit)), "-" + str(spec.ip_version)]
     if spec.omit == 0:
         argv[argv.index("--omit"):argv.index("--omit") + 2] = []
     if spec.proto == "udp":
