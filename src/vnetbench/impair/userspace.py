@@ -217,7 +217,7 @@ class Emulator:
         self.stop()
         self.starts += 1
         config_path = self.workdir / f"{self.tag}.config.json"
-        config_path.write_text(json.dumps(config, indent=1))
+        config_path.write_text(json.dumps(config, indent=1, allow_nan=False))  # the emulator reads strict JSON
         out, err = self.workdir / f"{self.tag}.out", self.workdir / f"{self.tag}.err"
         for p in (self.control_path, self.stats_path):
             p.unlink(missing_ok=True)
@@ -286,7 +286,7 @@ class Emulator:
             s.settimeout(timeout)
             try:
                 s.connect(str(self.control_path))
-                s.sendall(json.dumps(obj).encode() + b"\n")
+                s.sendall(json.dumps(obj, allow_nan=False).encode() + b"\n")
                 buf = b""
                 while not buf.endswith(b"\n"):
                     chunk = s.recv(65536)
