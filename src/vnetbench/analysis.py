@@ -18,11 +18,12 @@ and argument parsing :mod:`vnetbench.cli_analysis`'s.
 
 Which metrics a comparison judges matters for its power: Holm's correction
 divides alpha among the metrics of one configuration, and with 5 trials per
-side the smallest possible Mann-Whitney p-value is 2/252 = 0.008, so more than
-six metrics in one family could never be "changed". By default a comparison
-therefore judges the headline metrics (:data:`DEFAULT_METRICS`); ``metrics``
-chooses others, ``all_metrics`` takes every stored one (and a note says when
-the family is too large for the number of trials).
+side (and no ties) the smallest possible Mann-Whitney p-value is 2/252 = 0.008,
+so more than six metrics in one family could never be "changed". By default a
+comparison therefore judges the headline metrics (:data:`DEFAULT_METRICS`);
+``metrics`` chooses others, ``all_metrics`` takes every stored one (and a note
+names the metrics that cannot be "changed" with their own trial counts and
+values in a family that large).
 """
 
 from __future__ import annotations
@@ -49,7 +50,9 @@ from vnetbench.stats import (
     Comparison,
     compare_many,
     detect_change_points,
+    holm,
     junit_xml,
+    smallest_pvalue,
     summarize,
 )
 from vnetbench.metrics import HEADLINE
@@ -291,23 +294,75 @@ def _check_noise_names(overrides: dict[str, float], present: set[str]) -> None:
                                  f"{', '.join(_metric_order(present))}")
 
 
-def _power_notes(pairs: list[PairResult], alpha: float) -> list[str]:
-    """Say when the Holm family is too large for the trial counts: no verdict could ever be 'changed'."""
-    seen: dict[tuple[int, int, int], int] = {}
-    for p in pairs:
-        tested = [r for r in p.results if r.p_value is not None]
+def _power_notes(compared: list[tuple[PairResult, list[tuple]]], alpha: float) -> list[str]:
+    """Say which metrics can never be reported as changed, given their trials and their Holm family.
+
+    ``compared``: each compared configuration with the items it was judged on
+    (metric, values A, values B, ...), in the order of its results. Per
+    configuration, each tested metric's smallest reachable p-value (the test
+    on the most extreme split of its own pooled values, ties and sample sizes
+    included) is Holm-adjusted together with the other metrics' smallest ones.
+    Holm's adjusted p-values only grow when any p-value grows, so a metric
+    whose adjusted value is still >= alpha cannot be "changed", whatever its
+    trials or the other metrics had shown.
+    """
+    # (na, nb, m) -> [configurations, smallest raw, smallest adjusted] where no metric can change
+    whole: dict[tuple[int, int, int], list] = {}
+    # (na, nb, m, metric) -> same, for single metrics of families that can otherwise change
+    single: dict[tuple[int, int, int, str], list] = {}
+
+    def add(table: dict, key: tuple, raw: float, adj: float) -> None:
+        entry = table.setdefault(key, [0, math.inf, math.inf])
+        entry[0] += 1
+        entry[1] = min(entry[1], raw)
+        entry[2] = min(entry[2], adj)
+
+    for pr, items in compared:
+        tested = [(r, it) for r, it in zip(pr.results, items) if r.p_value is not None]
         if not tested:
             continue
-        na, nb = tested[0].n_a, tested[0].n_b
-        seen[(na, nb, len(tested))] = seen.get((na, nb, len(tested)), 0) + 1
+        m = len(tested)
+        reach = [smallest_pvalue(it[1], it[2]) for _, it in tested]
+        adjusted = holm(reach).tolist()
+        blocked, open_ = [], 0
+        for (r, it), raw, adj in zip(tested, reach, adjusted):
+            if np.ptp(np.concatenate([np.asarray(it[1], float), np.asarray(it[2], float)])) == 0:
+                continue  # all values equal: reported as unchanged, nothing to reach
+            if adj >= alpha:
+                blocked.append((r, raw, adj))
+            else:
+                open_ += 1
+        if not blocked:
+            continue
+        sizes = {(r.n_a, r.n_b) for r, _, _ in blocked}
+        if open_ == 0 and len(sizes) == 1:
+            (na, nb), = sizes
+            add(whole, (na, nb, m), min(x for _, x, _ in blocked), min(x for _, _, x in blocked))
+        else:
+            for r, raw, adj in blocked:
+                add(single, (r.n_a, r.n_b, m, r.metric), raw, adj)
+
+    def reach_text(raw: float, adj: float, m: int) -> str:
+        holm_part = f", {min(1.0, adj):.2g} after Holm over {m} metrics" if m > 1 else ""
+        advice = "add repetitions" if raw >= alpha else "add repetitions or judge fewer metrics (--metric)"
+        return (f"the smallest p-value the test can reach is {raw:.2g}{holm_part}, not below alpha {alpha:g}; "
+                f"{advice}")
+
     notes = []
-    for (na, nb, m), count in sorted(seen.items()):
-        best = 2.0 / math.comb(na + nb, na)  # exact two-sided Mann-Whitney, complete separation
-        if m * best >= alpha:
-            notes.append(
-                f"{count} configuration(s) with n={na} vs {nb} trials and {m} metrics: the smallest possible "
-                f"Holm-adjusted p-value is {min(1.0, m * best):.2g} >= alpha {alpha:g}, so no metric can be "
-                "reported as changed; add repetitions or judge fewer metrics (--metric)")
+    for (na, nb, m), (count, raw, adj) in sorted(whole.items()):
+        family = f"{m} metric" if m == 1 else f"{m} metrics"
+        notes.append(f"{count} configuration(s) with n={na} vs {nb} trials and {family}: no metric can be "
+                     f"reported as changed; {reach_text(raw, adj, m)}")
+    # metrics with the same trial counts, family size and number of configurations share a note
+    shared: dict[tuple[int, int, int, int], list] = {}
+    for (na, nb, m, metric), (count, raw, adj) in single.items():
+        entry = shared.setdefault((na, nb, m, count), [[], math.inf, math.inf])
+        entry[0].append(metric)
+        entry[1] = min(entry[1], raw)
+        entry[2] = min(entry[2], adj)
+    for (na, nb, m, count), (names, raw, adj) in sorted(shared.items()):
+        notes.append(f"{', '.join(_metric_order(names))} ({count} configuration(s), n={na} vs {nb} trials, "
+                     f"{m} metrics judged together) cannot be reported as changed; {reach_text(raw, adj, m)}")
     return notes
 
 
@@ -370,7 +425,7 @@ def _compare_pairs(
             pr.results = comps
     notes = [f"{m} was measured only in {'/'.join(sorted(s))} for some configurations: not compared there"
              for m, s in sorted(one_sided.items())]
-    notes += _power_notes(results, alpha)
+    notes += _power_notes(list(zip(grouped, groups)), alpha)
     return results, chosen, notes
 
 

@@ -143,6 +143,48 @@ def test_default_metrics_and_a_warning_when_holm_cannot_reject(store):
         analysis.compare_runs(store, a, b, metrics=["udp.loss_ratio"])
 
 
+def test_power_note_is_per_metric_not_from_the_first_metric(store):
+    # issue 19: 4 vs 4 trials in the first metric, 10 vs 10 in a second that regressed 30%; the note
+    # used the first metric's counts for the family and said nothing could change beside "regressed"
+    a = add_run(store, "aaaaaaaaaaaa", [(UDP, {P50: [40.0, 40.1, 40.2, 40.3], RX: jitter(95, 10)})])
+    b = add_run(store, "bbbbbbbbbbbb", [(UDP, {P50: [40.05, 40.15, 40.25, 40.35], RX: jitter(66.5, 10, seed=1)})])
+    report = analysis.compare_runs(store, a, b, metrics=[P50, RX])
+    got = by_config(report)["ratio=2.0, proto=udp"]
+    assert (got[P50].n_a, got[RX].n_a) == (4, 10) and got[RX].verdict == "regressed"
+    assert report.notes == []  # RX can reach p < 0.001, so P50's best (2/70 = 0.029) is compared with alpha itself
+    # more 4-vs-4 metrics: those cannot change (at best 4 x 0.029 after Holm), throughput still can
+    rtts = [m for m in METRICS if m.startswith("rtt.")][:4]
+    a = add_run(store, "cccccccccccc", [(UDP, {**{m: [10.0, 10.1, 10.2, 10.3] for m in rtts}, RX: jitter(95, 10)})])
+    b = add_run(store, "dddddddddddd", [(UDP, {**{m: [10.05, 10.15, 10.25, 10.35] for m in rtts},
+                                               RX: jitter(66.5, 10, seed=1)})])
+    report = analysis.compare_runs(store, a, b, metrics=[*rtts, RX])
+    assert by_config(report)["ratio=2.0, proto=udp"][RX].verdict == "regressed"
+    (note,) = report.notes
+    assert note.startswith(f"{', '.join(rtts)} (1 configuration(s), n=4 vs 4 trials, 5 metrics judged together) "
+                           "cannot be reported as changed; the smallest p-value the test can reach is 0.029, "
+                           "0.11 after Holm over 5 metrics, not below alpha 0.05")
+    assert RX not in note and "no metric" not in note and "\n" not in note
+
+
+def test_power_note_uses_the_p_value_ties_can_reach(store):
+    # issue 19: [100]*4 vs [110]*4 reaches p = 0.013 (tie-corrected), below the untied bound 2/70 the note assumed
+    a = add_run(store, "aaaaaaaaaaaa", [(UDP, {P50: [40.0, 40.1, 40.2, 40.3], "rtt.p99_ms": [60.0, 60.1, 60.2, 60.3],
+                                               RX: [100.0] * 4})])
+    b = add_run(store, "bbbbbbbbbbbb", [(UDP, {P50: [40.05, 40.15, 40.25, 40.35],
+                                               "rtt.p99_ms": [60.05, 60.15, 60.25, 60.35], RX: [110.0] * 4})])
+    report = analysis.compare_runs(store, a, b, metrics=[P50, RX])
+    r = by_config(report)["ratio=2.0, proto=udp"][RX]
+    assert r.verdict == "improved" and r.p_value == pytest.approx(0.0131, abs=1e-4)
+    assert report.notes == []  # was: "no metric can be reported as changed" (2 x 2/70 = 0.057 >= 0.05)
+    # three metrics: the tied one still can change (3 x 0.013 = 0.039), the untied ones cannot (2 x 0.029)
+    report = analysis.compare_runs(store, a, b, metrics=[P50, "rtt.p99_ms", RX])
+    assert by_config(report)["ratio=2.0, proto=udp"][RX].verdict == "improved"
+    assert report.notes == [
+        "rtt.p50_ms, rtt.p99_ms (1 configuration(s), n=4 vs 4 trials, 3 metrics judged together) cannot be "
+        "reported as changed; the smallest p-value the test can reach is 0.029, 0.057 after Holm over 3 metrics, "
+        "not below alpha 0.05; add repetitions or judge fewer metrics (--metric)"]
+
+
 def test_parameter_and_machine_differences_are_named(store):
     a = add_run(store, "aaaaaaaaaaaa", [(UDP, {RX: jitter(95, 5)})], params={"bottleneck_bps": 100e6})
     b = add_run(store, "bbbbbbbbbbbb", [(UDP, {RX: jitter(76, 5)})], params={"bottleneck_bps": 80e6})

@@ -49,7 +49,7 @@ BY_SET = [
 
 def _vnetbench(*args: str, cwd=ROOT) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "vnetbench", *args], capture_output=True, text=True, cwd=cwd,
-                          timeout=120)
+                          timeout=600)
 
 
 def _one_clear_line(proc: subprocess.CompletedProcess, needle: str) -> None:
@@ -68,7 +68,7 @@ def test_each_class_through_plan(tmp_path):
         sets, needle = case
         return case, _vnetbench("plan", str(base), *[a for s in sets for a in ("--set", s)])
 
-    with ThreadPoolExecutor(max_workers=4) as pool:  # each is a fresh interpreter: in parallel, 20 s not 60
+    with ThreadPoolExecutor(max_workers=2) as pool:  # each is a fresh interpreter: two at a time
         for (sets, needle), proc in pool.map(one, BY_SET):
             _one_clear_line(proc, needle)
 

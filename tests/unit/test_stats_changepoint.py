@@ -8,7 +8,7 @@ import time
 import numpy as np
 import pytest
 
-from vnetbench.stats.changepoint import ChangePoint, detect_change_points, edivisive_q
+from vnetbench.stats.changepoint import MIN_SEGMENT, ChangePoint, _window_plan, detect_change_points, edivisive_q
 
 
 def _step_series(seed: int) -> tuple[np.ndarray, int]:
@@ -131,6 +131,49 @@ def test_q_matches_the_definition():
     assert int(np.nanargmax(edivisive_q(step))) == 10
 
 
+SMALL_WINDOWS = range(2 * MIN_SEGMENT, 21)  # 6 (the smallest allowed) .. 20
+
+
+@pytest.mark.parametrize("window", SMALL_WINDOWS)
+def test_step_at_every_position_is_found_at_every_small_window(window):
+    # issue 19: at windows 6-10 a step was missed or misplaced at most positions (75 of 75 at 6)
+    for k in range(MIN_SEGMENT, 80 - MIN_SEGMENT + 1):
+        clean = np.r_[np.full(k, 100.0), np.full(80 - k, 120.0)]
+        noisy = clean + np.random.default_rng(k).normal(0, 1, 80)
+        for name, x in (("noise-free", clean), ("noisy", noisy)):
+            found = [c.index for c in detect_change_points(x, window=window)]
+            assert len(found) == 1 and abs(found[0] - k) <= 1, f"{name}, step at {k}: found {found}"
+
+
+@pytest.mark.parametrize("window", SMALL_WINDOWS)
+def test_three_levels_at_small_windows(window):
+    # the issue's example: window=6 found nothing, window=8 only 60
+    cps = detect_change_points([0.0] * 30 + [10.0] * 30 + [20.0] * 30, window=window)
+    assert [(c.index, c.mean_before, c.mean_after) for c in cps] == [(30, 0.0, 10.0), (60, 10.0, 20.0)]
+
+
+@pytest.mark.parametrize("window", SMALL_WINDOWS)
+def test_no_false_change_points_at_small_windows(window):
+    assert detect_change_points(np.full(80, 7.0), window=window) == []
+    for seed in range(10):
+        x = np.random.default_rng(seed).normal(100, 3, 80)
+        assert detect_change_points(x, window=window) == [], f"seed {seed}"
+    # with the magnitude filter off only the t-test guards: still (almost) never on pure noise
+    alarms = sum(bool(detect_change_points(np.random.default_rng(seed).normal(100, 3, 80), window=window,
+                                           min_magnitude=0)) for seed in range(20))
+    assert alarms <= 2  # measured 0-2 of 20 for every window 6..20, as at window 50
+
+
+@pytest.mark.parametrize("window", range(2 * MIN_SEGMENT, 101))
+def test_window_plan_leaves_no_position_unseen(window):
+    margin, step = _window_plan(window)
+    kept = range(MIN_SEGMENT, window - margin)  # positions a window (not the last) keeps
+    assert len(kept) >= 1 and 1 <= step <= len(kept)
+    assert window - margin - step >= MIN_SEGMENT  # a deferred position is judged >= 3 into the next window
+    if window >= 11:  # Hunter's half-window overlap and the quarter-window margin are unchanged
+        assert (margin, step) == (max(MIN_SEGMENT, window // 4), window // 2)
+
+
 def test_fast_enough_for_a_few_hundred_points():
     rng = np.random.default_rng(12)
     x = np.concatenate([rng.normal(m, 3, 100) for m in (100, 120, 90, 105, 130)])
@@ -148,3 +191,17 @@ def test_validation():
         detect_change_points(np.ones(10), window=3)
     with pytest.raises(ValueError):
         detect_change_points(np.ones(10), pvalue=0)
+
+
+def test_the_split_test_is_scipys_students_t_test():
+    # written out for speed (one test per window, thousands of windows at small window sizes); it must stay
+    # scipy.stats.ttest_ind(equal_var=True)
+    from scipy import stats as sps
+
+    from vnetbench.stats.changepoint import _ttest
+
+    rng = np.random.default_rng(7)
+    for _ in range(300):
+        a = rng.normal(0, 1, rng.integers(3, 40))
+        b = rng.normal(rng.normal(0, 1), rng.uniform(0.2, 3), rng.integers(3, 40))
+        assert _ttest(a, b) == pytest.approx(sps.ttest_ind(a, b, equal_var=True).pvalue, rel=1e-9, abs=1e-300)

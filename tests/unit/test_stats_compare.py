@@ -21,6 +21,7 @@ from vnetbench.stats.compare import (
     compare_many,
     compare_metrics,
     holm,
+    smallest_pvalue,
 )
 
 
@@ -295,3 +296,23 @@ def test_verdict_rules_hold_for_arbitrary_input(a, b, direction):
         increased = lo > r.noise_threshold
         assert increased or hi < -r.noise_threshold
         assert (r.verdict == IMPROVED) == (increased == (direction == "higher"))
+
+
+def test_smallest_pvalue_is_what_the_test_gives_on_the_most_extreme_split():
+    # no ties: the exact bound 2 / C(n_a + n_b, n_a), whichever side holds the small values
+    assert smallest_pvalue([1, 2, 3, 4, 5], [6, 7, 8, 9, 10]) == pytest.approx(2 / math.comb(10, 5))
+    assert smallest_pvalue([6, 7, 8, 9], [1, 2, 3, 4, 5, 10]) == pytest.approx(2 / math.comb(10, 4))
+    # ties: the tie-corrected normal approximation goes below the untied bound 2/70 = 0.029 (issue 19)
+    tied = compare([100.0] * 4, [110.0] * 4, "higher")
+    assert smallest_pvalue([100.0] * 4, [110.0] * 4) == pytest.approx(tied.p_value) == pytest.approx(0.0131, abs=1e-4)
+    assert tied.verdict == IMPROVED
+    assert smallest_pvalue([5.0] * 4, [5.0] * 5) == 1.0  # nothing varies
+    assert smallest_pvalue([1, 2, 3], [4, 5, 6, 7]) is None  # no test below 4 trials per side
+    # no arrangement of the pooled values reaches below it, ties or not
+    rng = np.random.default_rng(3)
+    for na, nb, levels in ((4, 4, 3), (4, 7, 5), (5, 5, 100), (9, 12, 6), (6, 10, 1000)):
+        pooled = rng.integers(0, levels, na + nb).astype(float)
+        floor = smallest_pvalue(pooled[:na], pooled[na:])
+        for _ in range(30):
+            x = rng.permutation(pooled)
+            assert compare(x[:na], x[na:], "higher").p_value >= floor * (1 - 1e-9)

@@ -26,6 +26,7 @@ from .compare import (
     compare_many,
     compare_metrics,
     holm,
+    smallest_pvalue,
 )
 from .junit import junit_xml
 from .summary import Summary, median_ci_ranks, series_percentiles, summarize, summarize_many
@@ -48,6 +49,7 @@ __all__ = [
     "compare_metrics",
     "compare_many",
     "holm",
+    "smallest_pvalue",
     "cliffs_delta",
     "ChangePoint",
     "detect_change_points",

@@ -33,11 +33,16 @@ numpy/scipy.
    relaxed first-pass threshold, 10x ``pvalue``). The next window starts half a
    window on, or at the last change found if that is further, so a change is
    never found twice. One addition of ours: candidates in the last quarter of
-   a window (except the final one) are left to the next window, which sees
-   them from its middle. At a window's edge a step has too few points on one
-   side and E-divisive shifts it by a few positions into the old regime; the
-   shifted and the true position then both survive as a spurious 3-point
-   "regime".
+   a window (at least its last MIN_SEGMENT points, where the window has other
+   legal splits; never in the final window) are left to the next window,
+   which sees them from its middle. At a window's edge a step has too few
+   points on one side and E-divisive shifts it by a few positions into the
+   old regime; the shifted and the true position then both survive as a
+   spurious 3-point "regime". Windows under 11 points are too short for this
+   with half-window steps (a window of 6 has a single legal split): there
+   the next window starts fewer points on, down to one, so that every
+   position is a legal split of some window at least MIN_SEGMENT from both of
+   its edges (see ``_window_plan``).
 
 4. **Merge.** Candidates are then re-tested against the full segments between
    their neighbours, which the windows could not see. While some candidate has
@@ -54,7 +59,7 @@ import math
 from dataclasses import asdict, dataclass
 
 import numpy as np
-from scipy import stats as _sps
+from scipy import special as _spc
 
 __all__ = ["ChangePoint", "detect_change_points", "edivisive_q"]
 
@@ -123,7 +128,17 @@ def _ttest(left: np.ndarray, right: np.ndarray) -> float:
     if np.ptp(left) == 0 and np.ptp(right) == 0:
         # no noise at all: any difference of levels is certain, none is nothing
         return 0.0 if left[0] != right[0] else 1.0
-    p = _sps.ttest_ind(left, right, equal_var=True).pvalue
+    # Student's pooled-variance t-test, as scipy.stats.ttest_ind(equal_var=True)
+    # computes it, without its per-call overhead (the windowed split makes one
+    # test per window, and short windows make many windows).
+    n1, n2 = left.size, right.size
+    df = n1 + n2 - 2
+    pooled = ((n1 - 1) * left.var(ddof=1) + (n2 - 1) * right.var(ddof=1)) / df
+    se = math.sqrt(pooled * (1.0 / n1 + 1.0 / n2))
+    if not se > 0:
+        return 1.0
+    t = (left.mean() - right.mean()) / se
+    p = 2.0 * _spc.stdtr(df, -abs(t))
     return float(p) if math.isfinite(p) else 1.0
 
 
@@ -131,6 +146,8 @@ def _edivisive_window(w: np.ndarray, max_p: float) -> list[int]:
     """Change points (indices into ``w``) by recursive E-divisive with a t-test stop rule."""
     bounds = [0, w.size]
     found: list[int] = []
+    if w.size == 0 or np.ptp(w) == 0:
+        return found  # one level throughout: nothing to split (every Q is 0, every p 1)
     # best split of each current segment, cached until the segment is split
     best: dict[tuple[int, int], tuple[float, int]] = {}
     while True:
@@ -155,12 +172,30 @@ def _edivisive_window(w: np.ndarray, max_p: float) -> list[int]:
         bounds = sorted(bounds + [idx])
 
 
+def _window_plan(window: int) -> tuple[int, int]:
+    """(margin, step) of the windowed split for windows of ``window`` points.
+
+    A window (except the last) keeps a candidate at relative position i only
+    if i < window - margin, and the next window starts ``step`` points on. For
+    every position to be judged away from a window's edge, a deferred position
+    must land at least MIN_SEGMENT into the next window and the kept positions
+    of consecutive windows must leave no gap; both hold when
+    step <= window - margin - MIN_SEGMENT. The margin is a quarter window, at
+    least MIN_SEGMENT, but never so large that a window keeps nothing (a window
+    of 6 has one legal split, MIN_SEGMENT from its end, and keeps it). The step
+    is half a window (Hunter's overlap) from 11 points on, shorter below, down
+    to one point for windows of 6 and 7.
+    """
+    margin = min(max(MIN_SEGMENT, window // 4), window - MIN_SEGMENT - 1)
+    step = max(1, min(window // 2, window - margin - MIN_SEGMENT))
+    return margin, step
+
+
 def _split(x: np.ndarray, window: int, max_p: float) -> list[int]:
-    step = max(1, window // 2)
+    margin, step = _window_plan(window)
     start = 0
     found: list[int] = []
     n = x.size
-    margin = max(MIN_SEGMENT, window // 4)
     while start < n:
         end = min(start + window, n)
         new = sorted(start + i for i in _edivisive_window(x[start:end], max_p))
@@ -168,7 +203,8 @@ def _split(x: np.ndarray, window: int, max_p: float) -> list[int]:
             # Near a window's end a step has too few points after it to be
             # placed well (E-divisive cannot split closer than MIN_SEGMENT to
             # the edge, so it shifts the split into the old regime). The next
-            # window sees that region from its first half: leave it to it.
+            # window sees that region at least MIN_SEGMENT from its start:
+            # leave it to it.
             new = [i for i in new if i < end - margin]
         found.extend(new)
         if end == n:

@@ -62,6 +62,7 @@ __all__ = [
     "compare",
     "compare_metrics",
     "compare_many",
+    "smallest_pvalue",
 ]
 
 HIGHER = "higher"
@@ -208,6 +209,37 @@ def _mwu_rows(sa: np.ndarray, sb: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
             u[mask] = res.statistic
             p[mask] = res.pvalue
     return u, p
+
+
+def smallest_pvalue(a, b) -> float | None:
+    """The smallest raw p-value this module's Mann-Whitney test can give for these values.
+
+    Whatever the trials had measured, the test sees only which of the pooled
+    values fell on which side. The most extreme split -- A holds the n_a
+    smallest (or the n_a largest) of the pooled values -- gives the smallest
+    p-value; it is evaluated with the same test :func:`compare_many` uses
+    (exact without ties at up to 8 trials on a side, else the normal
+    approximation with tie correction), so ties and unequal sample sizes are
+    accounted for. Without ties and with at most 8 trials on a side this is
+    2 / C(n_a + n_b, n_a); ties change it, either way. ``None`` below
+    :data:`MIN_TRIALS` trials on a side (no test is made), 1.0 when all values
+    are equal (reported as unchanged).
+    """
+    va = np.asarray(a, dtype=float).ravel()
+    vb = np.asarray(b, dtype=float).ravel()
+    na, nb = va.size, vb.size
+    if na < MIN_TRIALS or nb < MIN_TRIALS:
+        return None
+    pooled = np.sort(np.concatenate([va, vb]))
+    if not np.all(np.isfinite(pooled)):
+        raise ValueError("values contain NaN/inf; leave failed trials out")
+    if pooled[0] == pooled[-1]:
+        return 1.0
+    sa = np.stack([pooled[:na], pooled[nb:]])  # A lowest, A highest
+    sb = np.stack([pooled[na:], pooled[:nb]])
+    _, p = _mwu_rows(sa, sb)
+    p = p[np.isfinite(p)]
+    return float(p.min()) if p.size else 1.0
 
 
 # ---------------------------------------------------------------------------
