@@ -254,14 +254,16 @@ def test_dynamic_congestion_series_follow_the_alternating_rate(tmp_path):
     names = {s.name.split("/")[0] for s in store.series(trial["id"])}
     assert {"ss.cwnd_segments", "ss.srtt_ms", "ss.delivery_rate_mbps", "ss.retrans", "rtt_ms"} <= names
     # The second flow ended at 7 s (2 s start + 1 s omit + 4 s); from 8 s on, in a 100 Mbit/s phase, the first
-    # flow alone keeps the queue standing (seed 001, figure 4.8): CUBIC never lets its window fall below the
-    # BDP, so the RTT floor stays above the 5 ms base (2.9-12 ms of queue seen, depending on how often it backed
-    # off across the 20 -> 100 Mbit/s step). At least a millisecond (8 full frames); and no more than TCP's own
+    # flow alone keeps the queue standing (seed 001, figure 4.8): after a back-off CUBIC's window stays above
+    # the BDP, so ping's 5th percentile stays above the 5 ms base. How far depends on how often it backed off
+    # across the 20 -> 100 Mbit/s step: 1.3-5.5 ms in 11 runs with a core kept busy, 0.75 and 0.78 ms in two
+    # full CI runs. The bound is that the queue never drained: at least 0.4 ms, three full frames at
+    # 100 Mbit/s (0.12 ms each) above the emulator's own ~0.05 ms per packet; and no more than TCP's own
     # smoothed RTT floor over the same seconds (ss -ti, an independent instrument on the same queue) less the
     # base: ping's 5th percentile cannot sit above the sender's smoothed floor.
     (standing,) = store.values(run_id)[store.configurations(run_id)[0]["key"]]["queue.standing_ms"]
     srtt_floor = float(np.percentile(srtt.v[srtt.t >= 8.0], 5)) - 5.0
-    assert 1.0 <= standing <= srtt_floor + 1.0, (standing, srtt_floor)
+    assert 0.4 <= standing <= srtt_floor + 1.0, (standing, srtt_floor)
     assert not leftovers(f"vnb-{run_id[:6]}-")
 
 

@@ -73,11 +73,10 @@ import numpy as np
 from pydantic import Field, field_validator, model_validator
 
 from vnetbench.metrics import HIGHER, LOWER, Metric
-from vnetbench.quantities import Size, WholeSeconds
-from vnetbench.workloads.base import (AB, NGINX, Measurement, ServerSpec, Started, ToolFailed, TrialContext,
-                                      TrialHosts, Workload, WorkloadOptions)
+from vnetbench.quantities import WholeSeconds
+from vnetbench.workloads.base import AB, NGINX, Measurement, Started, ToolFailed, TrialContext
 from vnetbench.workloads.registry import register
-from vnetbench.workloads.wrk import MAX_FILE, file_url, nginx_server
+from vnetbench.workloads.wrk import HttpOptions, NginxClient
 
 PORT = 5321  # wrk's nginx has 5320; both inside the range the container model publishes
 MAX_CONCURRENCY = 20_000  # ab's own limit ("Invalid Concurrency [Range 0..20000]")
@@ -97,7 +96,7 @@ MARK_REQUESTS = "VNB-AB-REQUESTS"  # ab's -g TSV follows
 RAW_REQUEST_ROWS = 200  # of the -g table, kept with the trial (it has a row per request)
 
 
-class Options(WorkloadOptions):
+class Options(HttpOptions):
     """HTTP requests with ApacheBench against nginx on the receiver; a new connection per request unless
     ``keepalive``."""
 
@@ -105,10 +104,6 @@ class Options(WorkloadOptions):
     concurrency: int = Field(default=1, description="requests in flight at once (ab -c), 1 to 20000")
     keepalive: bool = Field(default=False, description="reuse connections (ab -k); false: a new TCP connection "
                                                        "per request, netperf TCP_CRR's transaction")
-    file_size: Size = Field(default=1024, description="size of the file every request fetches")
-    workers: int = Field(default=1, ge=1, le=64, description="nginx worker processes on the receiver")
-    duration: WholeSeconds = Field(default=10.0, description="on its own: how long it runs (ab -t, whole seconds); "
-                                                         "during another workload it lasts that one's measured time")
     timeout: WholeSeconds = Field(default=10.0, description="ab gives up the whole run when no connection makes "
                                                         "progress this long (ab -s, whole seconds)")
 
@@ -119,13 +114,6 @@ class Options(WorkloadOptions):
             # the loader names the option and value before this
             raise ValueError(f"ab keeps 1 to {MAX_CONCURRENCY} requests in flight (ab -c); give a value in that "
                              "range")
-        return v
-
-    @field_validator("file_size")
-    @classmethod
-    def _file_size(cls, v: float) -> float:
-        if v != int(v) or not 0 < v <= MAX_FILE:
-            raise ValueError(f"{v:g} B: the served file is 1 B to 1 GiB, whole bytes")
         return v
 
     @model_validator(mode="after")
@@ -311,27 +299,19 @@ def _said(stderr: str) -> str:
 
 
 @register
-class Ab(Workload):
+class Ab(NginxClient):
     tool = "ab"
     Options = Options
     requires = (AB, NGINX)
     metrics = METRICS
+    port, server_label = PORT, "nginx-ab"  # wrk's nginx may run beside it
+    overhead_s = OVERHEAD_S
 
-    def timing(self, options: Options, config: Any) -> tuple[float, float]:
-        return 0.0, float(options.duration)
+    def client(self, options: Options, url: str, seconds: int) -> list[str]:
+        return client_script(options, url, seconds)
 
-    def servers(self, hosts: TrialHosts, ip_version: int, options: list[Options], workdir: str) -> list[ServerSpec]:
-        return [nginx_server(hosts, ip_version, options, workdir, PORT, "nginx-ab")]
-
-    def start(self, name: str, options: Options, ctx: TrialContext) -> Started:
-        begins, seconds = ctx.window(options.duration)
-        started = Started(name, measured_from=begins, measured_s=seconds,
-                          ends_by=begins + seconds + options.timeout + OVERHEAD_S,
-                          info={"requests": requests_for(int(seconds))})
-        sender = ctx.hosts.senders[0]
-        started.procs[sender.name], started.outputs[sender.name] = ctx.popen(
-            sender, name, client_script(options, file_url(ctx, PORT, options.file_size), int(seconds)))
-        return started
+    def info(self, seconds: float) -> dict[str, Any]:
+        return {"requests": requests_for(int(seconds))}  # -n: a run that used them all ended early
 
     def measure(self, started: Started, options: Options, ctx: TrialContext,
                 outputs: dict[str, str]) -> Measurement:

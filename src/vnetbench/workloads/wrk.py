@@ -31,7 +31,7 @@ last byte read, so a new connection's handshake is not in it (in CRR mode,
 from __future__ import annotations
 
 import json
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -63,20 +63,14 @@ end
 """.replace("{PERCENTILES}", "{" + ", ".join(f"{q:g}" for q in PERCENTILES) + "}").replace("MARK", MARK)
 
 
-class Options(WorkloadOptions):
-    """HTTP requests with wrk against nginx on the receiver."""
+class HttpOptions(WorkloadOptions):
+    """What every HTTP client against vnetbench's nginx has: the file it fetches, the server's workers, how
+    long it runs (wrk and ab add their own options)."""
 
-    tool: Literal["wrk"] = "wrk"
-    connections: int = Field(default=1, ge=1, le=10_000, description="open connections (wrk -c)")
-    threads: int = Field(default=1, ge=1, le=256, description="wrk threads (-t); at most `connections`")
-    connection: Literal["keep-alive", "close"] = Field(default="keep-alive", description="close: a new "
-                                                       "connection per request (netperf TCP_CRR's transaction)")
     file_size: Size = Field(default=1024, description="size of the file every request fetches")
     workers: int = Field(default=1, ge=1, le=64, description="nginx worker processes on the receiver")
     duration: WholeSeconds = Field(default=10.0, description="on its own: how long it runs (whole seconds); during "
                                                          "another workload it lasts that one's measured time")
-    timeout: Duration = Field(default=2.0, description="a request without an answer this long counts as a "
-                                                       "timeout (wrk --timeout)")
 
     @field_validator("file_size")
     @classmethod
@@ -84,6 +78,18 @@ class Options(WorkloadOptions):
         if v != int(v) or not 0 < v <= MAX_FILE:
             raise ValueError(f"{v:g} B: the served file is 1 B to 1 GiB, whole bytes")
         return v
+
+
+class Options(HttpOptions):
+    """HTTP requests with wrk against nginx on the receiver."""
+
+    tool: Literal["wrk"] = "wrk"
+    connections: int = Field(default=1, ge=1, le=10_000, description="open connections (wrk -c)")
+    threads: int = Field(default=1, ge=1, le=256, description="wrk threads (-t); at most `connections`")
+    connection: Literal["keep-alive", "close"] = Field(default="keep-alive", description="close: a new "
+                                                       "connection per request (netperf TCP_CRR's transaction)")
+    timeout: Duration = Field(default=2.0, description="a request without an answer this long counts as a "
+                                                       "timeout (wrk --timeout)")
 
     @model_validator(mode="after")
     def _threads(self) -> "Options":
@@ -207,27 +213,48 @@ def measure_result(doc: dict[str, Any], connections: int) -> Measurement:
     return m
 
 
+class NginxClient(Workload):
+    """An HTTP client on the first sender against an nginx of its own on the receiver, on `port`; a
+    subclass says how to start its client (`client`) and what it records at the start (`info`)."""
+
+    port: ClassVar[int]
+    server_label: ClassVar[str]
+    overhead_s: ClassVar[float] = OVERHEAD_S  # beyond its run and its timeout: starting, writing its report
+
+    def client(self, options: Any, url: str, seconds: int) -> list[str]:
+        raise NotImplementedError
+
+    def info(self, seconds: float) -> dict[str, Any]:
+        return {}
+
+    def timing(self, options: HttpOptions, config: Any) -> tuple[float, float]:
+        return 0.0, float(options.duration)
+
+    def start(self, name: str, options: Any, ctx: TrialContext) -> Started:
+        begins, seconds = ctx.window(options.duration)
+        started = Started(name, measured_from=begins, measured_s=seconds,
+                          ends_by=begins + seconds + options.timeout + self.overhead_s, info=self.info(seconds))
+        sender = ctx.hosts.senders[0]
+        url = file_url(ctx, self.port, options.file_size)
+        started.procs[sender.name], started.outputs[sender.name] = ctx.popen(
+            sender, name, self.client(options, url, int(seconds)))
+        return started
+
+    def servers(self, hosts: TrialHosts, ip_version: int, options: list[HttpOptions],
+                workdir: str) -> list[ServerSpec]:
+        return [nginx_server(hosts, ip_version, options, workdir, self.port, self.server_label)]
+
+
 @register
-class Wrk(Workload):
+class Wrk(NginxClient):
     tool = "wrk"
     Options = Options
     requires = (WRK, NGINX)
     metrics = METRICS
+    port, server_label = PORT, "nginx"
 
-    def timing(self, options: Options, config: Any) -> tuple[float, float]:
-        return 0.0, float(options.duration)
-
-    def servers(self, hosts: TrialHosts, ip_version: int, options: list[Options], workdir: str) -> list[ServerSpec]:
-        return [nginx_server(hosts, ip_version, options, workdir, PORT, "nginx")]
-
-    def start(self, name: str, options: Options, ctx: TrialContext) -> Started:
-        begins, seconds = ctx.window(options.duration)
-        started = Started(name, measured_from=begins, measured_s=seconds,
-                          ends_by=begins + seconds + options.timeout + OVERHEAD_S)
-        sender = ctx.hosts.senders[0]
-        started.procs[sender.name], started.outputs[sender.name] = ctx.popen(
-            sender, name, client_script(options, file_url(ctx, PORT, options.file_size), int(seconds)))
-        return started
+    def client(self, options: Options, url: str, seconds: int) -> list[str]:
+        return client_script(options, url, seconds)
 
     def measure(self, started: Started, options: Options, ctx: TrialContext,
                 outputs: dict[str, str]) -> Measurement:
