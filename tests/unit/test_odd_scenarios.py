@@ -104,3 +104,21 @@ def test_run_refuses_the_same_before_anything_is_built_or_stored(tmp_path):
     if db.exists():
         with sqlite3.connect(db) as con:
             assert con.execute("SELECT COUNT(*) FROM runs").fetchone()[0] == 0
+
+
+def test_compare_and_report_take_runs_of_hundreds_of_repetitions(tmp_path):
+    # the review's class "analysis": 516 repetitions and more raised OverflowError (an exact bound computed
+    # with a binomial coefficient as a float); 600 is an ordinary latency study
+    from vnetbench.report.html_synthetic import make_run
+    from vnetbench.store.db import Store
+
+    db = tmp_path / "r.db"
+    with Store(db) as store:
+        make_run(store, "many00000001", matrix={"ratio": [2.0], "proto": ["udp"]}, repetitions=600, series=False)
+        make_run(store, "many00000002", matrix={"ratio": [2.0], "proto": ["udp"]}, repetitions=600, series=False,
+                 seed=2, scale={"throughput.rx_mbps": 0.9})
+    proc = _vnetbench("compare", "many00000001", "many00000002", "--db", str(db))
+    assert proc.returncode == 0 and "600 vs 600 trials" in " ".join(proc.stdout.split()), proc.stderr[-2000:]
+    assert "regressed" in proc.stdout
+    proc = _vnetbench("report", "many00000001", "many00000002", "--db", str(db), "-o", str(tmp_path / "r.html"))
+    assert proc.returncode == 0 and (tmp_path / "r.html").stat().st_size > 0, proc.stderr[-2000:]
