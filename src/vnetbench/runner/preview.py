@@ -19,10 +19,8 @@ from typing import Any
 
 from vnetbench.errors import VnetbenchError
 from vnetbench.lab import environments
-from vnetbench.lab.environments import Variant
-from vnetbench.runner import fingerprint
 from vnetbench.runner.bench import variant_of
-from vnetbench.runner.run import workload_tools
+from vnetbench.runner.run import tools_by_variant, wanted_congestion_controls, workload_tools
 from vnetbench.scenario.load import LoadedScenario
 from vnetbench.scenario.plan import MAX_CONFIGURATIONS, Configuration, expand
 from vnetbench.workloads import registry
@@ -99,12 +97,8 @@ def _tools(configs: list[Configuration]) -> list[dict[str, Any]]:
 
 
 def _environments(configs: list[Configuration], probe: bool) -> tuple[list[dict[str, Any]], float]:
-    tools: dict[Variant, list[tuple[str, str]]] = {}
-    for c in configs:
-        tools.setdefault(variant_of(c), []).extend(
-            (t.command, t.package) for w in c.scenario.active.values() for t in registry.of(w).requires)
     out, setup = [], 0.0
-    for variant, needed in tools.items():
+    for variant, needed in tools_by_variant(configs).items():
         found = environments.problems([variant], probe=probe)
         found += environments.tool_problems({variant: needed}) if not found else []
         out.append({"variant": str(variant), "problems": found})
@@ -126,8 +120,7 @@ def _links(configs: list[Configuration], root: bool) -> dict[str, Any]:
 
 
 def _congestion_controls(configs: list[Configuration]) -> list[str]:
-    wanted = sorted({c.stream.congestion_control for c in configs if c.stream and c.stream.proto == "tcp"})
-    available = set((fingerprint.read_sysctl("net.ipv4.tcp_available_congestion_control") or "").split())
+    wanted, available = wanted_congestion_controls(configs)
     # `run` loads a missing one's module (tcp_NAME) first; plan changes nothing, so it only says so
     return [f"TCP congestion control {cc!r} is not loaded (available: {', '.join(sorted(available))}); `run` "
             f"tries modprobe tcp_{cc}" for cc in wanted if cc not in available]

@@ -58,9 +58,23 @@ def check_root() -> None:
         )
 
 
-def check_congestion_controls(configs: list[Configuration]) -> None:
+def wanted_congestion_controls(configs: list[Configuration]) -> tuple[list[str], set[str]]:
+    """(the TCP congestion controls the run's streams ask for, those the kernel has loaded now)."""
     wanted = sorted({c.stream.congestion_control for c in configs if c.stream and c.stream.proto == "tcp"})
-    available = set((fingerprint.read_sysctl("net.ipv4.tcp_available_congestion_control") or "").split())
+    return wanted, set((fingerprint.read_sysctl("net.ipv4.tcp_available_congestion_control") or "").split())
+
+
+def tools_by_variant(configs: list[Configuration]) -> dict[Variant, list[tuple[str, str]]]:
+    """Per environment variant, the (command, Debian package) its configurations' workloads run."""
+    tools: dict[Variant, list[tuple[str, str]]] = {}
+    for c in configs:
+        needed = tools.setdefault(variant_of(c), [])
+        needed.extend((t.command, t.package) for w in c.scenario.active.values() for t in registry.of(w).requires)
+    return tools
+
+
+def check_congestion_controls(configs: list[Configuration]) -> None:
+    wanted, available = wanted_congestion_controls(configs)
     for cc in wanted:
         if cc in available:
             continue
@@ -88,10 +102,7 @@ def preflight(configs: list[Configuration]) -> None:
     require(workload_tools(configs))
     check_congestion_controls(configs)
     # before anything is built: every environment exists here, and runs every tool its workloads need
-    tools: dict[Variant, list[tuple[str, str]]] = {}
-    for c in configs:
-        needed = tools.setdefault(variant_of(c), [])
-        needed.extend((t.command, t.package) for w in c.scenario.active.values() for t in registry.of(w).requires)
+    tools = tools_by_variant(configs)
     environments.check(list(tools), tools)
     links.preflight(configs)  # link backends: explicit ones can do what is asked here; vnb-link is built
 
