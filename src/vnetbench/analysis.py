@@ -412,7 +412,9 @@ def _compare_pairs(
             if m in va and m in vb:
                 unit, direction = metric_unit_direction(m, recorded)
                 pr.units[m] = unit
-                items.append((m, va[m], vb[m], direction, noise_for(m, noise_overrides, noise_default)))
+                meta = METRICS.get(m)
+                items.append((m, va[m], vb[m], direction, noise_for(m, noise_overrides, noise_default),
+                              meta.resolution if meta else None))
             elif m in va or m in vb:
                 one_sided.setdefault(m, set()).add("A" if m in va else "B")
         if not items:

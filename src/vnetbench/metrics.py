@@ -25,6 +25,9 @@ class Metric:
     direction: str  # HIGHER or LOWER is better
     description: str
     noise: float | None = None  # default noise threshold for comparisons, if not the global one
+    # The smallest step the tool reports, in the metric's unit, where it is coarse (ab's connect times are
+    # whole ms): medians closer than one step are "unchanged", not a change too small to resolve.
+    resolution: float | None = None
 
 
 # Measured by the lab itself in every trial, whatever the workloads: the bottleneck's kernel counters and the

@@ -316,3 +316,17 @@ def test_smallest_pvalue_is_what_the_test_gives_on_the_most_extreme_split():
         for _ in range(30):
             x = rng.permutation(pooled)
             assert compare(x[:na], x[na:], "higher").p_value >= floor * (1 - 1e-9)
+
+
+def test_medians_closer_than_the_tools_resolution_are_unchanged_not_inconclusive():
+    # ab's connect time is whole ms: on a fast path A is all 0 ms and B has a few 1 ms trials
+    a, b = [0.0] * 10, [0.0] * 7 + [1.0] * 3
+    plain = compare_metrics([("ab.connect_p50_ms", a, b, "lower", 0.05)])[0]
+    assert plain.verdict == "inconclusive" and "median of A is 0" in plain.reason
+    stepped = compare_metrics([("ab.connect_p50_ms", a, b, "lower", 0.05, 1.0)])[0]
+    assert stepped.verdict == "unchanged" and "closer than the tool's resolution (1)" in stepped.reason
+    # a change of whole steps is judged as any other
+    worse = compare_metrics([("ab.connect_p50_ms", [2.0, 3.0] * 5, [6.0, 7.0] * 5, "lower", 0.05, 1.0)])[0]
+    assert worse.verdict == "regressed"
+    with pytest.raises(ValueError, match="resolution must be a finite step > 0"):
+        compare_metrics([("m", a, b, "lower", 0.05, 0.0)])

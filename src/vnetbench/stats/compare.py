@@ -253,6 +253,7 @@ class _Item:
     b: np.ndarray  # sorted
     direction: str
     noise: float
+    resolution: float | None = None  # the tool's step in the metric's unit, where it is coarse
     # filled by the engine
     median_a: float = math.nan
     median_b: float = math.nan
@@ -277,23 +278,24 @@ def _as_side(values, metric: str, side: str) -> np.ndarray:
 
 
 def _parse_item(item, index: int) -> _Item:
-    if len(item) == 4:
-        metric, a, b, direction = item
-        noise = None
-    elif len(item) == 5:
-        metric, a, b, direction, noise = item
-    else:
+    if not 4 <= len(item) <= 6:
         raise ValueError(
-            f"item {index}: expected (metric, a_values, b_values, direction[, noise_threshold]), "
+            f"item {index}: expected (metric, a_values, b_values, direction[, noise_threshold[, resolution]]), "
             f"got {len(item)} fields"
         )
+    metric, a, b, direction = item[:4]
+    noise = item[4] if len(item) > 4 else None
+    resolution = item[5] if len(item) > 5 else None
     metric = str(metric)
     if direction not in DIRECTIONS:
         raise ValueError(f"{metric}: direction must be 'higher' or 'lower' (which way is better), got {direction!r}")
     noise = DEFAULT_NOISE if noise is None else float(noise)
     if not (math.isfinite(noise) and noise >= 0):
         raise ValueError(f"{metric}: noise threshold must be a finite fraction >= 0 (0.05 = 5%), got {noise!r}")
-    return _Item(metric, _as_side(a, metric, "A"), _as_side(b, metric, "B"), direction, noise)
+    if resolution is not None and not (math.isfinite(float(resolution)) and float(resolution) > 0):
+        raise ValueError(f"{metric}: resolution must be a finite step > 0 in the metric's unit, got {resolution!r}")
+    return _Item(metric, _as_side(a, metric, "A"), _as_side(b, metric, "B"), direction, noise,
+                 None if resolution is None else float(resolution))
 
 
 def _median_sorted(x: np.ndarray) -> float:
@@ -377,6 +379,9 @@ def _verdict(it: _Item, alpha: float) -> tuple[str, str]:
         return INCONCLUSIVE, f"fewer than {MIN_TRIALS} trials per side (a={it.a.size}, b={it.b.size})"
     if it.identical:
         return UNCHANGED, f"all values identical on both sides ({it.a[0]:g}): no change"
+    if it.resolution and abs(it.median_b - it.median_a) < it.resolution:
+        return UNCHANGED, (f"medians {it.median_a:g} and {it.median_b:g} are closer than the tool's resolution "
+                           f"({it.resolution:g}): no change it can show")
     if it.rel is None:
         return INCONCLUSIVE, (
             f"relative change undefined: median of A is 0 (median of B is {it.median_b:g}); "

@@ -147,13 +147,13 @@ METRICS = (
                                               "to whole ms by ab (its report; without keepalive only; ~0 on a bare "
                                               "veth)"),
     Metric("ab.connect_p50_ms", "ms", LOWER, "Median TCP connect time, to the nearest whole ms (ab -g; without "
-                                             "keepalive only)"),
+                                             "keepalive only)", resolution=1.0),
     Metric("ab.connect_p90_ms", "ms", LOWER, "90th percentile TCP connect time, to the nearest whole ms (ab -g; "
-                                             "without keepalive only)"),
+                                             "without keepalive only)", resolution=1.0),
     Metric("ab.connect_p99_ms", "ms", LOWER, "99th percentile TCP connect time, to the nearest whole ms (ab -g; "
-                                             "without keepalive only)", noise=0.10),
+                                             "without keepalive only)", noise=0.10, resolution=1.0),
     Metric("ab.connect_p999_ms", "ms", LOWER, "99.9th percentile TCP connect time, to the nearest whole ms (ab -g; "
-                                              "without keepalive only)", noise=0.10),
+                                              "without keepalive only)", noise=0.10, resolution=1.0),
     Metric("ab.failed_requests", "requests", LOWER, "ab's Failed requests (wrong length, connect or socket errors) "
                                                     "plus its Non-2xx responses (one of another length than the "
                                                     "file counts in both)"),
