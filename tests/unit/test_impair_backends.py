@@ -218,3 +218,9 @@ def test_each_variants_links_use_its_own_mtu(tmp_path):
     links = LinkManager(SimpleNamespace(groups=groups), registry=None, workdir=tmp_path, run_prefix="vnb-x", mtu=1500)
     assert links._mtu("r9000") == 9000 and links._mtu("s19000") == 9000 and links._mtu("r1500") == 1500
     assert links._mtu("elsewhere") == 1500
+
+
+def test_the_scenario_accepts_exactly_the_registered_backends():
+    from vnetbench.impair.model import BACKENDS
+
+    assert set(BACKENDS) == {"auto", *B.REGISTRY}  # `backends` imported every backend module

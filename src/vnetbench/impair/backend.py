@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from vnetbench.errors import EnvironmentProblem
-from vnetbench.impair.model import LinkSpec
+from vnetbench.impair.model import BACKENDS, LinkSpec
 
 if TYPE_CHECKING:
     from vnetbench.lab.nodes import Interface
@@ -54,6 +54,9 @@ def register(name: str, label: str, can: frozenset[str] | set[str],
     def add(cls: type[Backend]) -> type[Backend]:
         if name in REGISTRY:
             raise TypeError(f"two link backends are registered as {name!r}")
+        if name not in BACKENDS:
+            # the scenario model validates `backend` against BACKENDS before any backend module is imported
+            raise TypeError(f"link backend {name!r} must also be listed in vnetbench.impair.model.BACKENDS")
         REGISTRY[name] = BackendKind(name, label, frozenset(can), cls, probe_qdisc)
         return cls
     return add
