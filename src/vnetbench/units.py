@@ -138,6 +138,14 @@ def format_size(size_bytes: float) -> str:
     return f"{size_bytes:g}B"
 
 
+def format_binary_size(size_bytes: float) -> str:
+    """Memory as people size it: "600MiB", "1GiB" (powers of 1024, as `memory = "1GiB"` is written)."""
+    for factor, name in ((2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB")):
+        if size_bytes >= factor:
+            return f"{size_bytes / factor:.4g}{name}"
+    return f"{size_bytes:g}B"
+
+
 def format_duration(seconds: float) -> str:
     for factor, name in ((1.0, "s"), (1e-3, "ms"), (1e-6, "us")):
         if seconds >= factor:

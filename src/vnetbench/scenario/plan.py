@@ -25,6 +25,7 @@ from vnetbench.errors import ScenarioError
 from vnetbench.scenario import MAX_CONFIGURATIONS
 from vnetbench.scenario.load import LoadedScenario, format_validation_error
 from vnetbench.impair.model import base_rtt, lab_links
+from vnetbench.lab import environments
 from vnetbench.scenario.model import LabSpec, Scenario, StreamWorkload
 from vnetbench.workloads import registry
 from vnetbench import units
@@ -284,6 +285,9 @@ def _configuration(source: str, labels: dict[str, Any], scenario: Scenario) -> C
     where = ", ".join(f"{k}={v}" for k, v in labels.items())
     problems = [f"workload.{name} ({w.tool}): {p}" for name, w in scenario.active.items()
                 for p in registry.of(w).problems(w, lab)]
+    environment = environments.kind(lab.env)
+    problems += [f"workload.{name} ({w.tool}): {p}" for name, w in scenario.active.items()
+                 if (p := environment.memory_problem(lab, registry.of(w).memory_bytes(w)))]
     if problems:
         raise ScenarioError(f"{source}{f' [configuration {where}]' if where else ''}: " + "; ".join(problems))
     found = scenario.stream

@@ -40,7 +40,7 @@ from vnetbench.store.db import SampleRecord, SeriesRecord
 class Tool:
     command: str
     package: str  # the Debian package that provides it
-    version_args: tuple[str, ...] = ("--version",)
+    version_args: tuple[str, ...] = ("--version",)  # empty: the tool has no version flag (its package's is used)
 
     def path(self) -> str | None:
         return shutil.which(self.command)
@@ -49,12 +49,23 @@ class Tool:
         exe = self.path()
         if exe is None:
             return None
+        if not self.version_args:
+            return self._package_version()
         try:
             out = subprocess.run([exe, *self.version_args], capture_output=True, text=True, timeout=5)
         except (OSError, subprocess.TimeoutExpired):
             return None
         text = (out.stdout or out.stderr).strip().splitlines()
         return text[0].strip() if text else None
+
+    def _package_version(self) -> str | None:
+        try:
+            out = subprocess.run(["dpkg-query", "-W", "-f", "${Version}", self.package], capture_output=True,
+                                 text=True, timeout=5)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return f"{self.command} {out.stdout.strip()} (Debian package {self.package})" if out.returncode == 0 \
+            and out.stdout.strip() else None
 
 
 IPERF3 = Tool("iperf3", "iperf3")
@@ -68,7 +79,7 @@ WRK = Tool("wrk", "wrk", ("--version",))
 AB = Tool("ab", "apache2-utils", ("-V",))
 NGINX = Tool("nginx", "nginx-light", ("-v",))
 SYSBENCH = Tool("sysbench", "sysbench", ("--version",))
-MBW = Tool("mbw", "mbw", ("-h",))
+MBW = Tool("mbw", "mbw", ())  # mbw has no version flag; -h prints its usage
 IRTT = Tool("irtt", "irtt", ("version",))
 
 
@@ -227,6 +238,11 @@ class Workload:
     def timing(self, options: WorkloadOptions, config: Any) -> tuple[float, float]:
         """(warm-up seconds, measured seconds) when it runs on its own."""
         raise NotImplementedError
+
+    def memory_bytes(self, options: WorkloadOptions) -> int:
+        """Memory the tool allocates on its node while it runs, beyond its own binary: checked against a
+        guest's memory and a container's limit before anything is built (0: too little to matter)."""
+        return 0
 
     def servers(self, hosts: TrialHosts, ip_version: int, options: list[WorkloadOptions],
                 workdir: str) -> list[ServerSpec]:

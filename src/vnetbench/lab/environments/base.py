@@ -122,6 +122,12 @@ class EnvironmentType:
         runs the host's own binaries (namespaces) has none beyond the host's own preflight."""
         return []
 
+    @classmethod
+    def memory_problem(cls, variant: Any, needed: int) -> str | None:
+        """Why a tool that allocates `needed` bytes cannot run in this variant (a guest too small, a
+        container limit too low), with what to change; None when it fits."""
+        return None
+
 
 REGISTRY: dict[str, type[EnvironmentType]] = {}
 

@@ -26,6 +26,7 @@ import shutil
 import subprocess
 from typing import Any
 
+from vnetbench import units
 from vnetbench.errors import LabError
 from vnetbench.lab import cgroups
 from vnetbench.lab.environments.base import (SUBNET_V4_PREFIXLEN, SUBNET_V6_PREFIXLEN, Attached, Capability,
@@ -76,6 +77,7 @@ def apply_ruleset(ns: Namespace, ruleset: str) -> None:
 
 
 # Each resource limit: the lab option that sets it and the cgroup controller that enforces it.
+CONTAINER_OWN_BYTES = 16 * 2**20  # the tool's own binary, libraries and stack, charged to the same cgroup
 LIMIT_CONTROLLERS = {"cpu_quota": "cpu", "cpuset": "cpuset", "memory_limit": "memory"}
 
 
@@ -85,6 +87,15 @@ class ContainerEnvironment(NamespaceEnvironment):
     tag = "c"
     options = tuple(LIMIT_CONTROLLERS)
     probes_kernel = True
+
+    @classmethod
+    def memory_problem(cls, variant: Any, needed: int) -> str | None:
+        limit = getattr(variant, "memory_limit", None)
+        if not limit or needed + CONTAINER_OWN_BYTES <= int(limit):
+            return None
+        return (f"needs {units.format_binary_size(needed)} of memory in a container limited to "
+                f"{units.format_binary_size(int(limit))} (memory_limit): the kernel would kill it; raise memory_limit to "
+                f"at least {units.format_binary_size(needed + CONTAINER_OWN_BYTES)}, or ask the tool for less")
 
     @classmethod
     def capabilities(cls, variant: Any | None, kernel: dict[str, str | None] | None) -> list[Capability]:

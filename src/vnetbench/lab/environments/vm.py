@@ -29,6 +29,7 @@ command is pinned only when it has more than one vCPU (to the last one).
 from __future__ import annotations
 
 import ipaddress
+import math
 import os
 import shutil
 import tempfile
@@ -37,6 +38,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Sequence
 
+from vnetbench import units
 from vnetbench.errors import EnvironmentUnavailable, LabError
 from vnetbench.lab import netns, offload
 from vnetbench.lab.environments.base import Capability, EnvironmentType, register
@@ -56,6 +58,12 @@ try:
     from vnetbench.lab.environments.base import UNDERLAY_V4_PREFIXLEN, UNDERLAY_V6_PREFIXLEN
 except ImportError:  # pragma: no cover - the environments package without its base module
     UNDERLAY_V4_PREFIXLEN, UNDERLAY_V6_PREFIXLEN = 16, 64
+
+
+# What a guest's memory holds before any workload: the kernel, the initramfs unpacked in RAM (busybox, the
+# tools and their libraries, tens of MiB) and page cache. A tool that needs more than the rest is refused
+# before anything is built: in the guest it would fail with "Cannot allocate memory" or be OOM-killed.
+GUEST_OWN_BYTES = 128 * 2**20
 
 
 @dataclass(frozen=True)
@@ -289,6 +297,16 @@ class VmEnvironment(EnvironmentType):
         except Exception as e:  # a check that cannot even run says so, rather than taking doctor down with it
             return [Capability("vm", False, f"checking what guests need failed: {type(e).__name__}: {e}",
                                "see `vnetbench doctor`")]
+
+    @classmethod
+    def memory_problem(cls, variant: Any, needed: int) -> str | None:
+        memory = VmOptions.from_variant(variant).memory_mib * 2**20
+        if needed + GUEST_OWN_BYTES <= memory:
+            return None
+        fits = units.format_binary_size(2 ** math.ceil(math.log2(needed + GUEST_OWN_BYTES)))
+        return (f"needs {units.format_binary_size(needed)} of memory in the guest, which has {units.format_binary_size(memory)} "
+                f"of which about {units.format_binary_size(GUEST_OWN_BYTES)} go to its kernel, initramfs and tools: give "
+                f"the vm environment memory = \"{fits}\" (or more), or ask the tool for less")
 
     @classmethod
     def tool_problems(cls, variant: Any, tools: list[tuple[str, str]]) -> list[str]:
