@@ -44,6 +44,8 @@ BY_SET = [
     (["delay=1e30s"], "a delay or jitter is at most 60s"),
     (["ip_version=6", "mtu=1000"], "IPv6 needs links of at least 1280 bytes"),
     (["env=vm", "memory=500kB"], "a guest gets 64 MiB to 64 GiB"),
+    (["description=title\x1b]0;pwned\x07"], "description: contains the control character U+001B"),
+    (["name=evil\u202etxt.toml"], "name: contains the control character U+202E"),
 ]
 
 

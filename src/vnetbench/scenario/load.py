@@ -92,12 +92,42 @@ def load_text(text: str, source: str, overrides: list[str] | tuple[str, ...] = (
         raise ScenarioError(f"{source}: arrays or tables nested too deep to read") from None
     for item in overrides:
         apply_override(raw, item, source)
+    check_text(raw, source)
     try:
         scenario = validate(raw, source)
     except RecursionError:
         raise ScenarioError(f"{source}: arrays or tables nested too deep: a scenario's values are at most a few "
                             "levels deep") from None
     return LoadedScenario(scenario=scenario, source=source, text=text, overrides=tuple(overrides))
+
+
+# Characters no scenario needs and a terminal or a reader acts on: C0 and C1 controls (ESC starts a terminal
+# escape sequence that can rewrite the screen, set the window title or hide text) and Unicode's bidirectional
+# overrides (text that reads differently than it is, "Trojan Source"). Tab and newline are plain text.
+_HOSTILE = {c for c in range(0x20) if c not in (0x09, 0x0A)} | {0x7F} | set(range(0x80, 0xA0)) \
+    | set(range(0x202A, 0x202F)) | set(range(0x2066, 0x206A))
+
+
+def check_text(raw: Any, source: str) -> None:
+    """Every key and string of the scenario is plain text: names, descriptions, labels and options reach
+    terminals, HTML and log files, never as instructions to them."""
+    todo: list[tuple[tuple[str, ...], Any]] = [((), raw)]
+    while todo:  # a stack, not recursion: nesting depth is judged (and refused) by validation
+        path, value = todo.pop()
+        texts: list[tuple[str, str]] = []  # (where, text)
+        if isinstance(value, dict):
+            texts = [(f"a key of {'.'.join(path) or 'the top level'}", k) for k in value if isinstance(k, str)]
+            todo.extend((path + (str(k),), v) for k, v in value.items())
+        elif isinstance(value, list):
+            todo.extend((path + (str(i),), v) for i, v in enumerate(value))
+        elif isinstance(value, str):
+            texts = [(".".join(path), value)]
+        for where, text in texts:
+            bad = next((ch for ch in text if ord(ch) in _HOSTILE), None)
+            if bad is not None:
+                raise ScenarioError(f"{source}: {where}: contains the control character U+{ord(bad):04X}; scenario "
+                                    "text must be plain (no terminal escape sequences, control or bidirectional "
+                                    "override characters): remove it")
 
 
 def validate(raw: dict[str, Any], source: str) -> Scenario:
