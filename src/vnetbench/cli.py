@@ -68,7 +68,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             check_target(args.report, args.db, what="report")
         runner.check_root()
         with open_store(args) as store:
-            summary = runner.resume(store, args.resume, console=err, progress=not args.no_progress)
+            summary = runner.resume(store, args.resume, console=err, progress=not args.no_progress,
+                                    allow_concurrent=args.allow_concurrent)
             return _after_run(args, store, summary)
     if not args.scenario:
         raise VnetbenchError("vnetbench run: give a SCENARIO (a built-in name or a .toml file), or --resume RUN")
@@ -78,7 +79,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     runner.check_root()  # before the database is touched: not root means nothing at all happens
     with open_store(args) as store:
         summary = runner.execute(loaded, store, console=err, progress=not args.no_progress,
-                                 max_configurations=args.max_configurations)
+                                 max_configurations=args.max_configurations, allow_concurrent=args.allow_concurrent)
         return _after_run(args, store, summary)
 
 
@@ -195,12 +196,12 @@ def cmd_clean(args: argparse.Namespace) -> int:
             return 1
         out.print("nothing of vnetbench's is left on this machine")
         return 0
-    prefix = "vnb-"
-    if args.run:
-        from vnetbench.runner.run import run_prefix
+    from vnetbench.lab.netns import PREFIX, run_prefix
 
-        prefix = run_prefix(args.run) + "-"
+    prefix = run_prefix(args.run) + "-" if args.run else PREFIX
     report = clean(prefix=prefix, dry_run=args.dry_run)
+    for run in report.live:
+        out.print(f"left alone: the lab of {escape(run.describe())}, which is measuring now", soft_wrap=True)
     verb = "would remove" if args.dry_run else "removed"
     if not report.namespaces and not report.cgroups:
         out.print(f"nothing to clean: no {prefix}* namespaces or cgroups")
@@ -222,6 +223,8 @@ def build_parser() -> argparse.ArgumentParser:
                "2 a problem the message explains\n(bad scenario, missing tool, unwritable output, ...); "
                "130 interrupted; 141 standard output closed by its reader (| head)")
     p.add_argument("--version", action="version", version=f"vnetbench {__version__}")
+    p.add_argument("--debug", action="store_true",
+                   help="on an error, also print the Python traceback (for a bug report)")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def with_db(sp: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -243,6 +246,9 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--no-progress", action="store_true", help="no progress bar (for logs)")
     sp.add_argument("--max-configurations", type=_max_configurations, default=MAX_CONFIGURATIONS, metavar="N",
                     help=f"refuse a matrix of more configurations (default {MAX_CONFIGURATIONS:,})")
+    sp.add_argument("--allow-concurrent", action="store_true",
+                    help="measure even while another vnetbench run measures on this machine (refused by "
+                         "default: both would load the same cores); recorded in the run and its report")
     sp.set_defaults(func=cmd_run)
 
     sp = sub.add_parser("plan", help="check a scenario and say what a run would do, cost and need (no root, "
@@ -303,11 +309,18 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.flush()  # a closed pipe or a full disk is found here, not at interpreter exit
         return status
     except VnetbenchError as e:
+        if args.debug:
+            err.print_exception()
         err.print(f"[red]vnetbench:[/] {escape(str(e))}", highlight=False)
         return 2
     except Interrupted as e:
         err.print(f"[yellow]vnetbench: interrupted ({e.signame}); the lab was torn down. "
                   "Finished trials are stored; `vnetbench run --resume RUN` completes the run.[/]")
+        return 130
+    except KeyboardInterrupt:
+        # Ctrl-C outside a lab's lifetime (checks before it, bookkeeping after it): nothing to tear down
+        err.print("[yellow]vnetbench: interrupted (SIGINT); no lab was up at that moment. A stored run that did "
+                  "not finish is listed as interrupted by `vnetbench runs` and completed by `--resume`.[/]")
         return 130
     except BrokenPipeError:
         _silence_stdout()
@@ -315,11 +328,25 @@ def main(argv: list[str] | None = None) -> int:
                   highlight=False)
         return EXIT_CLOSED_PIPE
     except OSError as e:
-        if e.errno not in (errno.ENOSPC, errno.EDQUOT):
-            raise
-        _silence_stdout()
-        err.print("vnetbench: cannot write standard output: the disk is full", highlight=False)
+        why = _FILE_PROBLEMS.get(e.errno or 0)
+        if why is None:
+            raise  # not a condition of the machine we can explain: a bug, whose traceback is wanted
+        if args.debug:
+            err.print_exception()
+        if e.filename is None:
+            _silence_stdout()
+        where = f"cannot write {e.filename}" if e.filename is not None else "cannot write standard output"
+        err.print(f"vnetbench: {where}: {why}", highlight=False)
         return 2
+
+
+# Failures of a file the user named (or of standard output) that say what to do, rather than a traceback.
+_FILE_PROBLEMS = {
+    errno.ENOSPC: "the disk is full; free space and run the command again",
+    errno.EDQUOT: "the disk quota is used up; free space and run the command again",
+    errno.EROFS: "the file system is read-only; choose another place",
+    errno.EACCES: "permission denied; choose another place or fix its permissions",
+}
 
 
 def _silence_stdout() -> None:

@@ -100,6 +100,8 @@ def test_killed_run_is_cleaned_and_resumed(tmp_path, no_leftovers):
     assert run_namespaces(db), "a SIGKILLed run should have left its namespaces"
     done_before = ok_trials(db)
     run_id = Store(db).runs()[-1]["id"]
+    listed = cli("runs", "--db", str(db)).stdout
+    assert "interrupted" in listed and f"vnetbench run --resume {run_id}" in listed  # not "running" for ever
 
     cleaned = cli("clean", "--run", run_id)
     assert "removed 4 namespaces" in cleaned.stdout
@@ -260,3 +262,39 @@ def test_a_hung_trial_fails_and_the_run_goes_on_through_the_cli(tmp_path, no_lef
     assert "1 of 3 trials failed" in " ".join(out.split())
     shown = cli("show", run_id, "--db", str(db)).stdout
     assert "timeout" in shown and "per-trial timeout" in " ".join(shown.split())
+
+
+def test_a_second_run_is_refused_while_one_measures_and_runs_beside_it_when_allowed(tmp_path, no_leftovers):
+    db = tmp_path / "r.db"
+    first = start_run(db, "--set", "repetitions=3")
+    wait_for(lambda: run_namespaces(db), what="the first run's lab")
+    first_id = Store(db).runs()[-1]["id"]
+
+    refused = cli("run", "quick", "--db", str(tmp_path / "second.db"), "--no-progress", *SHORT, check=False)
+    assert refused.returncode == 2, refused.stderr
+    assert f"run {first_id}" in refused.stderr and f"pid {first.pid}" in refused.stderr
+    assert "--allow-concurrent" in refused.stderr
+    assert Store(tmp_path / "second.db").runs() == []  # refused before anything was stored or built
+    cleaned = cli("clean")  # a measuring run's lab is not a leftover
+    assert f"left alone: the lab of run {first_id}" in cleaned.stdout and run_namespaces(db)
+
+    report = tmp_path / "second.html"
+    beside = cli("run", "quick", "--db", str(db), "--no-progress", *SHORT, "--set", "repetitions=1",
+                 "--allow-concurrent", "--report", str(report))
+    second_id = run_id_of(beside)
+    assert "sharing the machine with run " + first_id in beside.stderr
+    out, err = first.communicate(timeout=180)
+    assert first.returncode == 0, err
+
+    store = Store(db)  # one database, two runs: every planned trial of each once, none mixed up
+    for run_id, reps in ((first_id, 3), (second_id, 1)):
+        slots = [(t["config_key"], t["repetition"]) for t in store.trials(run_id)]
+        assert len(slots) == 4 * reps and len(set(slots)) == len(slots)
+        assert store.run(run_id)["status"] == "completed"
+    fp_second = store.run(second_id)["fingerprint"]
+    assert fp_second["allow_concurrent"] is True
+    assert first_id in {r["run_id"] for r in fp_second["machine_load"][0]["concurrent_runs"]}
+    # the first run saw the second one come and go (its monitor samples every few seconds)
+    assert second_id in {r["run_id"] for r in store.run(first_id)["fingerprint"]["machine_load"][0]["concurrent_runs"]}
+    assert "This run shared the machine" in report.read_text()
+    assert "This run shared the machine" in cli("show", first_id, "--db", str(db)).stdout

@@ -218,6 +218,29 @@ def test_guests_under_software_emulation_are_called_out(store):
     assert "Guests of bare" not in text
 
 
+def test_a_run_that_shared_the_machine_is_called_out(store):
+    quiet = {"monitored_s": 60.0, "load_at_start": [0.1, 0.1, 0.1], "load_max": [1.9, 1.2, 0.6],
+             "load_at_end": [1.8, 1.2, 0.6], "other_processes_cores": 0.02, "busy_processes": [],
+             "concurrent_runs": []}
+    run = make_run(store, "quiet000aaaa", matrix={"proto": ["tcp"]}, repetitions=3,
+                   fingerprint={"machine_load": [quiet]})
+    text = " ".join(parse(render_report(store, [run])).text)
+    assert "shared the machine" not in text
+    assert "1-min load average at start / highest / end: 0.10 / 1.90 / 1.80" in text  # the fingerprint says it
+    busy = {**quiet, "other_processes_cores": 0.8, "busy_processes": [{"pid": 42, "command": "stress-ng", "cores": 0.8}],
+            "concurrent_runs": [{"run_id": "other0000001", "pid": 4242, "scenario": "quick"}]}
+    run = make_run(store, "busy0000aaaa", matrix={"proto": ["tcp"]}, repetitions=3,
+                   fingerprint={"machine_load": [quiet, busy], "allow_concurrent": True})
+    text = " ".join(parse(render_report(store, [run])).text)
+    assert ("This run shared the machine: it was started with --allow-concurrent; other vnetbench runs measured at "
+            "the same time (other0000001 pid 4242); other processes used 0.80 of a core on average while it "
+            "measured: stress-ng (pid 42, 0.80)") in text
+    # two runs with different loads have the same setup: load is shown side by side, not counted as a difference
+    both = render_report(store, ["quiet000aaaa", run])
+    notes = re.findall(r'<p class="note warn">[^<]*setting[^<]*differ between the runs.*?</p>', both)
+    assert "machine_load" in both and not any("machine_load" in n for n in notes), notes
+
+
 # ------------------------------------------------------------------ escaping
 
 

@@ -71,3 +71,149 @@ def test_not_a_database(tmp_path):
         Store(bad)
     with pytest.raises(StoreError, match="is a directory"):
         Store(tmp_path)
+
+
+# ---------------------------------------------------------------- what the store meets in the field
+
+import contextlib
+import hashlib
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+from vnetbench.store import db as store_db
+
+FIXTURES = Path(__file__).parent.parent / "fixtures"
+root_only = pytest.mark.skipif(os.geteuid() != 0, reason="mounts a small or read-only file system: run as root")
+
+
+def digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_database_of_another_program_is_refused_and_left_alone(tmp_path):
+    other = tmp_path / "app.db"
+    conn = sqlite3.connect(other)
+    conn.execute("CREATE TABLE users (id INTEGER, name TEXT)")
+    conn.commit()
+    conn.close()
+    before = digest(other)
+    with pytest.raises(StoreError, match=r"another program \(tables: users\)"):
+        Store(other)
+    assert digest(other) == before
+
+
+def test_database_of_a_newer_vnetbench_is_refused_with_its_version(tmp_path):
+    make(tmp_path).close()
+    conn = sqlite3.connect(tmp_path / "r.db")
+    conn.execute("UPDATE meta SET value='7' WHERE key='schema_version'")
+    conn.commit()
+    conn.close()
+    with pytest.raises(StoreError, match=rf"newer vnetbench \(database schema 7; .* reads schema "
+                                         rf"{store_db.SCHEMA_VERSION} and older\): upgrade"):
+        Store(tmp_path / "r.db")
+
+
+def test_database_of_the_first_release_is_upgraded_after_a_backup(tmp_path):
+    """v1.db was written by vnetbench at schema 1 (commit e83590b, before runs knew their process): a real
+    `vnetbench run quick --set duration=1s --set workload.stream.omit=0s --set repetitions=2
+    --set repeat.warmup=false`, then checkpointed into one file."""
+    path = tmp_path / "v1.db"
+    shutil.copy(FIXTURES / "store" / "v1.db", path)
+    old = sqlite3.connect(path)
+    old.row_factory = sqlite3.Row
+    runs_before = [dict(r) for r in old.execute("SELECT * FROM runs")]
+    samples_before = old.execute("SELECT COUNT(*) FROM samples").fetchone()[0]
+    old.close()
+    assert runs_before and samples_before
+
+    store = Store(path)
+    assert store.conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0] == \
+        str(store_db.SCHEMA_VERSION)
+    backup = tmp_path / "v1.db.schema1.bak"
+    assert backup.exists()
+    assert sqlite3.connect(backup).execute("SELECT value FROM meta").fetchone()[0] == "1"
+    run = store.run(runs_before[0]["id"])
+    assert run["status"] == runs_before[0]["status"] and run["pid"] is None
+    assert run["scenario_text"] == runs_before[0]["scenario_text"]
+    values = store.values(run["id"])
+    assert sum(len(v) for per in values.values() for v in per.values()) == samples_before
+    # what the new schema adds works on the upgraded file
+    store.create_run("new000000001", "t", "s", "", "h", [], 1, {})
+    assert store.run("new000000001")["pid"] == os.getpid()
+    store.close()
+    assert Store(path).run("new000000001")["boot_id"]  # opened again: no second migration, nothing lost
+
+
+def test_a_failed_upgrade_leaves_the_file_unchanged(tmp_path, monkeypatch):
+    path = tmp_path / "v1.db"
+    shutil.copy(FIXTURES / "store" / "v1.db", path)
+    before = digest(path)
+    monkeypatch.setitem(store_db.MIGRATIONS, 2, [*store_db.MIGRATIONS[2], "ALTER TABLE no_such ADD COLUMN x"])
+    with pytest.raises(StoreError, match="upgrading from schema 1 to 2 failed .* the file is unchanged"):
+        Store(path)
+    assert sqlite3.connect(path).execute("SELECT value FROM meta").fetchone()[0] == "1"
+    assert "pid" not in {r[1] for r in sqlite3.connect(path).execute("PRAGMA table_info(runs)")}
+    del before  # WAL bookkeeping may touch the file's bytes; its schema and rows are what must not change
+
+
+def test_a_run_whose_process_is_gone_reads_as_interrupted_with_the_resume_command(tmp_path):
+    store = make(tmp_path)
+    store.record_trial("abc123def456", trial("k1", 0, 10.0))
+    run = store.run("abc123def456")  # running, but no process of this run holds its lock
+    assert run["stored_status"] == "running" and run["status"] == "interrupted"
+    assert "1 trials are stored" in run["status_reason"]
+    assert f"vnetbench run --resume abc123def456 --db {store.path}" in run["status_reason"]
+    assert store.runs()[0]["status"] == "interrupted"
+    store.finish_run("abc123def456", "completed")
+    assert store.run("abc123def456")["status"] == "completed"
+
+
+@contextlib.contextmanager
+def mounted(path: Path, *options: str):
+    path.mkdir(exist_ok=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", ",".join(options), "vnb-test", str(path)], check=True)
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], check=False)
+
+
+@root_only
+def test_full_disk_gives_a_clear_error_and_loses_no_committed_trial(tmp_path):
+    with mounted(tmp_path / "small", "size=512k") as fs:
+        store = make(fs)
+        recorded = 0
+        big = {"iperf3": {"s1": os.urandom(64 * 1024).hex()}}  # incompressible: fills the disk in a few trials
+        with pytest.raises(StoreError, match=r"r\.db: cannot store a trial: the disk is full\. What was stored "):
+            for rep in range(100):
+                t = trial("k1", rep, float(rep))
+                t.raw = big
+                store.record_trial("abc123def456", t)
+                recorded += 1
+        assert recorded >= 1
+        assert store.done_slots("abc123def456") == {("k1", r) for r in range(recorded)}
+        assert list(store.values("abc123def456")["k1"]["throughput.rx_mbps"]) == [float(r) for r in range(recorded)]
+        store.close()
+
+
+@root_only
+def test_read_only_database_can_be_read_and_refuses_writes_clearly(tmp_path):
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    store = make(ro)
+    store.record_trial("abc123def456", trial("k1", 0, 10.0))
+    store.finish_run("abc123def456", "completed")
+    store.close()
+    subprocess.run(["mount", "--bind", str(ro), str(ro)], check=True)
+    try:
+        subprocess.run(["mount", "-o", "remount,ro,bind", str(ro)], check=True)
+        store = Store(ro / "r.db")
+        assert store.run("abc123def456")["status"] == "completed"
+        assert store.values("abc123def456")["k1"]["throughput.rx_mbps"][0] == 10.0
+        with pytest.raises(StoreError, match="cannot store the baseline: the file .* is read-only"):
+            store.set_baseline("main", "abc123def456")
+        store.close()
+    finally:
+        subprocess.run(["umount", "-l", str(ro)], check=False)

@@ -16,6 +16,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from vnetbench import runlock
+from vnetbench.errors import EnvironmentProblem
 from vnetbench.lab import cgroups, netns
 
 
@@ -25,6 +27,7 @@ class CleanReport:
     processes: list[int] = field(default_factory=list)
     cgroups: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    live: list[runlock.LiveRun] = field(default_factory=list)  # runs still measuring: left alone
 
 
 def leftovers(prefix: str = netns.PREFIX) -> list[str]:
@@ -40,11 +43,21 @@ def clean(prefix: str = netns.PREFIX, dry_run: bool = False) -> CleanReport:
     if not prefix.startswith(netns.PREFIX):
         raise ValueError(f"refusing to clean {prefix!r}: only names starting with {netns.PREFIX!r} are vnetbench's")
     report = CleanReport()
-    names = leftovers(prefix)
+    # A run that is still measuring is not a leftover: its namespaces are its lab, in use.
+    live = {netns.run_prefix(r.run_id) + "-": r for r in runlock.live_runs()}
+    if prefix in live:
+        raise EnvironmentProblem(f"{live[prefix].describe()} is measuring now; `vnetbench clean` removes only what a "
+                                 "killed run left: stop it with Ctrl-C (it tears its lab down itself)")
+    report.live = [r for p, r in live.items() if p.startswith(prefix)]
+
+    def ours(name: str) -> bool:
+        return not any(name.startswith(p) for p in live)
+
+    names = [n for n in leftovers(prefix) if ours(n)]
     for name in names:
         report.namespaces.append(name)
         report.processes.extend(netns.pids(name))
-    report.cgroups = cgroup_leftovers(prefix)
+    report.cgroups = [c for c in cgroup_leftovers(prefix) if ours(Path(c).name)]
     if dry_run:
         return report
     for sig in (signal.SIGTERM, signal.SIGKILL):

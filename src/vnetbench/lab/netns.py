@@ -22,6 +22,11 @@ NETNS_DIR = "/var/run/netns"
 PREFIX = "vnb-"
 
 
+def run_prefix(run_id: str) -> str:
+    """The prefix of every namespace (and cgroup, and link emulator) a run makes: ``vnb-`` and its id's first 6."""
+    return f"{PREFIX}{run_id[:6]}"
+
+
 def list_names() -> list[str]:
     try:
         return sorted(os.listdir(NETNS_DIR))

@@ -52,6 +52,7 @@ from vnetbench.report import html_model as model_mod
 from vnetbench.report import html_topology as topology
 from vnetbench.report.html_model import Entry, ReportModel, fmt_num, fmt_value
 from vnetbench.report.relative import software_guest_note
+from vnetbench.runner.machine_load import describe as describe_machine_load, machine_note
 from vnetbench.units import utc_text
 
 __all__ = ["write_report", "render_report"]
@@ -248,9 +249,9 @@ def _what_ran(m: ReportModel) -> str:
         out.append(_table(["Label", "Values"], [[a.name + (f" ({a.unit})" if a.unit else ""), ", ".join(a.values)]
                                                  for a in axes]))
     for r in m.runs:
-        note = software_guest_note(r.configurations)
-        if note:
-            out.append(f'<p class="note warn">{e(note)}</p>')
+        for note in (software_guest_note(r.configurations), machine_note(r.record.get("fingerprint") or {})):
+            if note:
+                out.append(f'<p class="note warn">{e(note)}</p>')
     out.append(_fingerprint(m))
     out.append(_lab_state(m))
     out.append(_trials(m))
@@ -271,7 +272,12 @@ def _scenario_description(rec: dict[str, Any]) -> str:
 
 
 def _fingerprint(m: ReportModel) -> str:
-    flat = [dict(_flatten(r.record.get("fingerprint") or {})) for r in m.runs]
+    def readable(fp: dict[str, Any]) -> dict[str, Any]:
+        if "machine_load" in fp:  # what the machine did meanwhile, one line per session rather than raw numbers
+            fp = {**fp, "machine_load": describe_machine_load(fp)}
+        return fp
+
+    flat = [dict(_flatten(readable(r.record.get("fingerprint") or {}))) for r in m.runs]
     keys: list[str] = []
     for f in flat:
         for k in f:
@@ -285,7 +291,9 @@ def _fingerprint(m: ReportModel) -> str:
         out.append(_collapsible("Machine, kernel, tools and settings of the run", _table(["Setting", "Value"], rows,
                                 raw=True, cls="data kv"), len(rows), open_=True))
         return "".join(out)
-    differ = [k for k in keys if len({json.dumps(f.get(k), sort_keys=True, default=str) for f in flat}) > 1]
+    # the machine's load differs from run to run by nature: shown side by side, not counted as a difference
+    differ = [k for k in keys if not k.startswith("machine_load")
+              and len({json.dumps(f.get(k), sort_keys=True, default=str) for f in flat}) > 1]
     if differ:
         out.append(f'<p class="note warn">{len(differ)} setting{"s" if len(differ) > 1 else ""} differ between the '
                    "runs (marked ≠): " + ", ".join(f"<code>{e(k)}</code>" for k in differ[:12])

@@ -17,6 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 from vnetbench.metrics import HEADLINE, METRICS
+from vnetbench.runner.machine_load import machine_note
 from vnetbench.units import utc_text
 from vnetbench.stats import IMPROVED, INCONCLUSIVE, REGRESSED, UNCHANGED, summarize
 from vnetbench.stats.summary import UNSTABLE_CV, min_n_for_median_ci
@@ -46,9 +47,16 @@ def runs_table(store: Store) -> Table:
     t = Table(title=f"runs in {store.path}")
     for col in ("run", "scenario", "started", "status", "configs", "trials ok", "failed"):
         t.add_column(col)
+    notes = []
     for r in store.runs():
-        t.add_row(r["id"], r["scenario_name"], _when(r["started"]), r["status"], str(r["configurations"]),
+        status = r["status"] if r["status"] in ("completed", "running") else f"[yellow]{r['status']}[/]"
+        t.add_row(r["id"], escape(str(r["scenario_name"])), _when(r["started"]), status, str(r["configurations"]),
                   str(r["trials_ok"]), str(r["trials_failed"]))
+        if r["status"] == "interrupted" and r.get("status_reason"):
+            notes.append(f"{r['id']}: {escape(str(r['status_reason']))}")
+    if notes:
+        t.caption = "\n".join(notes)
+        t.caption_justify = "left"
     return t
 
 
@@ -248,6 +256,11 @@ def show(store: Store, run_id: str, console: Console, metrics: list[str] | None 
     failed = [t for t in trials if t["status"] != "ok"]
     console.print(f"[bold]run {run_id}[/]  scenario [bold]{escape(str(run['scenario_name']))}[/]  status "
                   f"{run['status']}  trials ok {len(trials) - len(failed)}, failed {len(failed)}")
+    if run["status"] in ("interrupted", "failed") and run.get("status_reason"):
+        console.print(f"  [yellow]{run['status']}:[/] {escape(str(run['status_reason']))}")
+    note = machine_note(run["fingerprint"])
+    if note:
+        console.print(f"[yellow]{escape(note)}[/]")
     fp = run["fingerprint"]
     tools = "  ".join(f"{name} {_short_version(v)}" for name, v in (fp.get("tools") or {}).items() if v)
     console.print(escape(f"kernel {fp.get('kernel')}  cpu {fp.get('cpu_model')} x{fp.get('cpus')}  {tools}"))

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import random
+import subprocess
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -24,10 +25,13 @@ from typing import Callable
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from vnetbench.errors import EnvironmentProblem, ScenarioError
+from vnetbench.errors import EnvironmentProblem, ScenarioError, StoreError
 from vnetbench.impair import links
+from vnetbench.lab.netns import run_prefix
 from vnetbench.lab.teardown import Interrupted, interruptible
+from vnetbench.runlock import RunLock
 from vnetbench.runner import fingerprint
+from vnetbench.runner.machine_load import LoadMonitor
 from vnetbench.lab import environments
 from vnetbench.lab.environments import Variant
 from vnetbench.runner.bench import DumbbellBench, TrialOutcome, variant_of
@@ -40,15 +44,8 @@ from vnetbench.store.db import Store, TrialRecord
 from vnetbench.workloads import registry
 from vnetbench.workloads.base import IP, SS, TASKSET, Measurement, Tool, require
 
-RUN_PREFIX = "vnb"
-
-
 def new_run_id() -> str:
     return uuid.uuid4().hex[:12]
-
-
-def run_prefix(run_id: str) -> str:
-    return f"{RUN_PREFIX}-{run_id[:6]}"
 
 
 def check_root() -> None:
@@ -79,7 +76,10 @@ def check_congestion_controls(configs: list[Configuration]) -> None:
         if cc in available:
             continue
         # Most algorithms are modules (tcp_bbr, tcp_htcp...): try loading before giving up.
-        os.system(f"modprobe tcp_{cc} >/dev/null 2>&1")
+        try:
+            subprocess.run(["modprobe", f"tcp_{cc}"], capture_output=True, timeout=30, check=False)
+        except (OSError, subprocess.TimeoutExpired):
+            pass  # no modprobe, or it hung: the check below says what is missing
         available = set((fingerprint.read_sysctl("net.ipv4.tcp_available_congestion_control") or "").split())
         if cc not in available:
             raise EnvironmentProblem(
@@ -119,26 +119,41 @@ class RunSummary:
 def execute(loaded: LoadedScenario, store: Store, *, resume_run_id: str | None = None,
             console: Console | None = None, progress: bool = True,
             on_trial: Callable[[TrialSlot, str], None] | None = None,
-            max_configurations: int = MAX_CONFIGURATIONS) -> RunSummary:
+            max_configurations: int = MAX_CONFIGURATIONS, allow_concurrent: bool = False) -> RunSummary:
     console = console or Console(stderr=True)
     configs = expand(loaded, max_configurations)
     preflight(configs)
     rep = loaded.scenario.repeat
 
-    if resume_run_id:
-        run_id = resume_run_id
-        store.reopen_run(run_id)
-    else:
-        run_id = new_run_id()
-        store.create_run(run_id, loaded.scenario.name, loaded.source, loaded.text, loaded.text_hash,
-                         list(loaded.overrides), rep.seed,
-                         fingerprint.collect([t for t in workload_tools(configs) if t not in (TASKSET, IP)]))
-    for c in configs:
-        store.add_configuration(run_id, c.key, c.labels, c.params(), c.expected)
+    run_id = resume_run_id or new_run_id()
+    # Before anything is stored or built: one run measures on this machine at a time (runlock.py).
+    lock = RunLock(run_id, scenario=loaded.scenario.name, db=str(store.path)).acquire(allow_concurrent)
+    try:
+        if resume_run_id:
+            store.reopen_run(run_id)
+            fp = store.run(run_id)["fingerprint"]
+            if allow_concurrent:
+                fp["allow_concurrent"] = True
+                store.update_fingerprint(run_id, fp)
+        else:
+            fp = fingerprint.collect([t for t in workload_tools(configs) if t not in (TASKSET, IP)])
+            if allow_concurrent:
+                fp["allow_concurrent"] = True  # stored from the start: a killed run keeps it too
+            store.create_run(run_id, loaded.scenario.name, loaded.source, loaded.text, loaded.text_hash,
+                             list(loaded.overrides), rep.seed, fp)
+        for c in configs:
+            store.add_configuration(run_id, c.key, c.labels, c.params(), c.expected)
+    except BaseException:
+        lock.release()
+        raise
+    if lock.others:
+        console.print("[yellow]sharing the machine with " + "; ".join(o.describe() for o in lock.others)
+                      + " (--allow-concurrent): both runs' numbers are compromised[/]")
 
     lab_spec = loaded.scenario.lab
     bench = DumbbellBench.for_configs(run_prefix(run_id), configs, pin_cpus=lab_spec.pin_cpus)
     bench.keep_dir = store.path.parent / "vnetbench-logs" / run_id  # next to the results it explains
+    monitor = LoadMonitor(netns_prefix=run_prefix(run_id), run_id=run_id).start()
     tally = _Tally()
     status, reason = "completed", None
     try:
@@ -160,8 +175,22 @@ def execute(loaded: LoadedScenario, store: Store, *, resume_run_id: str | None =
         errors = bench.teardown()
         if errors:
             console.print("[red]teardown problems:[/] " + "; ".join(errors) + " (run `vnetbench clean`)")
-        store.finish_run(run_id, status, reason)
+        fp["machine_load"] = [*fp.get("machine_load", []), monitor.stop()]  # one entry per session (resumes)
+        _store_end(store, run_id, status, reason, fp, console)
+        lock.release()
     return RunSummary(run_id, status, tally.ok, tally.failed, tally.failures)
+
+
+def _store_end(store: Store, run_id: str, status: str, reason: str | None, fp: dict, console: Console) -> None:
+    """The run's end and what the machine did meanwhile. A store that cannot take them (disk full) is said, and
+    raised only when the run ended well: otherwise the error that ended it is the one the user must see."""
+    try:
+        store.update_fingerprint(run_id, fp)
+        store.finish_run(run_id, status, reason)
+    except StoreError as e:
+        if status == "completed":
+            raise
+        console.print(f"[red]{e}[/]")
 
 
 @dataclass

@@ -16,18 +16,23 @@ that size, and reads straight into numpy.
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import time
 import zlib
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 import numpy as np
 
+from vnetbench import runlock
 from vnetbench.errors import StoreError
 
-SCHEMA_VERSION = 1
+# The version of the tables below. A database of an older version is migrated when it is opened
+# (MIGRATIONS, after a backup copy); one of a newer version is refused.
+SCHEMA_VERSION = 2
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -43,7 +48,9 @@ CREATE TABLE IF NOT EXISTS runs (
     status TEXT NOT NULL,             -- running | completed | failed | interrupted
     status_reason TEXT,
     seed INTEGER,
-    fingerprint TEXT NOT NULL         -- JSON
+    fingerprint TEXT NOT NULL,        -- JSON
+    pid INTEGER,                      -- the process that runs it (schema 2)
+    boot_id TEXT                      -- the boot it runs in: a stored "running" from another boot is not running
 );
 CREATE TABLE IF NOT EXISTS configurations (
     run_id TEXT NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
@@ -92,6 +99,15 @@ CREATE TABLE IF NOT EXISTS baselines (
 """
 
 
+# Schema version -> the statements that bring a database of the version before it up to it. Each is run,
+# with the version's own number, in one transaction; a database older than the first entry's version has
+# every migration applied in order.
+MIGRATIONS: dict[int, list[str]] = {
+    2: ["ALTER TABLE runs ADD COLUMN pid INTEGER",
+        "ALTER TABLE runs ADD COLUMN boot_id TEXT"],
+}
+
+
 @dataclass
 class SampleRecord:
     metric: str
@@ -122,6 +138,12 @@ class TrialRecord:
     series: list[SeriesRecord]
 
 
+def _our_version() -> str:
+    from vnetbench import __version__
+
+    return __version__
+
+
 def _blob(a: Iterable[float]) -> bytes:
     return np.asarray(a, dtype="<f8").tobytes()
 
@@ -135,22 +157,103 @@ class Store:
         self.path = Path(path)
         if self.path.exists() and self.path.is_dir():
             raise StoreError(f"{self.path} is a directory; --db takes a file name, e.g. {self.path}/vnetbench.db")
-        if self.path.parent and not self.path.parent.exists():
-            self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
-            self.conn = sqlite3.connect(str(self.path), timeout=30)
+            if self.path.parent and not self.path.parent.exists():
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise StoreError(f"cannot create the directory of {self.path}: {e.strerror or e}") from None
+        try:
+            if self.path.exists() and not (os.access(self.path, os.W_OK) and os.access(self.path.parent, os.W_OK)):
+                # A read-only file or file system (results on a share, a CD, a locked-down CI cache) can be read:
+                # nothing can change it, so SQLite need not look for a writer's journal it could not create.
+                from urllib.parse import quote
+
+                self.conn = sqlite3.connect(f"file:{quote(str(self.path.resolve()))}?mode=ro&immutable=1", uri=True)
+            else:
+                self.conn = sqlite3.connect(str(self.path), timeout=30)
             self.conn.row_factory = sqlite3.Row
             self.conn.execute("PRAGMA foreign_keys = ON")
-            self.conn.execute("PRAGMA journal_mode = WAL")
-            self.conn.executescript(SCHEMA)
-            row = self.conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+            tables = {r[0] for r in self.conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         except sqlite3.DatabaseError as e:
-            raise StoreError(f"{self.path}: not a vnetbench results database ({e}); choose another file with --db") from None
-        if row is None:
+            raise StoreError(f"{self.path}: not a vnetbench results database ({e}); choose another file with --db") \
+                from None
+        if tables and not {"meta", "runs"} <= tables:
+            names = ", ".join(sorted(tables)[:6]) + (" ..." if len(tables) > 6 else "")
+            raise StoreError(f"{self.path} is an SQLite database of another program (tables: {names}); "
+                             "vnetbench leaves it alone: choose another file with --db")
+        version = self._schema_version() if tables else None
+        if version is not None and version > SCHEMA_VERSION:
+            raise StoreError(f"{self.path} was written by a newer vnetbench (database schema {version}; this "
+                             f"vnetbench {_our_version()} reads schema {SCHEMA_VERSION} and older): upgrade vnetbench")
+        if version is not None and version < SCHEMA_VERSION:
+            self._migrate(version)
+        if version != SCHEMA_VERSION:  # a new file (or one just migrated): tables and indexes of this version
+            with self._writing("create the results tables"):
+                self.conn.executescript(SCHEMA)
+                if version is None:
+                    self.conn.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+        try:
+            self.conn.execute("PRAGMA journal_mode = WAL")  # readers never wait for a run's writes
+        except sqlite3.OperationalError:
+            pass  # a read-only file keeps its journal mode; reading works either way
+
+    def _schema_version(self) -> int:
+        try:
+            row = self.conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+            return int(row["value"]) if row is not None else 1
+        except (sqlite3.DatabaseError, ValueError) as e:
+            raise StoreError(f"{self.path}: its schema version cannot be read ({e}); choose another file with --db") \
+                from None
+
+    def _migrate(self, version: int) -> None:
+        """Bring a database of an older schema up to this one: a backup copy first, then every step in one
+        transaction, so an interrupted or failed migration leaves the file exactly as it was."""
+        backup = self.path.with_name(f"{self.path.name}.schema{version}.bak")
+        if not (os.access(self.path, os.W_OK) and os.access(self.path.parent, os.W_OK)):
+            raise StoreError(f"{self.path} was written by an older vnetbench (database schema {version}) and must be "
+                             f"upgraded to schema {SCHEMA_VERSION} to be read, but it is read-only: copy it to a "
+                             "writable place and open the copy")
+        try:
+            if not backup.exists():
+                with sqlite3.connect(str(backup)) as copy:
+                    self.conn.backup(copy)  # consistent even with a run writing (SQLite's online backup)
+                copy.close()
+        except sqlite3.Error as e:
+            raise StoreError(f"{self.path} needs upgrading from schema {version} to {SCHEMA_VERSION}, but its backup "
+                             f"copy {backup} could not be written ({e}); nothing was changed") from None
+        steps = [sql for v in sorted(MIGRATIONS) if v > version for sql in MIGRATIONS[v]]
+        try:
+            self.conn.execute("BEGIN IMMEDIATE")
+            for sql in steps:
+                self.conn.execute(sql)
+            self.conn.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+            self.conn.execute("COMMIT")
+        except sqlite3.Error as e:
+            if self.conn.in_transaction:
+                self.conn.execute("ROLLBACK")
+            raise StoreError(f"{self.path}: upgrading from schema {version} to {SCHEMA_VERSION} failed ({e}); the "
+                             f"file is unchanged and a copy is in {backup}") from None
+
+    @contextmanager
+    def _writing(self, what: str):
+        """One transaction; SQLite's failures as what they mean for the user, with the file named."""
+        try:
             with self.conn:
-                self.conn.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
-        elif int(row["value"]) > SCHEMA_VERSION:
-            raise StoreError(f"{self.path} was written by a newer vnetbench (schema {row['value']}); upgrade vnetbench")
+                yield
+        except sqlite3.OperationalError as e:
+            text = str(e).lower()
+            if "readonly" in text or "read-only" in text:
+                why = "the file (or its directory, where SQLite writes its journal) is read-only"
+            elif "locked" in text or "busy" in text:
+                why = "another program has held it locked for 30 s"
+            elif "full" in text:
+                why = "the disk is full"
+            else:
+                why = str(e)
+            raise StoreError(f"{self.path}: cannot {what}: {why}. What was stored before is intact (each trial "
+                             "is committed as it ends)") from None
+        except sqlite3.DatabaseError as e:
+            raise StoreError(f"{self.path}: cannot {what}: {e}") from None
 
     def close(self) -> None:
         self.conn.close()
@@ -165,38 +268,38 @@ class Store:
 
     def create_run(self, run_id: str, scenario_name: str, source: str, text: str, text_hash: str,
                    overrides: list[str], seed: int, fingerprint: dict[str, Any]) -> None:
-        with self.conn:
+        with self._writing("store the new run"):
             self.conn.execute(
                 "INSERT INTO runs (id, scenario_name, scenario_source, scenario_text, scenario_hash, overrides,"
-                " started, status, seed, fingerprint) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                " started, status, seed, fingerprint, pid, boot_id) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
                 (run_id, scenario_name, source, text, text_hash, json.dumps(overrides), time.time(), "running",
-                 seed, json.dumps(fingerprint)),
+                 seed, json.dumps(fingerprint), os.getpid(), runlock.boot_id()),
             )
 
     def add_configuration(self, run_id: str, key: str, labels: dict[str, Any], params: dict[str, Any],
                           expected: dict[str, float]) -> None:
-        with self.conn:
+        with self._writing("store a configuration"):
             self.conn.execute(
                 "INSERT OR IGNORE INTO configurations (run_id, key, labels, params, expected) VALUES (?,?,?,?,?)",
                 (run_id, key, json.dumps(labels), json.dumps(params, default=str), json.dumps(expected)),
             )
 
     def set_lab_state(self, run_id: str, key: str, state: dict[str, Any]) -> None:
-        with self.conn:
+        with self._writing("store the lab state"):
             self.conn.execute("UPDATE configurations SET lab_state=? WHERE run_id=? AND key=?",
                               (json.dumps(state), run_id, key))
 
     def set_stop_reason(self, run_id: str, key: str, reason: str) -> None:
-        with self.conn:
+        with self._writing("store why a configuration stopped"):
             self.conn.execute("UPDATE configurations SET stop_reason=? WHERE run_id=? AND key=?", (reason, run_id, key))
 
     def update_fingerprint(self, run_id: str, fingerprint: dict[str, Any]) -> None:
-        with self.conn:
+        with self._writing("store the fingerprint"):
             self.conn.execute("UPDATE runs SET fingerprint=? WHERE id=?", (json.dumps(fingerprint), run_id))
 
     def record_trial(self, run_id: str, trial: TrialRecord) -> int:
         """Write one trial with its samples and series in a single transaction."""
-        with self.conn:
+        with self._writing("store a trial"):
             cur = self.conn.execute(
                 "INSERT INTO trials (run_id, config_key, repetition, position, started, ended, status, reason, raw)"
                 " VALUES (?,?,?,?,?,?,?,?,?)",
@@ -215,16 +318,17 @@ class Store:
         return trial_id
 
     def finish_run(self, run_id: str, status: str, reason: str | None = None) -> None:
-        with self.conn:
+        with self._writing("store the run's end"):
             self.conn.execute("UPDATE runs SET ended=?, status=?, status_reason=? WHERE id=?",
                               (time.time(), status, reason, run_id))
 
     def reopen_run(self, run_id: str) -> None:
-        with self.conn:
-            self.conn.execute("UPDATE runs SET status='running', ended=NULL, status_reason=NULL WHERE id=?", (run_id,))
+        with self._writing("reopen the run"):
+            self.conn.execute("UPDATE runs SET status='running', ended=NULL, status_reason=NULL, pid=?, boot_id=?"
+                              " WHERE id=?", (os.getpid(), runlock.boot_id(), run_id))
 
     def set_baseline(self, name: str, run_id: str) -> None:
-        with self.conn:
+        with self._writing("store the baseline"):
             self.conn.execute("INSERT OR REPLACE INTO baselines (name, run_id, created) VALUES (?,?,?)",
                               (name, run_id, time.time()))
 
@@ -248,20 +352,32 @@ class Store:
         row = self.conn.execute("SELECT * FROM runs WHERE id=?", (run_id,)).fetchone()
         if row is None:
             raise StoreError(f"no run {run_id!r} in {self.path}")
-        out = dict(row)
+        out = self._with_status(dict(row))
         out["fingerprint"] = json.loads(out["fingerprint"])
         out["overrides"] = json.loads(out["overrides"])
         return out
 
+    def _with_status(self, run: dict[str, Any]) -> dict[str, Any]:
+        """A run as it is now: one stored as ``running`` whose process is gone (killed, or the machine
+        rebooted) is ``interrupted``, with what is stored and the command that finishes it."""
+        run["stored_status"] = run["status"]
+        run["status"] = runlock.effective_status(run["status"], run["id"], run.get("boot_id"))
+        if run["status"] == "interrupted" and run["stored_status"] == "running":
+            stored = self.conn.execute("SELECT COUNT(*) FROM trials WHERE run_id=?", (run["id"],)).fetchone()[0]
+            who = f" (pid {run['pid']})" if run.get("pid") else ""
+            run["status_reason"] = (f"its process{who} ended without finishing it; {stored} trials are stored; "
+                                    f"finish it with `vnetbench run --resume {run['id']} --db {self.path}`")
+        return run
+
     def runs(self) -> list[dict[str, Any]]:
         rows = self.conn.execute(
-            "SELECT r.id, r.scenario_name, r.started, r.ended, r.status, r.status_reason,"
+            "SELECT r.id, r.scenario_name, r.started, r.ended, r.status, r.status_reason, r.pid, r.boot_id,"
             " (SELECT COUNT(*) FROM configurations c WHERE c.run_id=r.id) AS configurations,"
             " (SELECT COUNT(*) FROM trials t WHERE t.run_id=r.id AND t.status='ok') AS trials_ok,"
             " (SELECT COUNT(*) FROM trials t WHERE t.run_id=r.id AND t.status!='ok') AS trials_failed"
             " FROM runs r ORDER BY r.started"
         ).fetchall()
-        return [dict(r) for r in rows]
+        return [self._with_status(dict(r)) for r in rows]
 
     def configurations(self, run_id: str) -> list[dict[str, Any]]:
         rows = self.conn.execute("SELECT * FROM configurations WHERE run_id=? ORDER BY rowid", (run_id,)).fetchall()
