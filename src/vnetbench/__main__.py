@@ -1,5 +1,5 @@
 import sys
 
-from vnetbench.cli import main
+from vnetbench.entry import main
 
 sys.exit(main())
