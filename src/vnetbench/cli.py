@@ -317,9 +317,10 @@ def main(argv: list[str] | None = None) -> int:
         err.print(f"[yellow]vnetbench: interrupted ({e.signame}); the lab was torn down. "
                   "Finished trials are stored; `vnetbench run --resume RUN` completes the run.[/]")
         return 130
-    except KeyboardInterrupt:
-        # Ctrl-C outside a lab's lifetime (checks before it, bookkeeping after it): nothing to tear down
-        err.print("[yellow]vnetbench: interrupted (SIGINT); no lab was up at that moment. A stored run that did "
+    except KeyboardInterrupt as e:
+        # Ctrl-C (or SIGTERM) outside a lab's lifetime, in checks before it or bookkeeping after: nothing to tear down
+        name = str(e) if str(e) in ("SIGINT", "SIGTERM") else "SIGINT"
+        err.print(f"[yellow]vnetbench: interrupted ({name}); no lab was up at that moment. A stored run that did "
                   "not finish is listed as interrupted by `vnetbench runs` and completed by `--resume`.[/]")
         return 130
     except BrokenPipeError:

@@ -27,11 +27,15 @@ from vnetbench.store.db import Store
 pytestmark = pytest.mark.lab
 
 KILL_CAMPAIGN_RUNS = int(os.environ.get("VNB_KILL_RUNS", "30"))
-# quick at 1 s per trial, one repetition: 4 trials, about 9 s from start to stored end on this machine
+# quick at 1 s per trial, one repetition: 4 trials, 5-6 s from start to stored end on this machine; moments
+# up to 7.5 s hit teardown and the run's end too
 SHORT = ["--set", "duration=1s", "--set", "workload.stream.omit=0s", "--set", "repeat.warmup=false",
          "--set", "repetitions=1"]
 PLANNED = 4
-RUN_LENGTH_S = 9.0
+RUN_LENGTH_S = 7.5
+# The interpreter's own first ~15 ms (before any of vnetbench's code runs, so before it can handle a signal)
+# are not vnetbench's to answer for: moments start after them.
+FIRST_MOMENT_S = 0.05
 SIGNALS = ("SIGKILL", "SIGTERM", "SIGINT twice")
 OUR_TOOLS = r"iperf3 --server|iperf3 --client|ping -4 -D|vnb-link"
 
@@ -55,7 +59,7 @@ def test_random_kills_leave_nothing_and_resume_completes(tmp_path):
     seen: dict[str, int] = {}
     for i in range(KILL_CAMPAIGN_RUNS):
         how = rng.choice(SIGNALS)
-        at = rng.uniform(0.0, RUN_LENGTH_S)
+        at = rng.uniform(FIRST_MOMENT_S, RUN_LENGTH_S)
         where = f"run {i}: {how} at {at:.2f} s"
         db = tmp_path / f"r{i}.db"
         proc = subprocess.Popen([sys.executable, "-m", "vnetbench", "run", "quick", "--db", str(db), "--no-progress",
@@ -73,8 +77,7 @@ def test_random_kills_leave_nothing_and_resume_completes(tmp_path):
         assert "Traceback" not in err, f"{where}: {err[-3000:]}"
         if how != "SIGKILL":
             # a signal it can catch: it tore its own lab down, and said what to do
-            # (-15: SIGTERM's default action, before Python's handlers are in place; nothing was built then)
-            assert proc.returncode in (0, 130, -signal.SIGTERM), f"{where}: exit {proc.returncode}: {err[-2000:]}"
+            assert proc.returncode in (0, 130), f"{where}: exit {proc.returncode}: {err[-2000:]}"
             assert not leftovers(), f"{where}: left {leftovers()} after {how}"
         cli("clean")
         assert not leftovers() and not cgroup_leftovers(), f"{where}: clean left {leftovers() + cgroup_leftovers()}"

@@ -35,6 +35,45 @@ class Interrupted(BaseException):
 # handlers in the main thread only, so this is the only thread they can interrupt).
 _atomic_depth = 0
 _deferred: list[str] = []
+# A process that exits once its run stops (the CLI) keeps later signals harmless from the first stop on:
+# a second Ctrl-C after teardown, while the run's end is stored and the message printed, must not turn
+# into a KeyboardInterrupt (or SIGINT's exit) half-way through that.
+_exit_after_stop = False
+_stopping = False
+
+
+def exit_after_stop() -> None:
+    """Declare this process one that exits when its run stops (the `vnetbench` command, not libraries or
+    tests). Outside a lab, the first SIGINT or SIGTERM raises KeyboardInterrupt (the CLI says so in one
+    line and exits 130: nothing is up to tear down) and later ones only say the stop is under way."""
+    global _exit_after_stop
+    _exit_after_stop = True
+
+    def outside_lab(signum: int, _frame: object) -> None:
+        global _stopping
+        if _stopping:
+            _while_stopping(signum, _frame)
+            return
+        _stopping = True
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    for s in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(s, outside_lab)
+
+
+def _interrupt(name: str) -> Interrupted:
+    global _stopping
+    _stopping = _exit_after_stop
+    return Interrupted(name)
+
+
+def _while_stopping(_signum: int, _frame: object) -> None:
+    print("\nvnetbench: stopping, please wait...", file=sys.stderr, flush=True)
+
+
+def _restore(old: dict) -> None:
+    for s, h in old.items():
+        signal.signal(s, _while_stopping if _stopping else h)
 
 
 @contextmanager
@@ -47,14 +86,13 @@ def interruptible() -> Iterator[None]:
         if _atomic_depth:
             _deferred.append(name)
             return
-        raise Interrupted(name)
+        raise _interrupt(name)
 
     old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield
     finally:
-        for s, h in old.items():
-            signal.signal(s, h)
+        _restore(old)
 
 
 @contextmanager
@@ -70,8 +108,7 @@ def shielded() -> Iterator[list[str]]:
     try:
         yield received
     finally:
-        for s, h in old.items():
-            signal.signal(s, h)
+        _restore(old)
 
 
 @contextmanager
@@ -99,7 +136,7 @@ def atomic() -> Iterator[None]:
             if _atomic_depth == 0 and _deferred:
                 name = _deferred[0]
                 _deferred.clear()
-                raise Interrupted(name)
+                raise _interrupt(name)
 
 
 @dataclass
