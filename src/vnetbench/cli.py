@@ -313,15 +313,8 @@ def main(argv: list[str] | None = None) -> int:
             err.print_exception()
         err.print(f"[red]vnetbench:[/] {escape(str(e))}", highlight=False)
         return 2
-    except Interrupted as e:
-        err.print(f"[yellow]vnetbench: interrupted ({e.signame}); the lab was torn down. "
-                  "Finished trials are stored; `vnetbench run --resume RUN` completes the run.[/]")
-        return 130
-    except KeyboardInterrupt as e:
-        # Ctrl-C (or SIGTERM) outside a lab's lifetime, in checks before it or bookkeeping after: nothing to tear down
-        name = str(e) if str(e) in ("SIGINT", "SIGTERM") else "SIGINT"
-        err.print(f"[yellow]vnetbench: interrupted ({name}); no lab was up at that moment. A stored run that did "
-                  "not finish is listed as interrupted by `vnetbench runs` and completed by `--resume`.[/]")
+    except (Interrupted, KeyboardInterrupt) as e:
+        interrupted(e)
         return 130
     except BrokenPipeError:
         _silence_stdout()
@@ -348,6 +341,17 @@ _FILE_PROBLEMS = {
     errno.EROFS: "the file system is read-only; choose another place",
     errno.EACCES: "permission denied; choose another place or fix its permissions",
 }
+
+
+def interrupted(e: BaseException) -> None:
+    """The one line for a stop asked by SIGINT or SIGTERM: what happened to the lab, what to do next."""
+    if isinstance(e, Interrupted) and e.lab_up:
+        err.print(f"[yellow]vnetbench: interrupted ({e.signame}); the lab was torn down. "
+                  "Finished trials are stored; `vnetbench run --resume RUN` completes the run.[/]")
+    else:  # before a lab was built (checks, imports) or after it was torn down (storing the run's end)
+        name = e.signame if isinstance(e, Interrupted) else "SIGINT"
+        err.print(f"[yellow]vnetbench: interrupted ({name}); no lab was up at that moment. A stored run that did "
+                  "not finish is listed as interrupted by `vnetbench runs` and completed by `--resume`.[/]")
 
 
 def _silence_stdout() -> None:

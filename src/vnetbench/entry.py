@@ -5,23 +5,27 @@ import signal
 import sys
 
 
-def _stop_while_importing(signum: int, _frame: object) -> None:
-    raise KeyboardInterrupt(signal.Signals(signum).name)
-
-
 def main() -> int:
-    signal.signal(signal.SIGTERM, _stop_while_importing)  # SIGINT already raises KeyboardInterrupt
+    # First, before the heavy imports (numpy, pydantic, rich: half a second): a signal from now on stops
+    # the command with one line, whatever it is doing.
+    from vnetbench.lab.teardown import Interrupted, exit_after_stop
+
+    exit_after_stop()
     try:
-        from vnetbench.cli import main as cli_main
-        from vnetbench.lab.teardown import exit_after_stop
-    except KeyboardInterrupt:
+        from vnetbench.cli import interrupted, main as cli_main
+    except Interrupted:
         sys.stderr.write("vnetbench: interrupted before it started; nothing was done\n")
-        return 130
-    exit_after_stop()  # this process ends when a run stops: a second Ctrl-C must not cut its ending short
+        return _exiting(130)
     try:
-        return cli_main()
-    finally:
-        # Exiting now: Python's finalisation puts SIGINT's default action (death by the signal, exit -2) back
-        # for a moment, so a Ctrl-C then would replace the status and message given. Ignored signals stay so.
-        for s in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(s, signal.SIG_IGN)
+        return _exiting(cli_main())
+    except Interrupted as e:  # outside cli.main's own handling (its argument parsing)
+        interrupted(e)
+        return _exiting(130)
+
+
+def _exiting(status: int) -> int:
+    # Python's finalisation puts SIGINT's default action (death by the signal, exit -2) back for a moment,
+    # so a Ctrl-C then would replace the status and message given. Ignored signals stay ignored.
+    for s in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(s, signal.SIG_IGN)
+    return status

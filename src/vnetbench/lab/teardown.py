@@ -24,11 +24,17 @@ from typing import Callable, Iterator
 
 
 class Interrupted(BaseException):
-    """Raised in the main thread when the user (or a supervisor) asks the run to stop."""
+    """Raised in the main thread when the user (or a supervisor) asks the run to stop.
 
-    def __init__(self, signame: str):
+    ``lab_up``: the signal came while a lab existed (it is torn down as this unwinds), or outside one
+    (checks before it, bookkeeping after it: nothing to tear down). Not a KeyboardInterrupt: CPython
+    remembers a KeyboardInterrupt that passed through certain C calls and, at exit, kills the process with
+    SIGINT (exit -2) even when Python code caught it, which would replace the exit status the CLI gives."""
+
+    def __init__(self, signame: str, lab_up: bool = True):
         super().__init__(signame)
         self.signame = signame
+        self.lab_up = lab_up
 
 
 # Main-thread state of atomic(): how deep, and the signals that arrived inside (Python runs signal
@@ -44,8 +50,8 @@ _stopping = False
 
 def exit_after_stop() -> None:
     """Declare this process one that exits when its run stops (the `vnetbench` command, not libraries or
-    tests). Outside a lab, the first SIGINT or SIGTERM raises KeyboardInterrupt (the CLI says so in one
-    line and exits 130: nothing is up to tear down) and later ones only say the stop is under way."""
+    tests). Outside a lab, the first SIGINT or SIGTERM raises Interrupted(lab_up=False) (the CLI says so in
+    one line and exits 130: nothing is up to tear down) and later ones only say the stop is under way."""
     global _exit_after_stop
     _exit_after_stop = True
 
@@ -55,7 +61,7 @@ def exit_after_stop() -> None:
             _while_stopping(signum, _frame)
             return
         _stopping = True
-        raise KeyboardInterrupt(signal.Signals(signum).name)
+        raise Interrupted(signal.Signals(signum).name, lab_up=False)
 
     for s in (signal.SIGINT, signal.SIGTERM):
         signal.signal(s, outside_lab)
