@@ -123,6 +123,7 @@ class LoadMonitor:
         self._used: dict[tuple[int, int], int] = {}
         self._names: dict[tuple[int, int], str] = {}
         self._concurrent: dict[str, runlock.LiveRun] = {}
+        self.problem: str | None = None  # why a sample failed, if one did (the summary says so)
         self._born_after = _uptime_ticks()  # a process started after this is the run's to account from zero
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="vnetbench-load-monitor", daemon=True)
@@ -134,7 +135,10 @@ class LoadMonitor:
 
     def _loop(self) -> None:
         while not self._stop.wait(self.interval_s):
-            self.sample()
+            try:
+                self.sample()
+            except Exception as e:  # noqa: BLE001 - a sampling hiccup must never reach the user mid-run
+                self.problem = f"{type(e).__name__}: {e}"
 
     def sample(self) -> None:
         procs = processes()
@@ -177,6 +181,7 @@ class LoadMonitor:
             "busy_processes": [{"pid": k[0], "command": self._names[k], "cores": round(c, 3)} for k, c in busy[:10]],
             "concurrent_runs": [{"run_id": r.run_id, "pid": r.pid, "scenario": r.scenario}
                                 for r in self._concurrent.values()],
+            **({"sampling_problem": self.problem} if self.problem else {}),
         }
 
 
