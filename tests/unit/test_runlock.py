@@ -92,9 +92,9 @@ def test_load_monitor_counts_others_and_not_the_runs_own(tmp_path):
     own.wait()
     time.sleep(0.6)
     summary = monitor.stop()
-    names = {p["command"]: p["cores"] for p in summary["busy_processes"]}
     assert summary["other_processes_cores"] >= 0.3, summary  # a whole core for 4 of ~4.6 s, minus a busy neighbour
-    assert sum(c for name, c in names.items() if name.startswith("python")) >= 0.3, summary
+    # the other busy loop is a python (one of several, on a machine busy with other runs' tools)
+    assert max(p["cores"] for p in summary["busy_processes"] if p["command"].startswith("python")) >= 0.3, summary
     assert all(p["pid"] != own.pid for p in summary["busy_processes"]), summary
     assert len(summary["load_at_start"]) == 3 and summary["monitored_s"] >= 4
     note = machine_note({"machine_load": [summary]})
