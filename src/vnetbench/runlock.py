@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Iterator
 
 from vnetbench.errors import EnvironmentProblem
+from vnetbench.units import utc_text
 
 LOCK_DIR = Path("/run/vnetbench")
 _GATE = ".gate"  # held while a run looks for others and takes its own file, so two starting at once see each other
@@ -46,7 +47,7 @@ class LiveRun:
 
     def describe(self) -> str:
         return (f"run {self.run_id} (scenario {self.scenario!r}, pid {self.pid}, database {self.db}, "
-                f"started {time.strftime('%H:%M:%S', time.gmtime(self.started))} UTC)")
+                f"started {utc_text(self.started)})")
 
 
 def _path(run_id: str, lock_dir: Path) -> Path:
@@ -155,8 +156,9 @@ class RunLock:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
+            holder = _read(path)
             raise EnvironmentProblem(f"run {self.run_id} is already running on this machine "
-                                     f"({_read(path).describe() if _read(path) else path})") from None
+                                     f"({holder.describe() if holder else path})") from None
         os.ftruncate(fd, 0)
         os.write(fd, json.dumps({"run_id": self.run_id, "pid": os.getpid(), "scenario": self.scenario,
                                  "db": self.db, "started": time.time()}).encode())

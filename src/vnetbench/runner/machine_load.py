@@ -119,6 +119,7 @@ class LoadMonitor:
         self.load_max = list(self.load_start)
         self.started = time.monotonic()
         self.ended: float | None = None
+        self.load_end: list[float] = []
         self._last: dict[tuple[int, int], int] = {}
         self._used: dict[tuple[int, int], int] = {}
         self._names: dict[tuple[int, int], str] = {}
@@ -155,7 +156,8 @@ class LoadMonitor:
             self._names[key] = p.comm
             if before is not None and p.ticks > before:
                 self._used[key] = self._used.get(key, 0) + p.ticks - before
-        self.load_max = [max(a, b) for a, b in zip(self.load_max, _loadavg())] or _loadavg()
+        now = _loadavg()
+        self.load_max = [max(a, b) for a, b in zip(self.load_max, now)] if self.load_max else now
         for other in runlock.live_runs(exclude=self.run_id):
             self._concurrent[other.run_id] = other
 
@@ -166,6 +168,7 @@ class LoadMonitor:
                 self._thread.join(timeout=self.interval_s + 5)
             self.sample()
             self.ended = time.monotonic()
+            self.load_end = _loadavg()
         return self.summary()
 
     def summary(self) -> dict[str, Any]:
@@ -176,7 +179,7 @@ class LoadMonitor:
             "monitored_s": round(seconds, 1),
             "load_at_start": self.load_start,
             "load_max": self.load_max,
-            "load_at_end": _loadavg(),
+            "load_at_end": self.load_end or _loadavg(),
             "other_processes_cores": round(sum(cores.values()), 3),
             "busy_processes": [{"pid": k[0], "command": self._names[k], "cores": round(c, 3)} for k, c in busy[:10]],
             "concurrent_runs": [{"run_id": r.run_id, "pid": r.pid, "scenario": r.scenario}
