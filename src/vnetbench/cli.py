@@ -20,7 +20,7 @@ from vnetbench import __version__
 from vnetbench.cli_analysis import register as register_analysis
 from vnetbench.cli_common import DEFAULT_DB, EXIT_CLOSED_PIPE, err, open_store, out
 from vnetbench.errors import VnetbenchError
-from vnetbench.lab.teardown import Interrupted
+from vnetbench.lab.teardown import Interrupted, interruption_behind
 from vnetbench.output import check_target, output_file
 from vnetbench.scenario import MAX_CONFIGURATIONS
 
@@ -332,6 +332,14 @@ def main(argv: list[str] | None = None) -> int:
         where = f"cannot write {e.filename}" if e.filename is not None else "cannot write standard output"
         err.print(f"vnetbench: {where}: {why}", highlight=False)
         return 2
+    except Exception as e:
+        stop = interruption_behind(e)
+        if stop is None:
+            raise  # a bug: its traceback is wanted
+        if args.debug:
+            err.print_exception()
+        interrupted(stop)
+        return 130
 
 
 # Failures of a file the user named (or of standard output) that say what to do, rather than a traceback.

@@ -8,12 +8,14 @@ import sys
 def main() -> int:
     # First, before the heavy imports (numpy, pydantic, rich: half a second): a signal from now on stops
     # the command with one line, whatever it is doing.
-    from vnetbench.lab.teardown import Interrupted, exit_after_stop
+    from vnetbench.lab.teardown import Interrupted, exit_after_stop, interruption_behind
 
     exit_after_stop()
     try:
         from vnetbench.cli import interrupted, main as cli_main
-    except Interrupted:
+    except BaseException as e:  # an extension module's import may hand the stop back as an ImportError
+        if interruption_behind(e) is None:
+            raise
         sys.stderr.write("vnetbench: interrupted before it started; nothing was done\n")
         return _exiting(130)
     try:

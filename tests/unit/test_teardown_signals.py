@@ -88,3 +88,37 @@ def test_a_signal_at_any_early_moment_of_the_command_is_one_line_and_exit_130():
         assert "Traceback" not in err, f"{where}: {err[-1500:]}"
         if proc.returncode == 130:
             assert len(err.strip().splitlines()) == 1 and "interrupted" in err, f"{where}: {err}"
+
+
+def test_a_stop_handed_back_by_c_code_as_another_exception_is_still_the_stop(monkeypatch, capsys):
+    """pybind11 modules (scipy's HiGHS among them) turn an exception raised while their initialisation calls
+    back into Python into `ImportError: initialization failed`, caused by it: CI once saw a SIGTERM during
+    `scipy.stats`'s first import end in that traceback and exit 1."""
+    from vnetbench import cli
+    from vnetbench.lab.teardown import interruption_behind
+
+    def wrapped_stop():
+        try:
+            raise Interrupted("SIGTERM", lab_up=False)
+        except Interrupted as stop:
+            raise ImportError("initialization failed") from stop
+
+    with pytest.raises(ImportError) as caught:
+        wrapped_stop()
+    assert interruption_behind(caught.value).signame == "SIGTERM"
+    assert interruption_behind(ValueError("a bug")) is None  # this process never called exit_after_stop
+
+    def command(_args):
+        wrapped_stop()
+
+    monkeypatch.setattr(cli, "cmd_runs", command)
+    assert cli.main(["runs"]) == 130
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and "interrupted (SIGTERM)" in lines[0], lines
+
+    def bug(_args):
+        raise ValueError("a bug")
+
+    monkeypatch.setattr(cli, "cmd_runs", bug)
+    with pytest.raises(ValueError):  # anything else is still a bug with its traceback
+        cli.main(["runs"])

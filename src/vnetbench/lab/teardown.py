@@ -46,6 +46,10 @@ _deferred: list[str] = []
 # into a KeyboardInterrupt (or SIGINT's exit) half-way through that.
 _exit_after_stop = False
 _stopping = False
+# In such a process, the first Interrupted a signal raised: C code it passed through may hand it back as
+# another exception (see interruption_behind). Kept only there: a library or test process goes on after a
+# stop, and a later exception of its own is not that stop.
+_raised: Interrupted | None = None
 
 
 def exit_after_stop() -> None:
@@ -61,7 +65,7 @@ def exit_after_stop() -> None:
             _while_stopping(signum, _frame)
             return
         _stopping = True
-        raise Interrupted(signal.Signals(signum).name, lab_up=False)
+        raise _remember(Interrupted(signal.Signals(signum).name, lab_up=False))
 
     for s in (signal.SIGINT, signal.SIGTERM):
         signal.signal(s, outside_lab)
@@ -70,7 +74,31 @@ def exit_after_stop() -> None:
 def _interrupt(name: str) -> Interrupted:
     global _stopping
     _stopping = _exit_after_stop
-    return Interrupted(name)
+    return _remember(Interrupted(name))
+
+
+def _remember(stop: Interrupted) -> Interrupted:
+    global _raised
+    if _exit_after_stop and _raised is None:
+        _raised = stop
+    return stop
+
+
+def interruption_behind(exc: BaseException) -> Interrupted | None:
+    """The stop that `exc` is or comes from, if any. A signal's exception raised while C code runs Python
+    (an extension module's initialisation calling back into the import system, a library's callback) can
+    come back as another exception: pybind11 turns it into `ImportError: initialization failed` with the
+    Interrupted as its cause. Such an exception is the interruption, not a failure to report as a bug. The
+    chain is searched first; when the C code dropped it, an exception escaping the `vnetbench` command
+    after a signal raised its Interrupted there is still that stop."""
+    seen: set[int] = set()
+    link: BaseException | None = exc
+    while link is not None and id(link) not in seen:
+        if isinstance(link, Interrupted):
+            return link
+        seen.add(id(link))
+        link = link.__cause__ or link.__context__
+    return _raised
 
 
 def _while_stopping(_signum: int, _frame: object) -> None:

@@ -28,7 +28,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from vnetbench.errors import EnvironmentProblem, ScenarioError, StoreError
 from vnetbench.impair import links
 from vnetbench.lab.netns import run_prefix
-from vnetbench.lab.teardown import Interrupted, interruptible
+from vnetbench.lab.teardown import interruptible, interruption_behind
 from vnetbench.runlock import RunLock
 from vnetbench.runner import fingerprint
 from vnetbench.runner.machine_load import LoadMonitor
@@ -165,11 +165,12 @@ def execute(loaded: LoadedScenario, store: Store, *, resume_run_id: str | None =
                     _run_adaptive(configs, rep, store, run_id, trial, bar, resumed=bool(resume_run_id))
                 else:
                     _run_fixed(configs, rep, store, run_id, trial, bar, resumed=bool(resume_run_id))
-    except Interrupted as e:
-        status, reason = "interrupted", f"stopped by {e.signame}; finish it with `vnetbench run --resume {run_id}`"
-        raise
     except BaseException as e:
-        status, reason = "failed", f"{type(e).__name__}: {e}"
+        stop = interruption_behind(e)  # the stop itself, or as C code handed it back (an ImportError)
+        if stop is not None:
+            status, reason = "interrupted", f"stopped by {stop.signame}; finish it with `vnetbench run --resume {run_id}`"
+        else:
+            status, reason = "failed", f"{type(e).__name__}: {e}"
         raise
     finally:
         errors = bench.teardown()
