@@ -190,7 +190,12 @@ def cmd_clean(args: argparse.Namespace) -> int:
     if args.check:
         from vnetbench.lab.clean import cgroup_leftovers
 
-        left = leftovers() + cgroup_leftovers()
+        from vnetbench.lab.clean import engine_leftovers
+
+        engine_left, engine_errors = engine_leftovers()
+        for e in engine_errors:
+            err.print(f"[yellow]not checked:[/] {escape(e)}", soft_wrap=True)
+        left = leftovers() + cgroup_leftovers() + engine_left
         if left:
             err.print(f"[red]left behind by a run:[/] {', '.join(left)} (remove with `vnetbench clean`)")
             return 1
@@ -199,12 +204,15 @@ def cmd_clean(args: argparse.Namespace) -> int:
     from vnetbench.lab.netns import PREFIX, run_prefix
 
     prefix = run_prefix(args.run) + "-" if args.run else PREFIX
-    report = clean(prefix=prefix, dry_run=args.dry_run)
+    report = clean(prefix=prefix, dry_run=args.dry_run, images=args.images)
     for run in report.live:
         out.print(f"left alone: the lab of {escape(run.describe())}, which is measuring now", soft_wrap=True)
     verb = "would remove" if args.dry_run else "removed"
-    if not report.namespaces and not report.cgroups:
-        out.print(f"nothing to clean: no {prefix}* namespaces or cgroups")
+    if report.engine_objects:
+        out.print(f"{verb} {len(report.engine_objects)} container engine objects ({', '.join(report.engine_objects)})",
+                  soft_wrap=True)
+    if not report.namespaces and not report.cgroups and not report.engine_objects:
+        out.print(f"nothing to clean: no {prefix}* namespaces, cgroups or labelled containers and networks")
     elif report.namespaces:
         out.print(f"{verb} {len(report.namespaces)} namespaces ({', '.join(report.namespaces)}) and "
                   f"{len(report.processes)} processes in them")
@@ -295,6 +303,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--dry-run", action="store_true", help="only list what would be removed")
     sp.add_argument("--check", action="store_true", help="exit 1 if anything of ours is left (for CI)")
     sp.add_argument("--run", metavar="RUN_ID", help="only what this run left (its full id or first 6 characters)")
+    sp.add_argument("--images", action="store_true",
+                    help="also remove the tools images vnetbench built in container engines (rebuilt when needed)")
     sp.set_defaults(func=cmd_clean)
 
     register_analysis(sub)  # compare, baseline, history

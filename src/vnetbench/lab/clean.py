@@ -1,11 +1,13 @@
 """`vnetbench clean`: remove what a killed run left behind, and nothing else.
 
-Only namespaces and cgroups named ``vnb-*`` are considered ours. Processes
+Only namespaces and cgroups named ``vnb-*``, and containers and networks that
+carry the label ``org.vnetbench.run`` in a container engine, are considered ours. Processes
 inside the namespaces are killed first (a namespace with a live process would
 survive its name), then the namespaces are removed, which removes every
 interface, bridge, qdisc and nftables table inside. Nothing of ours lives in
 the root namespace. Container cgroups (``vnb-*`` in any cgroup hierarchy, v1 or
-v2) are emptied the same way and removed.
+v2) are emptied the same way and removed. A namespace vnetbench only named (an
+engine's, ``*.foreign``) is unmounted; its processes are never signalled.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ class CleanReport:
     namespaces: list[str] = field(default_factory=list)
     processes: list[int] = field(default_factory=list)
     cgroups: list[str] = field(default_factory=list)
+    engine_objects: list[str] = field(default_factory=list)  # "docker container NAME", "docker network NAME"
     errors: list[str] = field(default_factory=list)
     live: list[runlock.LiveRun] = field(default_factory=list)  # runs still measuring: left alone
 
@@ -39,7 +42,47 @@ def cgroup_leftovers(prefix: str = netns.PREFIX) -> list[str]:
     return [str(p) for p in cgroups.find(prefix)]
 
 
-def clean(prefix: str = netns.PREFIX, dry_run: bool = False) -> CleanReport:
+def engine_leftovers(prefix: str = netns.PREFIX, skip: tuple[str, ...] = (), remove: bool = False,
+                     images: bool = False) -> tuple[list[str], list[str]]:
+    """What runs left in the container engines (labelled containers and networks whose run prefix starts
+    with `prefix`, but not with one of `skip`), removed when asked: ([descriptions], [errors]). An engine
+    that is not installed is skipped; one that is installed but does not answer is an error, since it may
+    hold our containers. With `images`, vnetbench's tools images too."""
+    from vnetbench.lab import engines
+
+    found: list[str] = []
+    errors: list[str] = []
+    for kind in engines.DEFAULT_URLS:
+        url = engines.engine_url(kind)
+        path = engines.socket_path(url)
+        if path is not None and not os.path.exists(path):
+            continue
+        try:
+            engine = engines.connect(kind)
+            containers, networks = engines.leftovers(engine, prefix)
+            doomed = [(what, obj) for what, objs in (("container", containers), ("network", networks))
+                      for obj in objs if not engines.run_label(obj).startswith(skip)]
+            if images:
+                doomed += [("image", i) for i in engines.images(engine)]
+            for what, obj in doomed:
+                label = obj.tags[0] if what == "image" and obj.tags else getattr(obj, "name", obj.id[:19])
+                found.append(f"{kind} {what} {label}")
+                if remove:
+                    try:
+                        if what == "container":
+                            obj.remove(force=True, v=True)
+                        elif what == "image":
+                            engine.client.images.remove(obj.id, force=True)
+                        else:
+                            obj.remove()
+                    except Exception as e:  # noqa: BLE001 - one failure must not strand the rest
+                        errors.append(f"{kind} {what} {label}: {str(e)[:200]}")
+        except Exception as e:  # noqa: BLE001 - an engine that does not answer is said, not a traceback
+            errors.append(f"{kind} at {url}: {str(e)[:300]}")
+    return found, errors
+
+
+def clean(prefix: str = netns.PREFIX, dry_run: bool = False, images: bool = False) -> CleanReport:
     if not prefix.startswith(netns.PREFIX):
         raise ValueError(f"refusing to clean {prefix!r}: only names starting with {netns.PREFIX!r} are vnetbench's")
     report = CleanReport()
@@ -53,10 +96,14 @@ def clean(prefix: str = netns.PREFIX, dry_run: bool = False) -> CleanReport:
     def ours(name: str) -> bool:
         return not any(name.startswith(p) for p in live)
 
+    # The engines first: removing a container ends its processes the engine's way, and its network after it.
+    report.engine_objects, report.errors = engine_leftovers(prefix, skip=tuple(live), remove=not dry_run,
+                                                            images=images)
     names = [n for n in leftovers(prefix) if ours(n)]
     for name in names:
         report.namespaces.append(name)
-        report.processes.extend(netns.pids(name))
+        if not netns.is_foreign(name):  # an engine's namespace: its processes are not ours
+            report.processes.extend(netns.pids(name))
     report.cgroups = [c for c in cgroup_leftovers(prefix) if ours(Path(c).name)]
     if dry_run:
         return report

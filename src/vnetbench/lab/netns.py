@@ -20,6 +20,18 @@ from vnetbench.lab.teardown import atomic
 
 NETNS_DIR = "/var/run/netns"
 PREFIX = "vnb-"
+# A name vnetbench gives to a namespace it did not make and whose processes are not its own (a container
+# engine's daemon lives in it: the host's own namespace, for a system dockerd). Removing the name only
+# unmounts it; `vnetbench clean` never signals the processes inside.
+FOREIGN_SUFFIX = ".foreign"
+
+
+def foreign_name(run_prefix: str, what: str) -> str:
+    return f"{run_prefix}-{what}{FOREIGN_SUFFIX}"
+
+
+def is_foreign(name: str) -> bool:
+    return name.endswith(FOREIGN_SUFFIX)
 
 
 def run_prefix(run_id: str) -> str:

@@ -49,7 +49,7 @@ import time
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable
+from typing import Callable, Iterable
 
 from vnetbench.errors import EnvironmentProblem
 
@@ -429,15 +429,15 @@ def _ldd(binary: str) -> list[str]:
     return libs
 
 
-def guest_problems(tools: Iterable[tuple[str, str]]) -> list[str]:
-    """Why each of these (command, Debian package) cannot be copied into a guest, with what to do; empty
-    when all can. Asked before anything is built: a guest has busybox, the copied binaries and their
-    libraries, and nothing else (no Python, no Perl)."""
+def guest_problems(tools: Iterable[tuple[str, str]], where: str = "guest") -> list[str]:
+    """Why each of these (command, Debian package) cannot be copied into a guest (or a container image:
+    `where`), with what to do; empty when all can. Asked before anything is built: either has busybox, the
+    copied binaries and their libraries, and nothing else (no Python, no Perl)."""
     out = []
     for cmd, pkg in dict.fromkeys(tools):
         exe = _which(cmd)
         if exe is None:
-            out.append(f"{cmd} is not installed on this machine, so it cannot be copied into the guest "
+            out.append(f"{cmd} is not installed on this machine, so it cannot be copied into the {where} "
                        f"-> apt-get install {pkg}")
             continue
         with open(os.path.realpath(exe), "rb") as f:
@@ -445,7 +445,7 @@ def guest_problems(tools: Iterable[tuple[str, str]]) -> list[str]:
         if head.startswith(b"#!"):
             interpreter = head[2:].split(b"\n", 1)[0].strip().decode(errors="replace")
             if interpreter.split()[0] not in ("/bin/sh", "/usr/bin/sh"):
-                out.append(f"{cmd} ({exe}) is a script for {interpreter}, which a guest does not have "
+                out.append(f"{cmd} ({exe}) is a script for {interpreter}, which a {where} does not have "
                            "(it carries busybox and ELF binaries only) -> run this workload in another environment")
             continue
         if not head.startswith(b"\x7fELF"):
@@ -457,6 +457,34 @@ def guest_problems(tools: Iterable[tuple[str, str]]) -> list[str]:
         except EnvironmentProblem as e:
             out.append(f"{cmd}: {e}")
     return out
+
+
+def collect_tools(tools: Iterable[tuple[str, str]], add: Callable[[str, str, int], None]
+                  ) -> tuple[dict[str, str], list[str]]:
+    """Copy each (command, package) this machine has, as ``bin/<command>`` with the shared libraries it
+    loads, through ``add(archive path, host source, mode)``: ({command: host path}, [commands it lacks]).
+    Shared by the guest's initramfs and the container engines' tools image."""
+    found: dict[str, str] = {}
+    missing: list[str] = []
+    for cmd, _pkg in tools:
+        exe = _which(cmd)
+        if exe is None:
+            missing.append(cmd)
+            continue
+        found[cmd] = exe
+        add(f"bin/{cmd}", os.path.realpath(exe), 0o755)
+        for lib in _ldd(exe):
+            # Keep the name the loader asks for (/lib64/ld-linux..., /lib/x86_64-linux-gnu/...),
+            # stored as a regular file with the target's content.
+            add(lib, os.path.realpath(lib), 0o755)
+    return found, missing
+
+
+def busybox_applets(busybox: str, exclude: Iterable[str] = ()) -> list[str]:
+    """The applets `busybox` provides, less the names a real tool takes (linked to busybox in bin/)."""
+    out = subprocess.run([busybox, "--list"], capture_output=True, text=True, check=True)
+    skip = set(exclude) | {"busybox"}
+    return sorted(a for a in out.stdout.split() if a and a not in skip)
 
 
 def packages_of(paths: Iterable[str]) -> list[str]:
@@ -565,19 +593,8 @@ def plan(kernel: Kernel | None = None) -> Plan:
         raise EnvironmentProblem(f"the guest image needs: apt-get install {' '.join(sorted(set(missing)))}")
     p = Plan(kernel=kernel, busybox=busybox)
     p.add("bin/busybox", busybox, 0o755)
-    for cmd, _pkg in REQUIRED_TOOLS + optional_tools():
-        exe = _which(cmd)
-        if exe is None:
-            p.missing_optional.append(cmd)
-            continue
-        p.tools[cmd] = exe
-        p.add(f"bin/{cmd}", os.path.realpath(exe), 0o755)
-        for lib in _ldd(exe):
-            # Keep the name the loader asks for (/lib64/ld-linux..., /lib/x86_64-linux-gnu/...),
-            # stored as a regular file with the target's content.
-            p.add(lib, os.path.realpath(lib), 0o755)
-    out = subprocess.run([busybox, "--list"], capture_output=True, text=True, check=True)
-    p.applets = sorted(a for a in out.stdout.split() if a and a not in p.tools and a != "busybox")
+    p.tools, p.missing_optional = collect_tools(REQUIRED_TOOLS + optional_tools(), p.add)
+    p.applets = busybox_applets(busybox, exclude=p.tools)
     for nic, names in NIC_MODULES.items():
         order = module_load_order(kernel, names)
         p.modules[nic] = [_plain_module_name(m) for m in order]

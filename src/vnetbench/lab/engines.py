@@ -1,0 +1,314 @@
+"""Container engines (Docker) as vnetbench uses them: a connection, the tools image, and cleanup by label.
+
+Lifecycle (networks, containers, images) goes through the engine's API with the Docker SDK for Python;
+workload processes are started with the engine's own `docker exec` (:func:`exec_argv`), a process whose
+output goes to files like every other tool's and whose death ends the command inside the container.
+
+Everything vnetbench makes in an engine carries the label ``org.vnetbench.run`` (the run's prefix,
+``vnb-<id>``); `vnetbench clean` removes what carries a prefix of a run that is not live, and never
+looks at anything without the label: a user's own containers, networks and images are not ours.
+
+The tools image is built from this machine's own files (no registry): busybox-static and its applets,
+every workload tool with the shared libraries it loads (the same selection as a VM guest's initramfs,
+:mod:`vnetbench.lab.guest.initramfs`), imported as ``vnetbench-tools:<digest of its content>``, so it is
+built once and reused until a package changes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import socket
+import struct
+import tarfile
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any, Iterable
+from urllib.parse import urlparse
+
+from vnetbench.errors import EnvironmentProblem, LabError
+
+LABEL_RUN = "org.vnetbench.run"  # the run prefix (vnb-<id>) of what a run made
+LABEL_IMAGE = "org.vnetbench.image"  # on the tools image: its content digest
+IMAGE_REPOSITORY = "vnetbench-tools"
+IMAGE_FORMAT = "1"  # bump when the image's layout (not its inputs) changes
+DEFAULT_URLS = {"docker": "unix:///var/run/docker.sock"}
+API_TIMEOUT_S = 60
+
+# What every workload command runs through inside a container (/bin/vnb-exec in the tools image, busybox
+# sh). `docker exec` does not stop the command it started when its client goes (moby issue 9098): killed,
+# the client only disconnects. So the client's standard input is held open for the command's life and this
+# script ends the command's process group when it closes (the tool itself gets /dev/null; the input is kept
+# on fd 3 because an asynchronous list's standard input is /dev/null), SIGKILL 2 s after SIGTERM. The tool's
+# exit status is the script's. Program names are resolved to paths first: busybox's shell would otherwise run
+# its own applet of the same name (its ping, not iputils'), as in a VM guest's wrapper.
+EXEC_WRAPPER = r"""#!/bin/sh
+cpus=
+[ "$1" = -c ] && { cpus=$2; shift 2; }
+case "$1" in
+    */*) prog=$1 ;;
+    *) prog=$(which "$1") || { echo "vnb-exec: $1: command not found in the container" >&2; exit 127; } ;;
+esac
+shift
+if [ -n "$cpus" ]; then set -- /bin/taskset -c "$cpus" "$prog" "$@"; else set -- "$prog" "$@"; fi
+exec 3<&0
+/bin/setsid "$@" </dev/null 3<&- &
+child=$!
+(cat <&3 >/dev/null; kill -TERM -"$child" 2>/dev/null; sleep 2; kill -KILL -"$child" 2>/dev/null) >/dev/null 2>&1 &
+watcher=$!
+exec 3<&-
+wait "$child"
+status=$?
+kill "$watcher" 2>/dev/null
+exit $status
+"""
+
+
+@dataclass
+class Engine:
+    """A reachable engine: its API client, what it says about itself, and where its daemon's network lives."""
+
+    kind: str
+    url: str
+    client: Any  # docker.DockerClient
+    info: dict[str, Any]
+    version: dict[str, Any]
+
+    @property
+    def cli(self) -> list[str]:
+        """The engine's command-line client aimed at this engine."""
+        return ["docker", "-H", self.url]
+
+    def daemon_pid(self) -> int:
+        """The daemon's process id, from the credentials of its socket (SO_PEERCRED)."""
+        path = socket_path(self.url)
+        if path is None:
+            raise LabError(f"{self.kind} at {self.url}: only a local engine (a unix socket) can be measured")
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.connect(path)
+            creds = s.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+        return struct.unpack("3i", creds)[0]
+
+    def describe(self) -> dict[str, Any]:
+        """For the record: what a result measured in this engine depends on."""
+        info, ver = self.info, self.version
+        return {"engine": self.kind, "url": self.url, "version": ver.get("Version"),
+                "api_version": ver.get("ApiVersion"), "storage_driver": info.get("Driver"),
+                "cgroup_driver": info.get("CgroupDriver"), "cgroup_version": info.get("CgroupVersion"),
+                "security_options": info.get("SecurityOptions"), "default_runtime": info.get("DefaultRuntime"),
+                "kernel": info.get("KernelVersion")}
+
+
+def engine_url(kind: str = "docker") -> str:
+    """Where the engine listens: ``DOCKER_HOST`` as the engine's own client reads it, else its default socket."""
+    return os.environ.get("DOCKER_HOST") or DEFAULT_URLS[kind]
+
+
+def socket_path(url: str) -> str | None:
+    parsed = urlparse(url)
+    return parsed.path if parsed.scheme in ("unix", "") and parsed.path else None
+
+
+def connect(kind: str = "docker") -> Engine:
+    """The engine, reachable and answering; EnvironmentProblem saying what to do otherwise."""
+    url = engine_url(kind)
+    try:
+        import docker
+    except ImportError:
+        raise EnvironmentProblem("the Docker SDK for Python is missing from vnetbench's environment: "
+                                 "`make setup` installs it (pip install docker)") from None
+    path = socket_path(url)
+    if path is not None and not os.path.exists(path):
+        raise EnvironmentProblem(
+            f"{kind}: no engine listens at {url} -> " + _how_to_start(kind, url))
+    try:
+        client = docker.DockerClient(base_url=url, timeout=API_TIMEOUT_S)
+        version = client.version()
+        info = client.info()
+    except Exception as e:  # noqa: BLE001 - the SDK's errors (requests', docker's) all mean: not usable
+        raise EnvironmentProblem(f"{kind} at {url} does not answer: {str(e)[:200]} -> "
+                                 + _how_to_start(kind, url)) from None
+    return Engine(kind, url, client, info, version)
+
+
+def _how_to_start(kind: str, url: str) -> str:
+    if kind == "docker":
+        where = "" if url == DEFAULT_URLS[kind] else f" -H {url}"
+        return (f"install it (apt-get install docker.io) and start it (`systemctl start docker`, or `dockerd{where} &` "
+                "where there is no systemd); DOCKER_HOST chooses another engine")
+    return f"start {kind}"
+
+
+@lru_cache(maxsize=4)
+def probe(kind: str = "docker") -> tuple[Engine | None, str]:
+    """The engine and a one-line description, or None and why not (for doctor and preflight; once per process)."""
+    try:
+        e = connect(kind)
+    except EnvironmentProblem as why:
+        return None, str(why)
+    d = e.describe()
+    return e, (f"{kind} {d['version']} at {e.url} ({d['storage_driver']}, cgroup v{d['cgroup_version']} "
+               f"{d['cgroup_driver']})")
+
+
+def exec_argv(engine: Engine, container: str, argv: Iterable[str], cpus: str | None = None) -> list[str]:
+    """The argv that runs `argv` inside `container` (on `cpus`, when given) and ends it when this client
+    process ends; its standard input must be a pipe held open for as long as the command should run."""
+    pin = ["-c", cpus] if cpus is not None else []
+    return [*engine.cli, "exec", "-i", container, "/bin/vnb-exec", *pin, *map(str, argv)]
+
+
+# ---------------------------------------------------------------- the tools image
+
+@dataclass
+class ImagePlan:
+    """Every file of the tools image: path in the image -> (host source, mode), plus busybox's applets."""
+
+    files: dict[str, tuple[str, int]] = field(default_factory=dict)
+    tools: dict[str, str] = field(default_factory=dict)
+    missing: list[str] = field(default_factory=list)
+    applets: list[str] = field(default_factory=list)
+
+    def add(self, path: str, source: str, mode: int) -> None:
+        self.files.setdefault(path.strip("/"), (source, mode))
+
+
+# The image's own configuration files: a root user and name lookups from files only.
+ETC_FILES = {
+    "etc/passwd": b"root:x:0:0:root:/root:/bin/sh\n",
+    "etc/group": b"root:x:0:\n",
+    "etc/nsswitch.conf": b"passwd: files\ngroup: files\nhosts: files\n",
+    "etc/services": b"",
+}
+
+
+def image_tools() -> tuple[tuple[str, str], ...]:
+    """(command, package) of everything a workload or the lab may run in a container."""
+    from vnetbench.lab.guest import initramfs
+
+    basics = (("iperf3", "iperf3"), ("ping", "iputils-ping"), ("ethtool", "ethtool"))
+    return tuple(dict.fromkeys(basics + initramfs.optional_tools()))
+
+
+def plan_image() -> ImagePlan:
+    from vnetbench.lab.guest import initramfs
+
+    busybox = initramfs.find_busybox()
+    if busybox is None:
+        raise EnvironmentProblem("the container tools image needs busybox-static: apt-get install busybox-static")
+    p = ImagePlan()
+    p.add("bin/busybox", busybox, 0o755)
+    p.tools, p.missing = initramfs.collect_tools(image_tools(), p.add)
+    p.applets = initramfs.busybox_applets(busybox, exclude=p.tools)
+    return p
+
+
+def image_digest(p: ImagePlan) -> tuple[str, dict[str, str]]:
+    """A digest of everything the image holds, and each file's sha256 (the image's manifest)."""
+    h = hashlib.sha256(f"format {IMAGE_FORMAT}\nwrapper {EXEC_WRAPPER}\n".encode())
+    h.update(json.dumps(p.applets).encode() + json.dumps(sorted(ETC_FILES.items()), default=repr).encode())
+    sums = {}
+    for name in sorted(p.files):
+        src, mode = p.files[name]
+        fh = hashlib.sha256()
+        with open(src, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                fh.update(chunk)
+        sums[name] = fh.hexdigest()
+        h.update(f"{name} {mode:o} {sums[name]}\n".encode())
+    return h.hexdigest()[:20], sums
+
+
+def render_image(p: ImagePlan) -> bytes:
+    """The image's root file system as a tar archive (fixed order, owners and times: reproducible)."""
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.GNU_FORMAT) as tar:
+        def entry(name: str, kind: bytes, mode: int, data: bytes = b"", target: str = "") -> None:
+            ti = tarfile.TarInfo(name)
+            ti.type, ti.mode, ti.mtime, ti.uid, ti.gid = kind, mode, 0, 0, 0
+            ti.linkname = target
+            ti.size = len(data) if kind == tarfile.REGTYPE else 0
+            tar.addfile(ti, io.BytesIO(data) if kind == tarfile.REGTYPE else None)
+
+        for d in ("bin", "dev", "etc", "lib", "proc", "sys", "run", "var", "root"):
+            entry(d, tarfile.DIRTYPE, 0o700 if d == "root" else 0o755)
+        entry("tmp", tarfile.DIRTYPE, 0o1777)  # iperf3 and others make their temporary files here
+        entry("usr", tarfile.DIRTYPE, 0o755)
+        for link in ("sbin", "usr/bin", "usr/sbin", "usr/local"):
+            entry(link, tarfile.SYMTYPE, 0o777, target="/bin")
+        made = {"bin", "lib", "usr", "etc"}
+        for name in sorted(p.files):
+            parts = name.split("/")[:-1]
+            for i in range(1, len(parts) + 1):
+                parent = "/".join(parts[:i])
+                if parent not in made:
+                    entry(parent, tarfile.DIRTYPE, 0o755)
+                    made.add(parent)
+            src, mode = p.files[name]
+            with open(src, "rb") as f:
+                entry(name, tarfile.REGTYPE, mode, f.read())
+        for applet in p.applets:
+            entry(f"bin/{applet}", tarfile.SYMTYPE, 0o777, target="busybox")
+        for name, data in ETC_FILES.items():
+            entry(name, tarfile.REGTYPE, 0o644, data)
+        entry("bin/vnb-exec", tarfile.REGTYPE, 0o755, EXEC_WRAPPER.encode())
+    return out.getvalue()
+
+
+@dataclass(frozen=True)
+class ToolsImage:
+    tag: str
+    id: str
+    digest: str
+    built: bool  # False: found in the engine already
+    manifest: dict[str, Any]
+
+
+def tools_image(engine: Engine) -> ToolsImage:
+    """The tools image in `engine`: found by its content digest, else built and imported (a few seconds)."""
+    from vnetbench.lab.guest import initramfs
+
+    p = plan_image()
+    digest, sums = image_digest(p)
+    tag = f"{IMAGE_REPOSITORY}:{digest}"
+    manifest = {"digest": digest, "tools": p.tools, "missing_tools": p.missing,
+                "packages": initramfs.packages_of(src for src, _ in p.files.values()), "files": len(sums)}
+    import docker.errors
+
+    try:
+        found = engine.client.images.get(tag)
+        return ToolsImage(tag, found.id, digest, False, manifest)
+    except docker.errors.ImageNotFound:
+        pass
+    data = render_image(p)
+    try:
+        engine.client.api.import_image_from_data(
+            data, repository=IMAGE_REPOSITORY, tag=digest,
+            changes=[f"LABEL {LABEL_IMAGE}={digest}", "ENV PATH=/bin", 'CMD ["/bin/sh"]'])
+        image = engine.client.images.get(tag)
+    except docker.errors.APIError as e:
+        raise LabError(f"{engine.kind} refused the tools image ({len(data) >> 20} MiB, {tag}): {e}") from None
+    return ToolsImage(tag, image.id, digest, True, manifest)
+
+
+# ---------------------------------------------------------------- what runs left
+
+def leftovers(engine: Engine, prefix: str) -> tuple[list[Any], list[Any]]:
+    """Containers and networks labelled with a run prefix that starts with `prefix`."""
+    containers = [c for c in engine.client.containers.list(all=True, filters={"label": LABEL_RUN})
+                  if run_label(c).startswith(prefix)]
+    networks = [n for n in engine.client.networks.list(filters={"label": LABEL_RUN}) if run_label(n).startswith(prefix)]
+    return containers, networks
+
+
+def run_label(obj: Any) -> str:
+    """The run prefix a container or network is labelled with ("" when none)."""
+    labels = obj.attrs.get("Labels") or (obj.attrs.get("Config") or {}).get("Labels") or {}
+    return labels.get(LABEL_RUN, "")
+
+
+def images(engine: Engine) -> list[Any]:
+    """Every tools image vnetbench imported into this engine."""
+    return engine.client.images.list(filters={"label": LABEL_IMAGE})

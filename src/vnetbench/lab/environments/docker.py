@@ -1,0 +1,243 @@
+"""`docker`: endpoints as real Docker containers, on a user-defined bridge network of the engine's own.
+
+::
+
+    [ engine's network namespace (the host's, for a system dockerd) ]
+      bridge vnb-<run>-b<k> 198.19.k.1, 2001:2:0:1kk::1   (made by dockerd: its veths, its iptables rules)
+        ├── vethXXXX ──veth── eth0 198.19.k.2   container vnb-<run>-r   (image vnetbench-tools:<digest>)
+        └── vethYYYY ──veth── eth0 198.19.k.3   container vnb-<run>-s1
+
+Containers on one user-defined network reach each other at their own addresses, as users run them: the
+path is the engine's bridge, veths and rules, not the lab's switch. Link conditions attach to that same
+path: a receiver's bottleneck to the egress of its veth on the engine's bridge (toward it) and of its eth0
+(from it), the link emulator spliced between the two, exactly as on the lab's switch.
+
+Workload tools run inside the containers (`docker exec`, so the engine's seccomp profile, capabilities and
+cgroup apply to them) from the tools image built of this machine's files (:mod:`vnetbench.lab.engines`).
+Each container's network namespace is given a name (``ip netns attach``), so tc, ethtool and the tcp_info
+sampler reach it like any namespace of the lab; the engine's own namespace is attached under a name
+`vnetbench clean` only unmounts (its processes are the engine's, never ours).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+from vnetbench.errors import EnvironmentUnavailable, LabError
+from vnetbench.lab import engines, netns
+from vnetbench.lab.environments.base import (SUBNET_V4_PREFIXLEN, SUBNET_V6_PREFIXLEN, Attached, Capability,
+                                             Endpoint, LabContext, NamespaceEnvironment, Subnet, register)
+from vnetbench.lab.guest import initramfs
+from vnetbench.lab.nodes import Interface, Namespace, RunsCommands
+from vnetbench.lab.teardown import Registry, atomic
+
+DAD_WAIT_S = 5.0  # IPv6 addresses of a new container are tentative for about a second (duplicate detection)
+IFA_F_TENTATIVE = 0x40
+
+
+class EngineHost(RunsCommands):
+    """A container as the lab sees a host: :class:`vnetbench.lab.nodes.Host`'s interface, through the engine."""
+
+    def __init__(self, name: str, engine: engines.Engine, container: Any, ns: Namespace, registry: Registry,
+                 ipv4: str, ipv6: str, cpu: int | None, facts: dict[str, Any]):
+        self.name, self.engine, self.container, self.ns, self.registry = name, engine, container, ns, registry
+        self.ipv4, self.ipv6, self.cpu = ipv4, ipv6, cpu
+        self.iface = Interface(ns, "eth0")
+        self.env_facts = facts
+        self.extra: dict[str, Any] = {}
+
+    def address(self, ip_version: int) -> str:
+        return self.ipv6 if ip_version == 6 else self.ipv4
+
+    def service_address(self, ip_version: int) -> str:
+        return self.address(ip_version)  # a user-defined network: containers reach each other directly
+
+    def facts(self) -> dict[str, Any]:
+        return dict(self.env_facts)
+
+    def command(self, argv: Sequence[str], pin: bool = True) -> list[str]:
+        cpus = str(self.cpu) if pin and self.cpu is not None else None
+        return engines.exec_argv(self.engine, self.container.name, argv, cpus)
+
+    def popen(self, argv: Sequence[str], stdout: Path, stderr: Path, pin: bool = True) -> subprocess.Popen:
+        """As on any host, with one difference: standard input is a pipe this process holds (the Popen's),
+        closed when the process is reaped or killed, which ends the command inside the container too."""
+        with open(stdout, "wb") as out, open(stderr, "wb") as err, atomic():
+            proc = subprocess.Popen(self.command(argv, pin), stdout=out, stderr=err, stdin=subprocess.PIPE,
+                                    start_new_session=True)
+            self.registry.add_process(proc)
+        return proc
+
+    def run(self, argv: Sequence[str], timeout: float = 10.0, pin: bool = False) -> subprocess.CompletedProcess:
+        # The input pipe's write end stays here until the command ends: subprocess.run would close a PIPE
+        # at once, and the command with it. A timeout kills the client, which ends the command as well.
+        read_end, write_end = os.pipe()
+        try:
+            return subprocess.run(self.command(argv, pin), capture_output=True, text=True, timeout=timeout,
+                                  stdin=read_end)
+        finally:
+            os.close(read_end)
+            os.close(write_end)
+
+
+@register
+class DockerEnvironment(NamespaceEnvironment):
+    kind = "docker"
+    tag = "d"
+    options = ()
+    setup_s = 1.5
+
+    @classmethod
+    def capabilities(cls, variant: Any | None, kernel: dict[str, str | None] | None) -> list[Capability]:
+        engine, detail = engines.probe("docker")
+        if engine is None:
+            what, _, fix = detail.partition(" -> ")
+            return [Capability("docker", False, what, fix)]
+        return [Capability("docker", True, detail)]
+
+    @classmethod
+    def tool_problems(cls, variant: Any, tools: list[tuple[str, str]]) -> list[str]:
+        return initramfs.guest_problems(tools, where="container image")
+
+    def __init__(self, ctx: LabContext, variant: Any):
+        super().__init__(ctx, variant)
+        self.engine = engines.connect("docker")
+        self.image: engines.ToolsImage | None = None
+        self.network: Any = None
+        self.subnet: Subnet | None = None
+        self.engine_ns: Namespace | None = None
+        self._next_host = 2
+
+    # ------------------------------------------------------------ the network, once per variant
+
+    def _prepare(self, mtu: int) -> None:
+        ctx, reg = self.ctx, self.ctx.registry
+        self.image = engines.tools_image(self.engine)
+        self.subnet = ctx.new_subnet()
+        self.engine_ns = attach_namespace(netns.foreign_name(ctx.run_prefix, f"engine{self.subnet.index}"),
+                                          self.engine.daemon_pid(), reg)
+        import docker.types
+
+        ipam = docker.types.IPAMConfig(pool_configs=[
+            docker.types.IPAMPool(subnet=self.subnet.cidr4, gateway=self.subnet.v4(1)),
+            docker.types.IPAMPool(subnet=self.subnet.cidr6, gateway=self.subnet.v6(1))])
+        name = f"{ctx.run_prefix}-b{self.subnet.index}"  # also the bridge's name: at most 15 characters
+        with atomic():
+            self.network = self.engine.client.networks.create(
+                name, driver="bridge", ipam=ipam, enable_ipv6=True, labels={engines.LABEL_RUN: ctx.run_prefix},
+                options={"com.docker.network.bridge.name": name, "com.docker.network.driver.mtu": str(mtu)})
+            reg.add(f"docker network {name}", lambda: _quietly_remove(self.network))
+
+    # ------------------------------------------------------------ endpoints
+
+    def attach(self, endpoint: Endpoint) -> Attached:
+        ctx, reg = self.ctx, self.ctx.registry
+        if self.network is None:
+            self._prepare(endpoint.mtu)
+        assert self.subnet is not None and self.image is not None and self.engine_ns is not None
+        host_number = self._next_host
+        self._next_host += 1
+        v4, v6 = self.subnet.v4(host_number), self.subnet.v6(host_number)
+        name = ctx.ns_name(endpoint.name)
+        client = self.engine.client
+        endpoint_config = client.api.create_endpoint_config(ipv4_address=v4, ipv6_address=v6)
+        with atomic():
+            created = client.api.create_container(
+                self.image.tag, command=["sleep", "2147483647"], name=name, hostname=endpoint.name,
+                labels={engines.LABEL_RUN: ctx.run_prefix},
+                host_config=client.api.create_host_config(init=True, network_mode=self.network.name,
+                                                          sysctls=container_sysctls(), cap_add=CAP_ADD),
+                networking_config=client.api.create_networking_config({self.network.name: endpoint_config}))
+            container = client.containers.get(created["Id"])
+            reg.add(f"docker container {name}", lambda: _quietly_remove(container))
+        container.start()
+        container.reload()
+        pid = container.attrs["State"]["Pid"]
+        ns = attach_namespace(name, pid, reg)
+        uplink = Interface(ns, "eth0")
+        port = Interface(self.engine_ns, _peer_name(ns, self.engine_ns))
+        _wait_for_addresses(ns, container.name)
+        facts = {"env": "docker", "container": name, "container_id": container.id[:12], "image": self.image.tag,
+                 "network": self.network.name, "address": [v4, v6], "netns": ns.name, "cap_add": CAP_ADD,
+                 "engine": f"{self.engine.kind} {self.engine.version.get('Version')}"}
+        host = EngineHost(endpoint.name, self.engine, container, ns, reg, v4, v6, endpoint.cpu, facts)
+        bridge = Interface(self.engine_ns, self.network.name)
+        att = Attached(host=host, port=port, uplink=uplink, offload_ifaces=[uplink, port, bridge])
+        self.attached.append(att)
+        return att
+
+    def facts(self) -> dict[str, Any]:
+        return {"env": "docker", "model": "the engine's own bridge network (user-defined), containers from "
+                "the tools image", **self.engine.describe(),
+                "network": self.network.name if self.network is not None else None,
+                "subnets": [self.subnet.cidr4, self.subnet.cidr6] if self.subnet else None,
+                "image": {"tag": self.image.tag, "id": self.image.id, **self.image.manifest} if self.image else None}
+
+
+def container_sysctls() -> dict[str, str]:
+    """Set through the engine, as a user would (`docker run --sysctl`): IPv6 addresses usable at once."""
+    return {"net.ipv6.conf.all.accept_dad": "0", "net.ipv6.conf.default.accept_dad": "0"}
+
+
+# Added to Docker's default capabilities: a socket may only choose a congestion control from the global
+# net.ipv4.tcp_allowed_congestion_control (not settable per namespace) unless it has CAP_NET_ADMIN, so
+# without it a scenario's `congestion_control = "cubic"` would fail in a container and run everywhere else.
+# It changes what a process may configure, not the path its packets take.
+CAP_ADD = ["NET_ADMIN"]
+
+
+def attach_namespace(name: str, pid: int, registry: Registry) -> Namespace:
+    """Give the network namespace of process `pid` a name (``ip netns attach``), for as long as the lab."""
+    if netns.exists(name):
+        raise LabError(f"namespace {name} already exists: a run with this id is active, or run `vnetbench clean`")
+    with atomic():
+        r = subprocess.run(["ip", "netns", "attach", name, str(pid)], capture_output=True, text=True)
+        if r.returncode != 0:
+            raise LabError(f"ip netns attach {name} {pid}: {r.stderr.strip()}")
+        registry.add(f"namespace name {name}", lambda: netns.remove(name))
+        ipr = netns.open_iproute(name)
+        registry.add(f"netlink socket of {name}", ipr.close)
+    return Namespace(name, ipr)
+
+
+def _peer_name(ns: Namespace, engine_ns: Namespace) -> str:
+    """The engine-side end of the container's eth0: its veth on the bridge."""
+    link = ns.ipr.get_links(ns.index("eth0"))[0]
+    peer_index = link.get_attr("IFLA_LINK")
+    found = engine_ns.ipr.get_links(peer_index)
+    if not found:
+        raise LabError(f"the peer of eth0 in {ns.name} (index {peer_index}) is not in the engine's namespace")
+    return found[0].get_attr("IFLA_IFNAME")
+
+
+def _wait_for_addresses(ns: Namespace, container: str) -> None:
+    """Until no address of eth0 is tentative (the sysctl above turns duplicate detection off in the container,
+    but the engine may configure eth0 before it applies)."""
+    deadline = time.monotonic() + DAD_WAIT_S
+    index = ns.index("eth0")
+    while True:
+        tentative = [a.get_attr("IFA_ADDRESS") for a in ns.ipr.get_addr(index=index)
+                     if a["flags"] & IFA_F_TENTATIVE or (a.get_attr("IFA_FLAGS") or 0) & IFA_F_TENTATIVE]
+        if not tentative:
+            return
+        if time.monotonic() > deadline:
+            raise EnvironmentUnavailable(f"container {container}: {', '.join(tentative)} still tentative after "
+                                         f"{DAD_WAIT_S:g} s (IPv6 duplicate address detection)")
+        time.sleep(0.05)
+
+
+def _quietly_remove(obj: Any) -> None:
+    """Remove a container (with its processes) or a network; one already gone is fine."""
+    import docker.errors
+
+    try:
+        if hasattr(obj, "kill"):
+            obj.remove(force=True, v=True)
+        else:
+            obj.remove()
+    except docker.errors.NotFound:
+        pass
