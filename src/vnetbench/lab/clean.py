@@ -61,7 +61,7 @@ def engine_leftovers(prefix: str = netns.PREFIX, skip: tuple[str, ...] = (), rem
             engine = engines.connect(kind)
             containers, networks = engines.leftovers(engine, prefix)
             doomed = [(what, obj) for what, objs in (("container", containers), ("network", networks))
-                      for obj in objs if not engines.run_label(obj).startswith(skip)]
+                      for obj in objs if not engines.labelled(obj, *skip)]
             if images:
                 doomed += [("image", i) for i in engines.images(engine)]
             for what, obj in doomed:

@@ -141,9 +141,14 @@ def _how_to_start(kind: str, url: str) -> str:
     return f"start {kind}"
 
 
-@lru_cache(maxsize=4)
 def probe(kind: str = "docker") -> tuple[Engine | None, str]:
-    """The engine and a one-line description, or None and why not (for doctor and preflight; once per process)."""
+    """The engine and a one-line description, or None and why not (for doctor and preflight; once per
+    process and engine address)."""
+    return _probe(kind, engine_url(kind))
+
+
+@lru_cache(maxsize=8)
+def _probe(kind: str, url: str) -> tuple[Engine | None, str]:
     try:
         e = connect(kind)
     except EnvironmentProblem as why:
@@ -298,15 +303,17 @@ def tools_image(engine: Engine) -> ToolsImage:
 def leftovers(engine: Engine, prefix: str) -> tuple[list[Any], list[Any]]:
     """Containers and networks labelled with a run prefix that starts with `prefix`."""
     containers = [c for c in engine.client.containers.list(all=True, filters={"label": LABEL_RUN})
-                  if run_label(c).startswith(prefix)]
-    networks = [n for n in engine.client.networks.list(filters={"label": LABEL_RUN}) if run_label(n).startswith(prefix)]
+                  if labelled(c, prefix)]
+    networks = [n for n in engine.client.networks.list(filters={"label": LABEL_RUN}) if labelled(n, prefix)]
     return containers, networks
 
 
-def run_label(obj: Any) -> str:
-    """The run prefix a container or network is labelled with ("" when none)."""
+def labelled(obj: Any, *prefixes: str) -> bool:
+    """Does a container or network carry the run label of a run whose names start with one of `prefixes`
+    ("vnb-" for every run, "vnb-<id>-" for one: the form `vnetbench clean` and the namespaces use)?"""
     labels = obj.attrs.get("Labels") or (obj.attrs.get("Config") or {}).get("Labels") or {}
-    return labels.get(LABEL_RUN, "")
+    value = labels.get(LABEL_RUN)
+    return value is not None and f"{value}-".startswith(prefixes)
 
 
 def images(engine: Engine) -> list[Any]:

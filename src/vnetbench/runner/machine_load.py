@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from vnetbench import runlock
+from vnetbench.lab import netns
 
 PF_KTHREAD = 0x00200000
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
@@ -72,8 +73,10 @@ def _netns_inode(pid: int) -> int | None:
 
 
 def _run_namespaces(prefix: str) -> set[int]:
+    """The run's own namespaces: not an engine's that it only named (the host's own, for a system dockerd,
+    whose every process would otherwise pass for the run's)."""
     try:
-        return {os.stat(p).st_ino for p in Path("/run/netns").glob(f"{prefix}-*")}
+        return {os.stat(p).st_ino for p in Path("/run/netns").glob(f"{prefix}-*") if not netns.is_foreign(p.name)}
     except OSError:
         return set()
 

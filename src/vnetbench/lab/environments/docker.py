@@ -21,11 +21,13 @@ sampler reach it like any namespace of the lab; the engine's own namespace is at
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import subprocess
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 from vnetbench.errors import EnvironmentUnavailable, LabError
 from vnetbench.lab import engines, netns
@@ -117,7 +119,7 @@ class DockerEnvironment(NamespaceEnvironment):
     def _prepare(self, mtu: int) -> None:
         ctx, reg = self.ctx, self.ctx.registry
         self.image = engines.tools_image(self.engine)
-        self.subnet = ctx.new_subnet()
+        self.subnet = self._free_subnet()
         self.engine_ns = attach_namespace(netns.foreign_name(ctx.run_prefix, f"engine{self.subnet.index}"),
                                           self.engine.daemon_pid(), reg)
         import docker.types
@@ -126,11 +128,22 @@ class DockerEnvironment(NamespaceEnvironment):
             docker.types.IPAMPool(subnet=self.subnet.cidr4, gateway=self.subnet.v4(1)),
             docker.types.IPAMPool(subnet=self.subnet.cidr6, gateway=self.subnet.v6(1))])
         name = f"{ctx.run_prefix}-b{self.subnet.index}"  # also the bridge's name: at most 15 characters
-        with atomic():
+        with atomic(), engine_errors(f"creating network {name} ({self.subnet.cidr4}, {self.subnet.cidr6})"):
             self.network = self.engine.client.networks.create(
                 name, driver="bridge", ipam=ipam, enable_ipv6=True, labels={engines.LABEL_RUN: ctx.run_prefix},
                 options={"com.docker.network.bridge.name": name, "com.docker.network.driver.mtu": str(mtu)})
             reg.add(f"docker network {name}", lambda: _quietly_remove(self.network))
+
+    def _free_subnet(self) -> Subnet:
+        """The lab's next subnet that no network of the engine overlaps (another run's, or the user's own)."""
+        taken = [ipaddress.ip_network(pool["Subnet"], strict=False)
+                 for net in self.engine.client.api.networks()
+                 for pool in ((net.get("IPAM") or {}).get("Config") or []) if pool.get("Subnet")]
+        while True:
+            subnet = self.ctx.new_subnet()  # a LabError once 198.19.0.0/16 is used up
+            mine = (ipaddress.ip_network(subnet.cidr4), ipaddress.ip_network(subnet.cidr6))
+            if not any(m.version == t.version and m.overlaps(t) for m in mine for t in taken):
+                return subnet
 
     # ------------------------------------------------------------ endpoints
 
@@ -145,7 +158,7 @@ class DockerEnvironment(NamespaceEnvironment):
         name = ctx.ns_name(endpoint.name)
         client = self.engine.client
         endpoint_config = client.api.create_endpoint_config(ipv4_address=v4, ipv6_address=v6)
-        with atomic():
+        with atomic(), engine_errors(f"creating container {name} from {self.image.tag}"):
             created = client.api.create_container(
                 self.image.tag, command=["sleep", "2147483647"], name=name, hostname=endpoint.name,
                 labels={engines.LABEL_RUN: ctx.run_prefix},
@@ -154,8 +167,9 @@ class DockerEnvironment(NamespaceEnvironment):
                 networking_config=client.api.create_networking_config({self.network.name: endpoint_config}))
             container = client.containers.get(created["Id"])
             reg.add(f"docker container {name}", lambda: _quietly_remove(container))
-        container.start()
-        container.reload()
+        with engine_errors(f"starting container {name}"):
+            container.start()
+            container.reload()
         pid = container.attrs["State"]["Pid"]
         ns = attach_namespace(name, pid, reg)
         uplink = Interface(ns, "eth0")
@@ -176,6 +190,17 @@ class DockerEnvironment(NamespaceEnvironment):
                 "network": self.network.name if self.network is not None else None,
                 "subnets": [self.subnet.cidr4, self.subnet.cidr6] if self.subnet else None,
                 "image": {"tag": self.image.tag, "id": self.image.id, **self.image.manifest} if self.image else None}
+
+
+@contextmanager
+def engine_errors(doing: str) -> Iterator[None]:
+    """The engine's refusal as one LabError line (what was being done, and the engine's own words)."""
+    import docker.errors
+
+    try:
+        yield
+    except docker.errors.APIError as e:
+        raise LabError(f"docker refused {doing}: {e.explanation or e}") from None
 
 
 def container_sysctls() -> dict[str, str]:

@@ -1,0 +1,218 @@
+"""`env = "docker"` against a real dockerd (started by these tests in a namespace of its own): endpoints
+are the engine's containers on its own bridge network, carry traffic both ways, are measured beside bare,
+and leave nothing behind, after a normal end and after a kill -9 followed by `vnetbench clean`, which
+never touches a container or network it did not make."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+import engine_daemon
+from helpers import ROOT, cli, run_id_of
+from vnetbench.lab import engines, netns
+from vnetbench.lab.environments import Variant
+from vnetbench.lab.topology import build_dumbbell
+from vnetbench.store.db import Store
+from vnetbench.workloads import iperf3, ping
+
+pytestmark = [pytest.mark.lab,
+              pytest.mark.skipif(engine_daemon.missing() is not None, reason=str(engine_daemon.missing()))]
+
+
+@pytest.fixture(scope="module")
+def docker_host():
+    """A real dockerd for this module; DOCKER_HOST points vnetbench (and its subprocesses) at it."""
+    old = os.environ.get("DOCKER_HOST")
+    with engine_daemon.dockerd() as url:
+        os.environ["DOCKER_HOST"] = url
+        try:
+            yield url
+        finally:
+            if old is None:
+                os.environ.pop("DOCKER_HOST", None)
+            else:
+                os.environ["DOCKER_HOST"] = old
+
+
+def ours_in_engine(url: str, prefix: str = "vnb-") -> list[str]:
+    """Every container and network carrying vnetbench's run label in the test's engine (named `prefix`...)."""
+    out = []
+    for what in ("container", "network"):
+        listing = subprocess.run(["docker", "-H", url, what, "ls", *(["-a"] if what == "container" else []),
+                                  "--filter", f"label={engines.LABEL_RUN}", "--format",
+                                  "{{.Names}}" if what == "container" else "{{.Name}}"],
+                                 capture_output=True, text=True, check=True).stdout.split()
+        out += [f"{what} {name}" for name in listing if name.startswith(prefix)]
+    return out
+
+
+@pytest.fixture(scope="class")
+def pair(docker_host):
+    prefix = f"vnb-k{os.getpid() % 10000}"
+    t0 = time.perf_counter()
+    lab = build_dumbbell(prefix, 1, variants=[(Variant("docker"), 1)])
+    bringup = time.perf_counter() - t0
+    try:
+        yield lab, bringup
+    finally:
+        errors = lab.teardown()
+        assert not errors, errors
+        assert not [n for n in os.listdir("/var/run/netns") if n.startswith(prefix + "-")]
+        assert not ours_in_engine(docker_host), "containers or networks left in the engine"
+
+
+def _scratch(name: str) -> tuple[Path, Path]:
+    d = Path(tempfile.mkdtemp(prefix="vnbtest-"))
+    return d / f"{name}.out", d / f"{name}.err"
+
+
+class TestTwoContainers:
+    """A receiver and a sender in containers, built once for these tests (and gone before the next ones)."""
+
+    @pytest.mark.parametrize("ip_version", [4, 6])
+    def test_containers_carry_traffic_both_ways_on_the_engines_network(self, pair, ip_version):
+        lab, _ = pair
+        r, s = lab.hosts["r"], lab.hosts["s1"]
+        for a, b in ((s, r), (r, s)):
+            out = a.run(["ping", f"-{ip_version}", "-D", "-n", "-i", "0.01", "-c", "20", "-W", "1",
+                         b.service_address(ip_version)], timeout=15)
+            result = ping.parse(out.stdout)  # -D: iputils' ping, not busybox's applet of the same name
+            assert result.received == result.transmitted == 20, out.stdout[-300:] + out.stderr[-300:]
+            assert 0 < float(result.rtt_ms.mean()) < 5
+        # A sender's TCP stream to the receiver, through the engine's bridge.
+        srv = r.popen(["iperf3", "-s", "-1", "-p", "5201"], *_scratch("srv"), pin=False)
+        try:
+            deadline = time.monotonic() + 10
+            while ":5201" not in r.run(["ss", "-Hltn"]).stdout:
+                assert time.monotonic() < deadline and srv.poll() is None, "iperf3 server did not listen"
+                time.sleep(0.05)
+            spec = iperf3.ClientSpec(server=r.service_address(ip_version), port=5201, proto="tcp", duration=1, omit=0,
+                                     rate_bps=None, congestion_control="cubic", length=None, ip_version=ip_version)
+            out = s.run(iperf3.client_command(spec), timeout=20)
+            tcp = iperf3.parse_client(out.stdout)
+            # Two containers on one bridge, veth to veth: tens of Gbit/s on this machine (39 seen); a busy
+            # core halves it at worst, a path that is broken or shaped by mistake gives far less.
+            assert tcp.received_bps > 1e9, tcp.received_bps
+        finally:
+            srv.kill()
+            srv.wait()
+
+
+    def test_the_path_is_the_engines_own(self, pair, docker_host):
+        lab, bringup = pair
+        r = lab.hosts["r"]
+        facts = r.facts()
+        assert facts["env"] == "docker" and facts["image"].startswith(engines.IMAGE_REPOSITORY + ":")
+        inspect = subprocess.run(["docker", "-H", docker_host, "inspect", "-f",
+                                  "{{.HostConfig.NetworkMode}} {{.Config.Labels}}", facts["container"]],
+                                 capture_output=True, text=True, check=True).stdout
+        assert facts["network"] in inspect and engines.LABEL_RUN in inspect
+        # The receiver's link is the engine's veth on the engine's bridge: that is where conditions attach.
+        port = lab.ports["r"]
+        assert port.name.startswith("veth") and netns.is_foreign(port.ns.name)
+        master = port.ns.ipr.get_links(port.index)[0].get_attr("IFLA_MASTER")
+        assert port.ns.ipr.get_links(master)[0].get_attr("IFLA_IFNAME") == facts["network"]
+        env = lab.groups[next(iter(lab.groups))].env
+        assert env.facts()["version"] and env.facts()["image"]["tools"]["iperf3"]
+        # Two containers from a cached image (the first test built it): well under a second each.
+        assert next(iter(lab.bringup_s.values())) < 6.0, lab.bringup_s
+
+
+    def test_a_command_ends_inside_the_container_when_its_client_is_killed(self, pair):
+        lab, _ = pair
+        r = lab.hosts["r"]
+        proc = r.popen(["sleep", "987"], *_scratch("sleep"), pin=False)
+        deadline = time.monotonic() + 10
+        while "987" not in r.run(["ps"]).stdout:
+            assert time.monotonic() < deadline, "the command never started"
+            time.sleep(0.05)
+        os.killpg(proc.pid, signal.SIGKILL)  # the client only: `docker exec` alone would leave sleep running
+        proc.wait()
+        while "987" in r.run(["ps"]).stdout:
+            assert time.monotonic() < deadline + 5, "the command outlived its client"
+            time.sleep(0.05)
+        assert r.run(["sh", "-c", "exit 7"]).returncode == 7  # a command's status comes through
+
+
+def test_docker_beside_bare_through_the_cli(docker_host, tmp_path, no_leftovers):
+    db = tmp_path / "r.db"
+    proc = cli("run", "virt-compare", "--db", str(db), "--no-progress", "--set", 'env=[{env="bare"},{env="docker"}]',
+               "--set", 'load=[{proto="tcp",parallel=1},{proto="udp",offered="10Mbit"}]', "--set", 'offload=["on"]',
+               "--set", "duration=2s", "--set", "workload.stream.omit=0s", "--set", "repetitions=2",
+               "--set", "repeat.warmup=false", timeout=600)
+    run_id = run_id_of(proc)
+    store = Store(db)
+    trials = store.trials(run_id)
+    assert len(trials) == 2 * 2 * 2 and all(t["status"] == "ok" for t in trials), \
+        [t["reason"] for t in trials if t["status"] != "ok"]
+    assert "relative to env=bare" in proc.stdout and "docker" in proc.stdout
+    values = store.values(run_id)
+    docker_configs = [c for c in store.configurations(run_id) if c["labels"]["env"] == "docker"]
+    assert len(docker_configs) == 2
+    for c in docker_configs:
+        state = c["lab_state"]["environment"]
+        assert state["env"] == "docker" and state["version"] and state["image"]["digest"]
+        got = values[c["key"]]
+        assert len(got["rtt.p50_ms"]) == 2 and all(0 < x < 5 for x in got["rtt.p50_ms"])  # ping, in containers
+        if c["labels"]["proto"] == "udp":
+            assert all(x == pytest.approx(10, rel=0.1) for x in got["throughput.rx_mbps"])
+        else:
+            assert all(x > 1000 for x in got["throughput.rx_mbps"])  # 39 Gbit/s seen on this machine
+    store.close()
+    assert not ours_in_engine(docker_host)
+
+
+def test_clean_removes_what_a_killed_docker_run_left_and_nothing_else(docker_host, tmp_path, no_leftovers):
+    engine = engines.connect("docker")
+    image = engines.tools_image(engine)
+    # The user's own container and network: no vnetbench label, so never ours.
+    theirs = engine.client.networks.create("users-net", driver="bridge")
+    mine = engine.client.containers.run(image.tag, ["sleep", "600"], name="users-box", detach=True, init=True,
+                                        network="users-net")
+    try:
+        db = tmp_path / "r.db"
+        proc = subprocess.Popen([sys.executable, "-m", "vnetbench", "run", "virt-compare", "--db", str(db),
+                                 "--no-progress", "--set", 'env=[{env="docker"}]', "--set", 'offload=["on"]',
+                                 "--set", 'load=[{proto="tcp",parallel=1}]', "--set", "duration=5s",
+                                 "--set", "repetitions=5"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+        def run_id():
+            try:
+                with sqlite3.connect(db) as c:
+                    row = c.execute("SELECT id FROM runs").fetchone()
+                return row[0] if row else None
+            except sqlite3.Error:
+                return None
+
+        deadline = time.monotonic() + 120
+        while not (run_id() and len([o for o in ours_in_engine(docker_host) if o.startswith("container")]) == 2):
+            assert time.monotonic() < deadline and proc.poll() is None, \
+                proc.stderr.read().decode()[-2000:] if proc.poll() is not None else "timeout"
+            time.sleep(0.2)
+        time.sleep(2.0)  # a trial is running: tools inside the containers
+        proc.send_signal(signal.SIGKILL)  # no teardown at all
+        proc.communicate(timeout=10)
+        prefix = netns.run_prefix(run_id())
+        left = ours_in_engine(docker_host, prefix)
+        assert len(left) == 3, left  # two containers and their network
+        out = cli("clean", "--run", run_id())
+        assert "container engine objects" in out.stdout, out.stdout
+        assert not ours_in_engine(docker_host)
+        assert not [n for n in os.listdir("/var/run/netns") if n.startswith(prefix)]
+        # The user's own are untouched, and the engine (whose namespace the run had named) still answers.
+        mine.reload()
+        assert mine.status == "running"
+        assert engine.client.networks.get("users-net").name == "users-net"
+        assert cli("clean", "--check").returncode == 0
+    finally:
+        mine.remove(force=True)
+        theirs.remove()
