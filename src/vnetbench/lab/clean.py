@@ -77,7 +77,9 @@ def engine_leftovers(prefix: str = netns.PREFIX, skip: tuple[str, ...] = (), rem
                             obj.remove()
                     except Exception as e:  # noqa: BLE001 - one failure must not strand the rest
                         errors.append(f"{kind} {what} {label}: {str(e)[:200]}")
-        except Exception as e:  # noqa: BLE001 - an engine that does not answer is said, not a traceback
+        except EnvironmentProblem as e:  # installed, not answering: says how to start it
+            errors.append(str(e))
+        except Exception as e:  # noqa: BLE001 - an engine that fails half-way is said, not a traceback
             errors.append(f"{kind} at {url}: {str(e)[:300]}")
     return found, errors
 

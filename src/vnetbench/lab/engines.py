@@ -56,12 +56,16 @@ if [ -n "$cpus" ]; then set -- /bin/taskset -c "$cpus" "$prog" "$@"; else set --
 exec 3<&0
 /bin/setsid "$@" </dev/null 3<&- &
 child=$!
-(cat <&3 >/dev/null; kill -TERM -"$child" 2>/dev/null; sleep 2; kill -KILL -"$child" 2>/dev/null) >/dev/null 2>&1 &
+# The watcher is a session of its own too, so that it goes with everything it started (its cat, its sleep)
+# when the command ends first. The command's pid is signalled as well as its group: input may close before
+# the command has made its session.
+/bin/setsid /bin/sh -c 'cat >/dev/null; kill -TERM -"$1" "$1"; sleep 2; kill -KILL -"$1" "$1"' watcher "$child" \
+    <&3 >/dev/null 2>&1 &
 watcher=$!
 exec 3<&-
 wait "$child"
 status=$?
-kill "$watcher" 2>/dev/null
+kill -TERM -"$watcher" 2>/dev/null
 exit $status
 """
 
@@ -237,13 +241,14 @@ def render_image(p: ImagePlan) -> bytes:
             ti.size = len(data) if kind == tarfile.REGTYPE else 0
             tar.addfile(ti, io.BytesIO(data) if kind == tarfile.REGTYPE else None)
 
-        for d in ("bin", "dev", "etc", "lib", "proc", "sys", "run", "var", "root"):
+        top = ("bin", "dev", "etc", "lib", "proc", "sys", "run", "var", "root", "usr")
+        for d in top:
             entry(d, tarfile.DIRTYPE, 0o700 if d == "root" else 0o755)
         entry("tmp", tarfile.DIRTYPE, 0o1777)  # iperf3 and others make their temporary files here
-        entry("usr", tarfile.DIRTYPE, 0o755)
-        for link in ("sbin", "usr/bin", "usr/sbin", "usr/local"):
+        links = ("sbin", "usr/bin", "usr/sbin", "usr/local")
+        for link in links:
             entry(link, tarfile.SYMTYPE, 0o777, target="/bin")
-        made = {"bin", "lib", "usr", "etc"}
+        made = {*top, "tmp", *links}
         for name in sorted(p.files):
             parts = name.split("/")[:-1]
             for i in range(1, len(parts) + 1):

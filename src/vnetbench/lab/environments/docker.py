@@ -34,7 +34,7 @@ from vnetbench.lab import engines, netns
 from vnetbench.lab.environments.base import (SUBNET_V4_PREFIXLEN, SUBNET_V6_PREFIXLEN, Attached, Capability,
                                              Endpoint, LabContext, NamespaceEnvironment, Subnet, register)
 from vnetbench.lab.guest import initramfs
-from vnetbench.lab.nodes import Interface, Namespace, RunsCommands
+from vnetbench.lab.nodes import IFA_F_NODAD, Interface, Namespace, RunsCommands
 from vnetbench.lab.teardown import Registry, atomic
 
 DAD_WAIT_S = 5.0  # IPv6 addresses of a new container are tentative for about a second (duplicate detection)
@@ -174,7 +174,7 @@ class DockerEnvironment(NamespaceEnvironment):
         ns = attach_namespace(name, pid, reg)
         uplink = Interface(ns, "eth0")
         port = Interface(self.engine_ns, _peer_name(ns, self.engine_ns))
-        _wait_for_addresses(ns, container.name)
+        _without_duplicate_detection(ns, container.name)
         facts = {"env": "docker", "container": name, "container_id": container.id[:12], "image": self.image.tag,
                  "network": self.network.name, "address": [v4, v6], "netns": ns.name, "cap_add": CAP_ADD,
                  "engine": f"{self.engine.kind} {self.engine.version.get('Version')}"}
@@ -239,19 +239,27 @@ def _peer_name(ns: Namespace, engine_ns: Namespace) -> str:
     return found[0].get_attr("IFLA_IFNAME")
 
 
-def _wait_for_addresses(ns: Namespace, container: str) -> None:
-    """Until no address of eth0 is tentative (the sysctl above turns duplicate detection off in the container,
-    but the engine may configure eth0 before it applies)."""
-    deadline = time.monotonic() + DAD_WAIT_S
+def _without_duplicate_detection(ns: Namespace, container: str) -> None:
+    """Make eth0's IPv6 addresses usable now. The engine configures eth0 before the container's sysctls
+    (accept_dad = 0) apply, so its addresses start tentative and wait 1-2 s for duplicate address detection
+    (measured: 1.9 s of a 2.2 s bring-up per container). Each tentative one is put back as it was, with the
+    flag the lab's own addresses carry (no detection: the addresses are the lab's plan, unique by
+    construction); what is still tentative after that is waited for, within DAD_WAIT_S."""
     index = ns.index("eth0")
-    while True:
-        tentative = [a.get_attr("IFA_ADDRESS") for a in ns.ipr.get_addr(index=index)
-                     if a["flags"] & IFA_F_TENTATIVE or (a.get_attr("IFA_FLAGS") or 0) & IFA_F_TENTATIVE]
-        if not tentative:
-            return
+
+    def tentative() -> list[Any]:
+        return [a for a in ns.ipr.get_addr(index=index, family=10)
+                if (a["flags"] | (a.get_attr("IFA_FLAGS") or 0)) & IFA_F_TENTATIVE]
+
+    for a in tentative():
+        address, prefixlen = a.get_attr("IFA_ADDRESS"), a["prefixlen"]
+        ns.ipr.addr("del", index=index, address=address, prefixlen=prefixlen)
+        ns.ipr.addr("add", index=index, address=address, prefixlen=prefixlen, flags=IFA_F_NODAD)
+    deadline = time.monotonic() + DAD_WAIT_S
+    while left := tentative():
         if time.monotonic() > deadline:
-            raise EnvironmentUnavailable(f"container {container}: {', '.join(tentative)} still tentative after "
-                                         f"{DAD_WAIT_S:g} s (IPv6 duplicate address detection)")
+            raise EnvironmentUnavailable(f"container {container}: {', '.join(a.get_attr('IFA_ADDRESS') for a in left)} "
+                                         f"still tentative after {DAD_WAIT_S:g} s (IPv6 duplicate address detection)")
         time.sleep(0.05)
 
 
