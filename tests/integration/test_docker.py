@@ -14,6 +14,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import engine_daemon
@@ -216,3 +217,42 @@ def test_clean_removes_what_a_killed_docker_run_left_and_nothing_else(docker_hos
     finally:
         mine.remove(force=True)
         theirs.remove()
+
+
+CPU_LIMIT = """
+name = "docker-cpu-quota"
+[lab]
+senders = 1
+bottleneck = "unlimited"
+[matrix]
+env = [{env = "docker"}, {env = "docker", cpu_quota = 0.5, memory_limit = "256MiB"}]
+[workload.cpu]
+tool = "sysbench"
+tests = ["cpu"]
+duration = "3s"
+[repeat]
+repetitions = 3
+warmup = false
+"""
+
+
+def test_a_container_the_engine_limits_to_half_a_cpu_computes_half_as_much(docker_host, tmp_path, no_leftovers):
+    scenario = tmp_path / "cpu.toml"
+    scenario.write_text(CPU_LIMIT)
+    db = tmp_path / "r.db"
+    run_id = run_id_of(cli("run", str(scenario), "--db", str(db), "--no-progress", timeout=300))
+    store = Store(db)
+    trials = store.trials(run_id)
+    assert all(t["status"] == "ok" for t in trials), [t["reason"] for t in trials]
+    configs = {c["key"]: c for c in store.configurations(run_id)}
+    by_quota = {configs[k]["labels"].get("cpu_quota", "none"): float(np.median(per["cpu.events_per_s"]))
+                for k, per in store.values(run_id).items()}
+    # The engine's --cpus is CFS bandwidth control: 50 ms per 100 ms period for one busy thread (the same
+    # bounds as the container model's test, which held under a busy core).
+    assert 0.4 <= by_quota[0.5] / by_quota["none"] <= 0.6, by_quota
+    limited = next(c for c in configs.values() if c["labels"].get("cpu_quota") == 0.5)
+    host = next(iter(limited["lab_state"]["environment"]["hosts"].values()))
+    assert host["limits"]["engine"] == {"NanoCpus": 500_000_000, "CpusetCpus": "", "Memory": 256 * 2**20}
+    cgroup = host["limits"]["cgroup"]  # what the kernel was told, v1 or v2
+    assert cgroup.get("cpu.max", f"{cgroup.get('cpu.cfs_quota_us')} {cgroup.get('cpu.cfs_period_us')}") == "50000 100000"
+    store.close()

@@ -226,8 +226,8 @@ def test_set_takes_inline_tables(tmp_path):
 @pytest.mark.parametrize("override,needle", [
     ("lab.nic=e1000", "nic = 'e1000' applies to env = 'vm' only, but env = 'bare'"),
     ("lab.overlay=routed", "overlay = 'routed' applies to env = 'overlay' only"),
-    ("cpu_quota=50%", "cpu_quota = 0.5 applies to env = 'container' only"),
-    ("lab.env=docker", "lab.env = 'docker'"),
+    ("cpu_quota=50%", "cpu_quota = 0.5 applies to env = 'container' / 'docker' only"),
+    ("lab.env=lxc", "lab.env = 'lxc'"),
     ("lab.nic=ne2000", "lab.nic = 'ne2000'"),
     ("lab.overlay=geneve", "lab.overlay = 'geneve'"),
     ("lab.offload=maybe", "lab.offload = 'maybe'"),

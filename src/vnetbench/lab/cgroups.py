@@ -114,6 +114,42 @@ def mount_for(controller: str) -> Mount | None:
     return None
 
 
+LIMIT_FILES = {"cpu": ("cpu.max", "cpu.cfs_quota_us", "cpu.cfs_period_us"), "cpuset": ("cpuset.cpus",),
+               "memory": ("memory.max", "memory.limit_in_bytes")}
+
+
+def read_limits(dirs: dict[str, Path]) -> dict[str, str]:
+    """The limit files of these cgroup directories (per controller) as the kernel reports them, by file name;
+    a v2 directory serves every controller, so the same path may come for several."""
+    out = {}
+    for controller, path in dirs.items():
+        for name in LIMIT_FILES[controller]:
+            try:
+                out[name] = (path / name).read_text().strip()
+            except OSError:
+                pass
+    return out
+
+
+def dirs_of(pid: int) -> dict[str, Path]:
+    """The cgroup directory process `pid` is in, per controller (a container an engine made, say)."""
+    own_v1: dict[str, str] = {}
+    own_v2 = None
+    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+        hid, ctrls, path = line.split(":", 2)
+        if hid == "0":
+            own_v2 = path
+        for c in ctrls.split(","):
+            own_v1[c] = path
+    out = {}
+    for c in CONTROLLERS:
+        m = mount_for(c)
+        rel = (own_v2 if m is not None and m.version == 2 else own_v1.get(c)) if m is not None else None
+        if m is not None and rel is not None:
+            out[c] = m.path / rel.lstrip("/")
+    return out
+
+
 def availability() -> dict[str, str | None]:
     """{controller: None if usable, else why not} for cpu, cpuset and memory."""
     out: dict[str, str | None] = {}
@@ -200,16 +236,7 @@ class CGroup:
 
     def read(self) -> dict[str, str]:
         """The limits as the kernel reports them, keyed by file name (for the record and tests)."""
-        files = {"cpu": ["cpu.max", "cpu.cfs_quota_us", "cpu.cfs_period_us"], "cpuset": ["cpuset.cpus"],
-                 "memory": ["memory.max", "memory.limit_in_bytes"]}
-        out = {}
-        for controller, path in self.dirs.items():
-            for name in files[controller]:
-                try:
-                    out[name] = (path / name).read_text().strip()
-                except OSError:
-                    pass
-        return out
+        return read_limits(self.dirs)
 
     def pids(self) -> list[int]:
         out: set[int] = set()

@@ -111,14 +111,15 @@ class LabSpec(Strict):
                                                                    "model; default virtio-net")
     vcpus: int | None = Field(default=None, ge=1, le=64, description="env=vm: guest vCPUs")
     memory: Size | None = Field(default=None, description="env=vm: guest RAM")
-    cpu_quota: float | None = Field(default=None, description="env=container: CPU limit, '50%' of one CPU or a "
-                                                              "number of CPUs (cgroup cpu.max)")
-    cpuset: str | None = Field(default=None, description="env=container: CPUs the container may use, e.g. '1' "
-                                                         "or '0-1' (cgroup cpuset.cpus)")
-    memory_limit: Size | None = Field(default=None, description="env=container: memory limit (cgroup memory.max)")
+    cpu_quota: float | None = Field(default=None, description="env=container or docker: CPU limit, '50%' of one "
+                                                              "CPU or a number of CPUs (cgroup cpu.max; docker --cpus)")
+    cpuset: str | None = Field(default=None, description="env=container or docker: CPUs the container may "
+                                                         "use, e.g. '1' or '0-1' (cgroup cpuset.cpus; docker --cpuset-cpus)")
+    memory_limit: Size | None = Field(default=None, description="env=container or docker: memory limit (cgroup "
+                                                                  "memory.max; docker --memory)")
 
     # Which environment each option belongs to (each environment's module declares its own).
-    ENV_OPTIONS: ClassVar[dict[str, str]] = environments.option_owners()
+    ENV_OPTIONS: ClassVar[dict[str, tuple[str, ...]]] = environments.option_owners()
 
     @field_validator("bottleneck", mode="before")
     @classmethod
@@ -150,10 +151,10 @@ class LabSpec(Strict):
 
     @model_validator(mode="after")
     def _env_options(self) -> "LabSpec":
-        wrong = [f"{k} = {getattr(self, k)!r}" for k, env in self.ENV_OPTIONS.items()
-                 if getattr(self, k) is not None and env != self.env]
+        wrong = [f"{k} = {getattr(self, k)!r}" for k, envs in self.ENV_OPTIONS.items()
+                 if getattr(self, k) is not None and self.env not in envs]
         if wrong:
-            owners = sorted({self.ENV_OPTIONS[w.split(" ")[0]] for w in wrong})
+            owners = sorted({e for w in wrong for e in self.ENV_OPTIONS[w.split(" ")[0]]})
             raise ValueError(
                 f"{', '.join(wrong)} {'applies' if len(wrong) == 1 else 'apply'} to env = "
                 f"{' / '.join(repr(o) for o in owners)} only, but env = {self.env!r}: remove it, or set it together "

@@ -64,9 +64,15 @@ def kind(name: str) -> type[EnvironmentType]:
         raise EnvironmentProblem(f"unknown environment {name!r}; known: {', '.join(KINDS)}") from None
 
 
-def option_owners() -> dict[str, str]:
-    """Every environment option (a lab field) and the environment it belongs to: {"nic": "vm", ...}."""
-    return {option: cls.kind for cls in REGISTRY.values() for option in cls.options}
+def option_owners() -> dict[str, tuple[str, ...]]:
+    """Every environment option (a lab field) and the environments that take it: {"nic": ("vm",),
+    "cpu_quota": ("container", "docker"), ...}. An option two environments share means the same there (a
+    container's CPU limit, whether vnetbench's model or the engine applies it)."""
+    owners: dict[str, tuple[str, ...]] = {}
+    for cls in REGISTRY.values():
+        for option in cls.options:
+            owners[option] = (*owners.get(option, ()), cls.kind)
+    return owners
 
 
 @dataclass(frozen=True)

@@ -99,7 +99,8 @@ class EnvironmentType:
 
     - ``kind``: the value of the scenario's ``env``;
     - ``tag``: the letter its hosts' names start with when a run has several environments;
-    - ``options``: the lab fields that belong to it (rejected with any other ``env``);
+    - ``options``: the lab fields that belong to it (rejected with an ``env`` that does not declare them; two
+      environments may declare the same one when it means the same in both, as a container's limits);
     - ``probes_kernel``: its checks need :func:`vnetbench.lab.environments.probe_kernel`;
     - ``setup_s``: about how long building its endpoints takes (``vnetbench plan``'s estimate);
     - :meth:`capabilities`: what it needs from this machine, for one variant or (None) all of them;
@@ -138,9 +139,6 @@ def register(cls: type[EnvironmentType]) -> type[EnvironmentType]:
         raise TypeError(f"{cls.__name__} must set kind and tag")
     if REGISTRY.get(cls.kind, cls) is not cls:
         raise TypeError(f"two environments are registered as {cls.kind!r}")
-    clash = [o for other in REGISTRY.values() if other is not cls for o in cls.options if o in other.options]
-    if clash:
-        raise TypeError(f"{cls.__name__} declares options another environment owns: {clash}")
     REGISTRY[cls.kind] = cls
     return cls
 

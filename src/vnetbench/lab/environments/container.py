@@ -81,6 +81,29 @@ CONTAINER_OWN_BYTES = 16 * 2**20  # the tool's own binary, libraries and stack, 
 LIMIT_CONTROLLERS = {"cpu_quota": "cpu", "cpuset": "cpuset", "memory_limit": "memory"}
 
 
+def container_memory_problem(variant: Any, needed: int) -> str | None:
+    """A tool that needs more than a container's memory_limit leaves for it (vnetbench's model or an engine's)."""
+    limit = getattr(variant, "memory_limit", None)
+    if not limit or needed + CONTAINER_OWN_BYTES <= int(limit):
+        return None
+    return (f"needs {units.format_binary_size(needed)} of memory in a container limited to "
+            f"{units.format_binary_size(int(limit))} (memory_limit): the kernel would kill it; raise memory_limit to "
+            f"at least {units.format_binary_size(needed + CONTAINER_OWN_BYTES)}, or ask the tool for less")
+
+
+def cpuset_problem(cpuset: str | None) -> str | None:
+    """A cpuset naming a CPU this machine does not offer."""
+    if not cpuset:
+        return None
+    allowed = os.sched_getaffinity(0)
+    for part in cpuset.split(","):
+        lo, _, hi = part.partition("-")
+        missing = [c for c in range(int(lo), int(hi or lo) + 1) if c not in allowed]
+        if missing:
+            return f"cpuset = {cpuset!r} names CPU {missing[0]}, which this machine does not have (CPUs: {sorted(allowed)})"
+    return None
+
+
 @register
 class ContainerEnvironment(NamespaceEnvironment):
     kind = "container"
@@ -90,12 +113,7 @@ class ContainerEnvironment(NamespaceEnvironment):
 
     @classmethod
     def memory_problem(cls, variant: Any, needed: int) -> str | None:
-        limit = getattr(variant, "memory_limit", None)
-        if not limit or needed + CONTAINER_OWN_BYTES <= int(limit):
-            return None
-        return (f"needs {units.format_binary_size(needed)} of memory in a container limited to "
-                f"{units.format_binary_size(int(limit))} (memory_limit): the kernel would kill it; raise memory_limit to "
-                f"at least {units.format_binary_size(needed + CONTAINER_OWN_BYTES)}, or ask the tool for less")
+        return container_memory_problem(variant, needed)
 
     @classmethod
     def capabilities(cls, variant: Any | None, kernel: dict[str, str | None] | None) -> list[Capability]:
@@ -119,16 +137,9 @@ class ContainerEnvironment(NamespaceEnvironment):
                                    f"cgroup {controller} controller" + (f": {err}" if err else
                                                                          f" ({cgroups.mount_for(controller).path})"),
                                    "" if err is None else "boot with the controller enabled (cgroup_enable=...)"))
-        if variant is not None and variant.cpuset:
-            allowed = os.sched_getaffinity(0)
-            for part in variant.cpuset.split(","):
-                lo, _, hi = part.partition("-")
-                missing = [c for c in range(int(lo), int(hi or lo) + 1) if c not in allowed]
-                if missing:
-                    caps.append(Capability("container cpuset", False,
-                                           f"cpuset = {variant.cpuset!r} names CPU {missing[0]}, which this machine "
-                                           f"does not have (CPUs: {sorted(allowed)})", "choose CPUs that exist"))
-                    break
+        why = cpuset_problem(variant.cpuset) if variant is not None else None
+        if why:
+            caps.append(Capability("container cpuset", False, why, "choose CPUs that exist"))
         return caps
 
     def __init__(self, ctx: LabContext, variant: Any):

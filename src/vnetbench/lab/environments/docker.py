@@ -30,9 +30,10 @@ from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 from vnetbench.errors import EnvironmentUnavailable, LabError
-from vnetbench.lab import engines, netns
+from vnetbench.lab import cgroups, engines, netns
 from vnetbench.lab.environments.base import (SUBNET_V4_PREFIXLEN, SUBNET_V6_PREFIXLEN, Attached, Capability,
                                              Endpoint, LabContext, NamespaceEnvironment, Subnet, register)
+from vnetbench.lab.environments.container import container_memory_problem, cpuset_problem
 from vnetbench.lab.guest import initramfs
 from vnetbench.lab.nodes import IFA_F_NODAD, Interface, Namespace, RunsCommands
 from vnetbench.lab.teardown import Registry, atomic
@@ -90,8 +91,9 @@ class EngineHost(RunsCommands):
 class DockerEnvironment(NamespaceEnvironment):
     kind = "docker"
     tag = "d"
-    options = ()
-    setup_s = 1.5
+    # The container environment's limits, applied by the engine (docker run --cpus, --cpuset-cpus, --memory).
+    options = ("cpu_quota", "cpuset", "memory_limit")
+    setup_s = 0.5
 
     @classmethod
     def capabilities(cls, variant: Any | None, kernel: dict[str, str | None] | None) -> list[Capability]:
@@ -99,7 +101,23 @@ class DockerEnvironment(NamespaceEnvironment):
         if engine is None:
             what, _, fix = detail.partition(" -> ")
             return [Capability("docker", False, what, fix)]
-        return [Capability("docker", True, detail)]
+        caps = [Capability("docker", True, detail)]
+        # What the engine says its cgroups can limit (docker info), for the limits this variant sets.
+        for option, key in (("cpu_quota", "CpuCfsQuota"), ("cpuset", "CPUSet"), ("memory_limit", "MemoryLimit")):
+            if variant is not None and getattr(variant, option) is None:
+                continue
+            ok = bool(engine.info.get(key))
+            caps.append(Capability(f"docker {option}", ok, f"the engine {'can' if ok else 'cannot'} apply it "
+                                   f"(docker info: {key} {engine.info.get(key)})",
+                                   "" if ok else "a kernel and cgroup setup that gives the engine this controller"))
+        why = cpuset_problem(variant.cpuset) if variant is not None else None
+        if why:
+            caps.append(Capability("docker cpuset", False, why, "choose CPUs that exist"))
+        return caps
+
+    @classmethod
+    def memory_problem(cls, variant: Any, needed: int) -> str | None:
+        return container_memory_problem(variant, needed)
 
     @classmethod
     def tool_problems(cls, variant: Any, tools: list[tuple[str, str]]) -> list[str]:
@@ -163,7 +181,8 @@ class DockerEnvironment(NamespaceEnvironment):
                 self.image.tag, command=["sleep", "2147483647"], name=name, hostname=endpoint.name,
                 labels={engines.LABEL_RUN: ctx.run_prefix},
                 host_config=client.api.create_host_config(init=True, network_mode=self.network.name,
-                                                          sysctls=container_sysctls(), cap_add=CAP_ADD),
+                                                          sysctls=container_sysctls(), cap_add=CAP_ADD,
+                                                          **self._limits()),
                 networking_config=client.api.create_networking_config({self.network.name: endpoint_config}))
             container = client.containers.get(created["Id"])
             reg.add(f"docker container {name}", lambda: _quietly_remove(container))
@@ -178,14 +197,32 @@ class DockerEnvironment(NamespaceEnvironment):
         facts = {"env": "docker", "container": name, "container_id": container.id[:12], "image": self.image.tag,
                  "network": self.network.name, "address": [v4, v6], "netns": ns.name, "cap_add": CAP_ADD,
                  "engine": f"{self.engine.kind} {self.engine.version.get('Version')}"}
-        host = EngineHost(endpoint.name, self.engine, container, ns, reg, v4, v6, endpoint.cpu, facts)
+        if self._limits():
+            applied = container.attrs["HostConfig"]
+            facts["limits"] = {"engine": {k: applied.get(k) for k in ("NanoCpus", "CpusetCpus", "Memory")},
+                               "cgroup": cgroups.read_limits(cgroups.dirs_of(pid))}
+        # A cpuset confines the container's processes; pinning them elsewhere would contradict it.
+        cpu = None if self.variant.cpuset else endpoint.cpu
+        host = EngineHost(endpoint.name, self.engine, container, ns, reg, v4, v6, cpu, facts)
         bridge = Interface(self.engine_ns, self.network.name)
         att = Attached(host=host, port=port, uplink=uplink, offload_ifaces=[uplink, port, bridge])
         self.attached.append(att)
         return att
 
+    def _limits(self) -> dict[str, Any]:
+        """The variant's limits as the engine's host configuration takes them."""
+        v = self.variant
+        out: dict[str, Any] = {}
+        if v.cpu_quota is not None:
+            out["nano_cpus"] = round(v.cpu_quota * 1e9)
+        if v.cpuset:
+            out["cpuset_cpus"] = v.cpuset
+        if v.memory_limit:
+            out["mem_limit"] = int(v.memory_limit)
+        return out
+
     def facts(self) -> dict[str, Any]:
-        return {"env": "docker", "model": "the engine's own bridge network (user-defined), containers from "
+        return {"env": "docker", "limits": self._limits(), "model": "the engine's own bridge network (user-defined), containers from "
                 "the tools image", **self.engine.describe(),
                 "network": self.network.name if self.network is not None else None,
                 "subnets": [self.subnet.cidr4, self.subnet.cidr6] if self.subnet else None,
