@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-NETNS = "vnbtest-dockerd"  # not vnb-*: `vnetbench clean` must never take it for a run's
+NETNS_PREFIX = "vnbtest-dockerd-"  # not vnb-*: `vnetbench clean` must never take it for a run's
 START_TIMEOUT_S = 60
 
 
@@ -41,11 +41,12 @@ def dockerd() -> Iterator[str]:
     home = Path(tempfile.mkdtemp(prefix="vnbtest-dockerd-"))
     sock = home / "docker.sock"
     url = f"unix://{sock}"
-    subprocess.run(["ip", "netns", "del", NETNS], capture_output=True)  # a killed test's, if any
-    subprocess.run(["ip", "netns", "add", NETNS], check=True)
-    subprocess.run(["ip", "-n", NETNS, "link", "set", "lo", "up"], check=True)
+    _remove_dead_ones()
+    netns = f"{NETNS_PREFIX}{os.getpid()}"  # one per process: a test and a benchmark may each have one
+    subprocess.run(["ip", "netns", "add", netns], check=True)
+    subprocess.run(["ip", "-n", netns, "link", "set", "lo", "up"], check=True)
     log = open(home / "dockerd.log", "wb")
-    proc = subprocess.Popen(["nsenter", f"--net=/run/netns/{NETNS}", "dockerd", "--data-root", str(home / "data"),
+    proc = subprocess.Popen(["nsenter", f"--net=/run/netns/{netns}", "dockerd", "--data-root", str(home / "data"),
                              "--exec-root", str(home / "exec"), "--pidfile", str(home / "dockerd.pid"), "-H", url,
                              "--storage-driver", "overlay2"],
                             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -69,5 +70,12 @@ def dockerd() -> Iterator[str]:
                   if line.split()[1].startswith(str(home))]
         for m in sorted(mounts, key=len, reverse=True):
             subprocess.run(["umount", "-l", m], capture_output=True)
-        subprocess.run(["ip", "netns", "del", NETNS], capture_output=True)
+        subprocess.run(["ip", "netns", "del", netns], capture_output=True)
         shutil.rmtree(home, ignore_errors=True)
+
+
+def _remove_dead_ones() -> None:
+    """The namespaces of test dockerds whose process was killed before it could stop them."""
+    for name in os.listdir("/run/netns") if os.path.isdir("/run/netns") else []:
+        if name.startswith(NETNS_PREFIX) and not os.path.exists(f"/proc/{name[len(NETNS_PREFIX):]}"):
+            subprocess.run(["ip", "netns", "del", name], capture_output=True)

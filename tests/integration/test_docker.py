@@ -5,6 +5,7 @@ never touches a container or network it did not make."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sqlite3
@@ -256,3 +257,62 @@ def test_a_container_the_engine_limits_to_half_a_cpu_computes_half_as_much(docke
     cgroup = host["limits"]["cgroup"]  # what the kernel was told, v1 or v2
     assert cgroup.get("cpu.max", f"{cgroup.get('cpu.cfs_quota_us')} {cgroup.get('cpu.cfs_period_us')}") == "50000 100000"
     store.close()
+
+
+PUBLISHED = """
+name = "docker-published"
+[lab]
+senders = 1
+bottleneck = "unlimited"
+ip_version = 4
+[matrix]
+env = [{env = "docker", publish = false}, {env = "docker", publish = true}]
+test = [{workloads = "stream"}, {workloads = "rr"}]
+[workload.stream]
+tool = "iperf3"
+duration = "2s"
+omit = "0s"
+congestion_control = "cubic"
+[workload.probe]
+tool = "ping"
+interval = "10ms"
+during = "stream"
+[workload.rr]
+tool = "sockperf"
+mode = "ping-pong"
+proto = "tcp"
+payload = 64
+duration = "2s"
+[repeat]
+repetitions = 5
+warmup = false
+"""
+
+
+def test_a_published_port_through_the_userland_proxy_is_slower_than_the_direct_path(docker_host, tmp_path,
+                                                                                    no_leftovers):
+    """The test's dockerd runs with Docker's default, --userland-proxy=true: a client reaching the receiver
+    through its published port on the engine's host goes through a docker-proxy process, which copies every
+    byte in user space between two TCP connections, instead of the bridge alone."""
+    scenario = tmp_path / "published.toml"
+    scenario.write_text(PUBLISHED)
+    db = tmp_path / "r.db"
+    run_id = run_id_of(cli("run", str(scenario), "--db", str(db), "--no-progress", timeout=600))
+    store = Store(db)
+    trials = store.trials(run_id)
+    assert all(t["status"] == "ok" for t in trials), [t["reason"] for t in trials]
+    published = next(c for c in store.configurations(run_id) if c["labels"].get("publish") is True)
+    receiver = published["lab_state"]["environment"]["hosts"]
+    facts = next(h for h in receiver.values() if "published" in h)["published"]
+    assert facts["userland_proxy"] is True and facts["proxy_processes"] == len(facts["ports"]) == 42
+    store.close()
+    show = cli("show", run_id, "--db", str(db)).stdout
+    assert "shared the machine" not in show or "docker-proxy" not in show  # the proxies work for the run
+    data = json.loads(cli("compare", run_id, "--db", str(db), "--by", "publish", "--ref", "false", "--json",
+                          "--metric", "throughput.rx_mbps", "--metric", "rr.p50_us").stdout)
+    verdicts = {(cfg["config"], r["metric"]): r["verdict"] for cfg in data["configurations"] for r in cfg["results"]}
+    # Two user-space copies and a second TCP connection: the stream loses most of its rate (-70% seen) and
+    # every round trip crosses the proxy twice (+62% seen); 5 trials a side, one metric per configuration:
+    # the smallest p-value Mann-Whitney can give is 0.008, so complete separation is a verdict.
+    assert any(m == "throughput.rx_mbps" and v == "regressed" for (c, m), v in verdicts.items()), verdicts
+    assert any(m == "rr.p50_us" and v == "regressed" for (c, m), v in verdicts.items()), verdicts

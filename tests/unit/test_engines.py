@@ -343,3 +343,18 @@ def test_labelled_matches_run_prefixes():
     for attrs in ({}, {"Labels": None}, {"Labels": {"other": "vnb-abc123"}}, {"Config": {"Labels": None}},
                   {"Config": None}):
         assert not engines.labelled(SimpleNamespace(attrs=attrs), "vnb-"), attrs
+
+
+def test_the_userland_proxy_setting_is_read_as_dockerd_reads_it():
+    from vnetbench.lab.engines import userland_proxy_setting
+
+    files = {"/etc/docker/daemon.json": '{"userland-proxy": false}', "/srv/d.json": '{"debug": true}'}
+    read = files.get
+    assert userland_proxy_setting(["dockerd"], lambda p: None) is True  # Docker's default
+    assert userland_proxy_setting(["dockerd"], read) is False  # the default configuration file says so
+    assert userland_proxy_setting(["dockerd", "--userland-proxy=false"], lambda p: None) is False
+    assert userland_proxy_setting(["dockerd", "--userland-proxy=true"], read) is True  # the flag wins
+    assert userland_proxy_setting(["dockerd", "--userland-proxy"], read) is True
+    assert userland_proxy_setting(["dockerd", "--config-file", "/srv/d.json"], read) is True
+    assert userland_proxy_setting(["dockerd", "--config-file=/srv/d.json"], read) is True
+    assert userland_proxy_setting(["dockerd"], lambda p: "{not json") is None  # unreadable: unknown, not guessed

@@ -25,7 +25,7 @@ import struct
 import tarfile
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 from urllib.parse import urlparse
 
 from vnetbench.errors import EnvironmentProblem, LabError
@@ -95,6 +95,14 @@ class Engine:
             creds = s.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
         return struct.unpack("3i", creds)[0]
 
+    def userland_proxy(self) -> bool | None:
+        """Whether the daemon carries published ports through docker-proxy; None when it cannot be read."""
+        try:
+            argv = [a.decode() for a in open(f"/proc/{self.daemon_pid()}/cmdline", "rb").read().split(b"\0") if a]
+        except (OSError, LabError):
+            return None
+        return userland_proxy_setting(argv, _read_text)
+
     def describe(self) -> dict[str, Any]:
         """For the record: what a result measured in this engine depends on."""
         info, ver = self.info, self.version
@@ -102,7 +110,34 @@ class Engine:
                 "api_version": ver.get("ApiVersion"), "storage_driver": info.get("Driver"),
                 "cgroup_driver": info.get("CgroupDriver"), "cgroup_version": info.get("CgroupVersion"),
                 "security_options": info.get("SecurityOptions"), "default_runtime": info.get("DefaultRuntime"),
-                "kernel": info.get("KernelVersion")}
+                "kernel": info.get("KernelVersion"), "userland_proxy": self.userland_proxy()}
+
+
+def userland_proxy_setting(argv: list[str], read: Callable[[str], str | None]) -> bool | None:
+    """dockerd's --userland-proxy from its command line `argv`, else from its configuration file (read with
+    `read`, None when it does not exist), else Docker's default: on. None when the file cannot be parsed."""
+    config = "/etc/docker/daemon.json"
+    for i, arg in enumerate(argv):
+        name, eq, value = arg.partition("=")
+        if name == "--userland-proxy":
+            if not eq:  # a bare flag is true; "--userland-proxy false" is not how Go's flags take booleans
+                return True
+            return value.lower() not in ("false", "0", "f")
+        if name == "--config-file":
+            config = value if eq else (argv[i + 1] if i + 1 < len(argv) else config)
+    try:
+        text = read(config)
+        return True if text is None else bool(json.loads(text).get("userland-proxy", True))
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def _read_text(path: str) -> str | None:
+    try:
+        with open(path) as f:
+            return f.read()
+    except FileNotFoundError:
+        return None
 
 
 def engine_url(kind: str = "docker") -> str:

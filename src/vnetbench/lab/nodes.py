@@ -115,6 +115,11 @@ class RunsCommands:
     def command(self, argv: Sequence[str], pin: bool = True) -> list[str]:
         raise NotImplementedError
 
+    def echo_address(self, ip_version: int) -> str:
+        """Where other hosts send ICMP echo requests to reach this endpoint itself. Its service address, unless
+        that is an address in front of it that answers echo itself (a container engine's published ports)."""
+        return self.service_address(ip_version)  # type: ignore[attr-defined]
+
     def popen(self, argv: Sequence[str], stdout: Path, stderr: Path, pin: bool = True) -> subprocess.Popen:
         """Start a process in this host; its output goes to files (no pipe can fill and stall it)."""
         with open(stdout, "wb") as out, open(stderr, "wb") as err, atomic():

@@ -143,7 +143,7 @@ def build_dumbbell(run_prefix: str, senders: int, mtu: int = 1500, pin_cpus: boo
             for name, cpu in zip(names, [rx_cpu] + tx_cpus):
                 number += 1
                 att = env.attach(Endpoint(name=name, number=number, cpu=cpu if pin_cpus else None,
-                                          mtu=variant.mtu))
+                                          mtu=variant.mtu, receiver=name == names[0]))
                 lab.hosts[name] = att.host
                 lab.ports[name] = att.port
                 lab.uplinks[name] = att.uplink

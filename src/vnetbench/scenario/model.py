@@ -117,6 +117,9 @@ class LabSpec(Strict):
                                                          "use, e.g. '1' or '0-1' (cgroup cpuset.cpus; docker --cpuset-cpus)")
     memory_limit: Size | None = Field(default=None, description="env=container or docker: memory limit (cgroup "
                                                                   "memory.max; docker --memory)")
+    publish: bool | None = Field(default=None, description="env=docker: reach the receiver's servers through ports "
+                                 "published on the engine's host (docker run -p), as clients outside its network do: "
+                                 "the engine's userland proxy or its NAT rules carry them")
 
     # Which environment each option belongs to (each environment's module declares its own).
     ENV_OPTIONS: ClassVar[dict[str, tuple[str, ...]]] = environments.option_owners()

@@ -184,7 +184,7 @@ class Ping(Workload):
         begins, deadline = ctx.window(options.duration)  # whole seconds: ping -w
         # Room for a full queue plus half again, so the probe keeps its rate when the RTT grows.
         max_rtt = 1.5 * ctx.config.expected.get("queue.full_delay_ms", 0.0) / 1e3 + 0.005 + ctx.extra_rtt_s
-        argv = command(ctx.hosts.receiver.service_address(ctx.ip_version), options.interval, options.size, int(deadline),
+        argv = command(ctx.hosts.receiver.echo_address(ctx.ip_version), options.interval, options.size, int(deadline),
                        ctx.ip_version, preload=preload_for(options.interval, max_rtt))
         started = Started(name, measured_from=begins, measured_s=deadline, ends_by=begins + deadline + 10.0)
         sender = ctx.hosts.senders[0]

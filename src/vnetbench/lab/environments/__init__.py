@@ -90,6 +90,7 @@ class Variant:
     cpu_quota: float | None = None
     cpuset: str | None = None
     memory_limit: float | None = None
+    publish: bool | None = None
     mtu: int = 1500
 
     @classmethod

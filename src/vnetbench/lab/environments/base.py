@@ -151,6 +151,7 @@ class Endpoint:
     number: int  # its node's underlay address number
     cpu: int | None  # CPU to pin its workloads to (None: not pinned)
     mtu: int  # underlay MTU
+    receiver: bool = False  # the workloads' servers run here
 
 
 @dataclass

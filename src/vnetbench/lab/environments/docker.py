@@ -46,9 +46,10 @@ class EngineHost(RunsCommands):
     """A container as the lab sees a host: :class:`vnetbench.lab.nodes.Host`'s interface, through the engine."""
 
     def __init__(self, name: str, engine: engines.Engine, container: Any, ns: Namespace, registry: Registry,
-                 ipv4: str, ipv6: str, cpu: int | None, facts: dict[str, Any]):
+                 ipv4: str, ipv6: str, cpu: int | None, facts: dict[str, Any], published: tuple[str, str] | None = None):
         self.name, self.engine, self.container, self.ns, self.registry = name, engine, container, ns, registry
         self.ipv4, self.ipv6, self.cpu = ipv4, ipv6, cpu
+        self.published = published  # the engine host's (v4, v6) addresses its servers are published on
         self.iface = Interface(ns, "eth0")
         self.env_facts = facts
         self.extra: dict[str, Any] = {}
@@ -57,7 +58,12 @@ class EngineHost(RunsCommands):
         return self.ipv6 if ip_version == 6 else self.ipv4
 
     def service_address(self, ip_version: int) -> str:
+        if self.published:  # through the engine: its userland proxy, or its NAT rules without one
+            return self.published[1] if ip_version == 6 else self.published[0]
         return self.address(ip_version)  # a user-defined network: containers reach each other directly
+
+    def echo_address(self, ip_version: int) -> str:
+        return self.address(ip_version)  # the engine's host would answer echo requests to a published address
 
     def facts(self) -> dict[str, Any]:
         return dict(self.env_facts)
@@ -92,7 +98,7 @@ class DockerEnvironment(NamespaceEnvironment):
     kind = "docker"
     tag = "d"
     # The container environment's limits, applied by the engine (docker run --cpus, --cpuset-cpus, --memory).
-    options = ("cpu_quota", "cpuset", "memory_limit")
+    options = ("cpu_quota", "cpuset", "memory_limit", "publish")
     setup_s = 0.5
 
     @classmethod
@@ -131,6 +137,7 @@ class DockerEnvironment(NamespaceEnvironment):
         self.subnet: Subnet | None = None
         self.engine_ns: Namespace | None = None
         self._next_host = 2
+        self._senders = 0
 
     # ------------------------------------------------------------ the network, once per variant
 
@@ -151,6 +158,8 @@ class DockerEnvironment(NamespaceEnvironment):
                 name, driver="bridge", ipam=ipam, enable_ipv6=True, labels={engines.LABEL_RUN: ctx.run_prefix},
                 options={"com.docker.network.bridge.name": name, "com.docker.network.driver.mtu": str(mtu)})
             reg.add(f"docker network {name}", lambda: _quietly_remove(self.network))
+        # The bridge's gateway addresses are the engine host's on this network, where published ports listen.
+        _without_duplicate_detection(self.engine_ns, f"bridge {name}", ifname=name)
 
     def _free_subnet(self) -> Subnet:
         """The lab's next subnet that no network of the engine overlaps (another run's, or the user's own)."""
@@ -176,13 +185,24 @@ class DockerEnvironment(NamespaceEnvironment):
         name = ctx.ns_name(endpoint.name)
         client = self.engine.client
         endpoint_config = client.api.create_endpoint_config(ipv4_address=v4, ipv6_address=v6)
+        if not endpoint.receiver:
+            self._senders += 1
+            if self.variant.publish and self._senders > PUBLISHED_SENDERS:
+                raise LabError(f"publish = true publishes iperf3's ports for {PUBLISHED_SENDERS} senders, and this lab "
+                               f"has more: use at most {PUBLISHED_SENDERS} senders with it")
+        published = (self.subnet.v4(1), self.subnet.v6(1)) if self.variant.publish and endpoint.receiver else None
+        ports = server_ports() if published else []
         with atomic(), engine_errors(f"creating container {name} from {self.image.tag}"):
             created = client.api.create_container(
                 self.image.tag, command=["sleep", "2147483647"], name=name, hostname=endpoint.name,
-                labels={engines.LABEL_RUN: ctx.run_prefix},
-                host_config=client.api.create_host_config(init=True, network_mode=self.network.name,
-                                                          sysctls=container_sysctls(), cap_add=CAP_ADD,
-                                                          **self._limits()),
+                labels={engines.LABEL_RUN: ctx.run_prefix}, ports=ports,
+                host_config=client.api.create_host_config(
+                    init=True, network_mode=self.network.name, sysctls=container_sysctls(), cap_add=CAP_ADD,
+                    # On the engine host's address on this network only: nothing of the run is reachable
+                    # from the machine's own networks.
+                    port_bindings={f"{port}/{proto}": [(published[0], port), (published[1], port)]
+                                   for port, proto in ports} if published else None,
+                    **self._limits()),
                 networking_config=client.api.create_networking_config({self.network.name: endpoint_config}))
             container = client.containers.get(created["Id"])
             reg.add(f"docker container {name}", lambda: _quietly_remove(container))
@@ -193,7 +213,7 @@ class DockerEnvironment(NamespaceEnvironment):
         ns = attach_namespace(name, pid, reg)
         uplink = Interface(ns, "eth0")
         port = Interface(self.engine_ns, _peer_name(ns, self.engine_ns))
-        _without_duplicate_detection(ns, container.name)
+        _without_duplicate_detection(ns, f"container {container.name}")
         facts = {"env": "docker", "container": name, "container_id": container.id[:12], "image": self.image.tag,
                  "network": self.network.name, "address": [v4, v6], "netns": ns.name, "cap_add": CAP_ADD,
                  "engine": f"{self.engine.kind} {self.engine.version.get('Version')}"}
@@ -203,7 +223,11 @@ class DockerEnvironment(NamespaceEnvironment):
                                "cgroup": cgroups.read_limits(cgroups.dirs_of(pid))}
         # A cpuset confines the container's processes; pinning them elsewhere would contradict it.
         cpu = None if self.variant.cpuset else endpoint.cpu
-        host = EngineHost(endpoint.name, self.engine, container, ns, reg, v4, v6, cpu, facts)
+        if published:
+            facts["published"] = {"address": list(published), "ports": [f"{p}/{proto}" for p, proto in ports],
+                                  "userland_proxy": self.engine.userland_proxy(),
+                                  "proxy_processes": len(_proxies_for(v4))}
+        host = EngineHost(endpoint.name, self.engine, container, ns, reg, v4, v6, cpu, facts, published)
         bridge = Interface(self.engine_ns, self.network.name)
         att = Attached(host=host, port=port, uplink=uplink, offload_ifaces=[uplink, port, bridge])
         self.attached.append(att)
@@ -238,6 +262,34 @@ def engine_errors(doing: str) -> Iterator[None]:
         yield
     except docker.errors.APIError as e:
         raise LabError(f"docker refused {doing}: {e.explanation or e}") from None
+
+
+PUBLISHED_SENDERS = 16  # iperf3 servers published (one per sender) when publish = true
+
+
+def server_ports() -> list[tuple[int, str]]:
+    """Every port a workload's server listens on (all on the receiver), TCP and UDP: what publish = true
+    publishes. Kept to these (42 ports): with the userland proxy on, each is a docker-proxy process."""
+    from vnetbench.workloads import ab, iperf3, irtt, sockperf, wrk
+
+    ports = [*range(iperf3.BASE_PORT, iperf3.BASE_PORT + PUBLISHED_SENDERS), sockperf.UDP_PORT, sockperf.TCP_PORT,
+             wrk.PORT, ab.PORT, irtt.PORT]
+    return [(port, proto) for port in sorted(set(ports)) for proto in ("tcp", "udp")]
+
+
+def _proxies_for(container_ip: str) -> list[int]:
+    """The engine's docker-proxy processes forwarding to this container (none without the userland proxy)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            argv = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if argv and argv[0].endswith(b"docker-proxy") and container_ip.encode() in argv:
+            found.append(int(entry))
+    return found
 
 
 def container_sysctls() -> dict[str, str]:
@@ -276,13 +328,14 @@ def _peer_name(ns: Namespace, engine_ns: Namespace) -> str:
     return found[0].get_attr("IFLA_IFNAME")
 
 
-def _without_duplicate_detection(ns: Namespace, container: str) -> None:
-    """Make eth0's IPv6 addresses usable now. The engine configures eth0 before the container's sysctls
-    (accept_dad = 0) apply, so its addresses start tentative and wait 1-2 s for duplicate address detection
-    (measured: 1.9 s of a 2.2 s bring-up per container). Each tentative one is put back as it was, with the
+def _without_duplicate_detection(ns: Namespace, what: str, ifname: str = "eth0") -> None:
+    """Make an interface's IPv6 addresses usable now (a container's eth0, the network's bridge). The engine
+    configures eth0 before the container's sysctls (accept_dad = 0) apply, so its addresses start tentative and
+    wait 1-2 s for duplicate address detection (measured: 1.9 s of a 2.2 s bring-up per container); a published
+    port cannot even be bound to the bridge's address meanwhile. Each tentative one is put back as it was, with the
     flag the lab's own addresses carry (no detection: the addresses are the lab's plan, unique by
     construction); what is still tentative after that is waited for, within DAD_WAIT_S."""
-    index = ns.index("eth0")
+    index = ns.index(ifname)
 
     def tentative() -> list[Any]:
         return [a for a in ns.ipr.get_addr(index=index, family=10)
@@ -295,7 +348,7 @@ def _without_duplicate_detection(ns: Namespace, container: str) -> None:
     deadline = time.monotonic() + DAD_WAIT_S
     while left := tentative():
         if time.monotonic() > deadline:
-            raise EnvironmentUnavailable(f"container {container}: {', '.join(a.get_attr('IFA_ADDRESS') for a in left)} "
+            raise EnvironmentUnavailable(f"{what}: {', '.join(a.get_attr('IFA_ADDRESS') for a in left)} "
                                          f"still tentative after {DAD_WAIT_S:g} s (IPv6 duplicate address detection)")
         time.sleep(0.05)
 
