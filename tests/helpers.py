@@ -45,3 +45,15 @@ def run_id_of(proc: subprocess.CompletedProcess) -> str:
     last = proc.stdout.strip().splitlines()[-1]
     assert last.startswith("run: "), f"last stdout line is not 'run: ID': {last!r}"
     return last.split()[1]
+
+
+def stored_run_id(db) -> str | None:
+    """The id of the run a `vnetbench run` in progress has stored in `db`, once it has (None before)."""
+    import sqlite3
+
+    try:
+        with sqlite3.connect(db) as c:
+            row = c.execute("SELECT id FROM runs").fetchone()
+        return row[0] if row else None
+    except sqlite3.Error:
+        return None

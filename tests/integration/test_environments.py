@@ -280,10 +280,9 @@ def test_an_environment_the_machine_cannot_provide_is_rejected_before_the_run(tm
 
 def test_clean_removes_what_a_killed_container_run_left(tmp_path, no_leftovers):
     import signal
-    import sqlite3
     import sys
 
-    from helpers import ROOT
+    from helpers import ROOT, stored_run_id
 
     db = tmp_path / "r.db"
     proc = subprocess.Popen([sys.executable, "-m", "vnetbench", "run", "virt-compare", "--db", str(db), "--no-progress",
@@ -291,24 +290,16 @@ def test_clean_removes_what_a_killed_container_run_left(tmp_path, no_leftovers):
                              "--set", 'load=[{proto="tcp",parallel=1}]', "--set", "duration=5s",
                              "--set", "repetitions=5"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
-    def run_id():
-        try:
-            with sqlite3.connect(db) as c:
-                row = c.execute("SELECT id FROM runs").fetchone()
-            return row[0] if row else None
-        except sqlite3.Error:
-            return None
-
     deadline = time.monotonic() + 60
-    while not (run_id() and cgroups.find(f"vnb-{run_id()[:6]}-")):
+    while not (stored_run_id(db) and cgroups.find(f"vnb-{stored_run_id(db)[:6]}-")):
         assert time.monotonic() < deadline and proc.poll() is None, proc.stderr.read() if proc.poll() else "timeout"
         time.sleep(0.1)
     time.sleep(1.0)  # a trial is running: processes in the cgroups
     proc.send_signal(signal.SIGKILL)  # no teardown at all
     proc.communicate(timeout=10)
-    prefix = f"vnb-{run_id()[:6]}-"
+    prefix = f"vnb-{stored_run_id(db)[:6]}-"
     assert cgroups.find(prefix), "a SIGKILLed run should have left its cgroups"
-    out = cli("clean", "--run", run_id())
+    out = cli("clean", "--run", stored_run_id(db))
     assert "cgroups" in out.stdout and "namespaces" in out.stdout
     assert not cgroups.find(prefix)
     assert not [n for n in os.listdir("/var/run/netns") if n.startswith(prefix)]

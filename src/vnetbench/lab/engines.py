@@ -251,17 +251,11 @@ def plan_image() -> ImagePlan:
 
 def image_digest(p: ImagePlan) -> tuple[str, dict[str, str]]:
     """A digest of everything the image holds, and each file's sha256 (the image's manifest)."""
+    from vnetbench.lab.guest import initramfs
+
     h = hashlib.sha256(f"format {IMAGE_FORMAT}\nwrapper {EXEC_WRAPPER}\n".encode())
     h.update(json.dumps(p.applets).encode() + json.dumps(sorted(ETC_FILES.items()), default=repr).encode())
-    sums = {}
-    for name in sorted(p.files):
-        src, mode = p.files[name]
-        fh = hashlib.sha256()
-        with open(src, "rb") as f:
-            for chunk in iter(lambda: f.read(1 << 20), b""):
-                fh.update(chunk)
-        sums[name] = fh.hexdigest()
-        h.update(f"{name} {mode:o} {sums[name]}\n".encode())
+    sums = initramfs.hash_files(p.files, h)
     return h.hexdigest()[:20], sums
 
 

@@ -11,7 +11,7 @@ import ipaddress
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, ClassVar, Sequence
 
 from vnetbench.errors import LabError
 from vnetbench.lab import netns
@@ -111,6 +111,9 @@ class RunsCommands:
     ``argv`` there) and the ``registry`` that must kill what was started when the lab goes away."""
 
     registry: Registry
+    # A started process's standard input: nothing, or (PIPE) a pipe held open until it ends, for a host whose
+    # command channel ends the command when its input closes (a container engine's exec).
+    stdin_of_started: ClassVar[int] = subprocess.DEVNULL
 
     def command(self, argv: Sequence[str], pin: bool = True) -> list[str]:
         raise NotImplementedError
@@ -123,7 +126,7 @@ class RunsCommands:
     def popen(self, argv: Sequence[str], stdout: Path, stderr: Path, pin: bool = True) -> subprocess.Popen:
         """Start a process in this host; its output goes to files (no pipe can fill and stall it)."""
         with open(stdout, "wb") as out, open(stderr, "wb") as err, atomic():
-            proc = subprocess.Popen(self.command(argv, pin), stdout=out, stderr=err, stdin=subprocess.DEVNULL,
+            proc = subprocess.Popen(self.command(argv, pin), stdout=out, stderr=err, stdin=self.stdin_of_started,
                                     start_new_session=True)
             self.registry.add_process(proc)
         return proc

@@ -31,7 +31,7 @@ from typing import Any, Iterator, Sequence
 
 from vnetbench.errors import EnvironmentUnavailable, LabError
 from vnetbench.lab import cgroups, engines, netns
-from vnetbench.lab.environments.base import (SUBNET_V4_PREFIXLEN, SUBNET_V6_PREFIXLEN, Attached, Capability,
+from vnetbench.lab.environments.base import (Attached, Capability,
                                              Endpoint, LabContext, NamespaceEnvironment, Subnet, register)
 from vnetbench.lab.environments.container import container_memory_problem, cpuset_problem
 from vnetbench.lab.guest import initramfs
@@ -43,7 +43,11 @@ IFA_F_TENTATIVE = 0x40
 
 
 class EngineHost(RunsCommands):
-    """A container as the lab sees a host: :class:`vnetbench.lab.nodes.Host`'s interface, through the engine."""
+    """A container as the lab sees a host: :class:`vnetbench.lab.nodes.Host`'s interface, through the engine.
+    A started command's input is a pipe this process holds (the Popen's), closed when the process is reaped or
+    killed, which ends the command inside the container too (engines.EXEC_WRAPPER)."""
+
+    stdin_of_started = subprocess.PIPE
 
     def __init__(self, name: str, engine: engines.Engine, container: Any, ns: Namespace, registry: Registry,
                  ipv4: str, ipv6: str, cpu: int | None, facts: dict[str, Any], published: tuple[str, str] | None = None):
@@ -71,15 +75,6 @@ class EngineHost(RunsCommands):
     def command(self, argv: Sequence[str], pin: bool = True) -> list[str]:
         cpus = str(self.cpu) if pin and self.cpu is not None else None
         return engines.exec_argv(self.engine, self.container.name, argv, cpus)
-
-    def popen(self, argv: Sequence[str], stdout: Path, stderr: Path, pin: bool = True) -> subprocess.Popen:
-        """As on any host, with one difference: standard input is a pipe this process holds (the Popen's),
-        closed when the process is reaped or killed, which ends the command inside the container too."""
-        with open(stdout, "wb") as out, open(stderr, "wb") as err, atomic():
-            proc = subprocess.Popen(self.command(argv, pin), stdout=out, stderr=err, stdin=subprocess.PIPE,
-                                    start_new_session=True)
-            self.registry.add_process(proc)
-        return proc
 
     def run(self, argv: Sequence[str], timeout: float = 10.0, pin: bool = False) -> subprocess.CompletedProcess:
         # The input pipe's write end stays here until the command ends: subprocess.run would close a PIPE

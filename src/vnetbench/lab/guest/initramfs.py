@@ -608,16 +608,23 @@ def _digest(p: Plan) -> tuple[str, dict[str, str]]:
     h.update(f"format {FORMAT_VERSION}\nkernel {p.kernel.version}\n".encode())
     h.update(INIT_SCRIPT.encode() + INITTAB.encode() + RUN_WRAPPER.encode())
     h.update(json.dumps(p.modules, sort_keys=True).encode() + json.dumps(p.applets).encode())
+    sums = hash_files(p.files, h)
+    return h.hexdigest()[:20], sums
+
+
+def hash_files(files: dict[str, tuple[str, int]], into: "hashlib._Hash") -> dict[str, str]:
+    """Each file's sha256 (path in the archive -> hex), and every path, mode and sum fed to `into`, in path
+    order: the content part of an image's digest (the guest's initramfs, the engines' tools image)."""
     sums = {}
-    for name in sorted(p.files):
-        src, perm = p.files[name]
+    for name in sorted(files):
+        src, perm = files[name]
         fh = hashlib.sha256()
         with open(src, "rb") as f:
             for chunk in iter(lambda: f.read(1 << 20), b""):
                 fh.update(chunk)
         sums[name] = fh.hexdigest()
-        h.update(f"{name} {perm:o} {sums[name]}\n".encode())
-    return h.hexdigest()[:20], sums
+        into.update(f"{name} {perm:o} {sums[name]}\n".encode())
+    return sums
 
 
 def _render(p: Plan) -> bytes:
