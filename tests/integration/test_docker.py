@@ -337,8 +337,9 @@ def test_a_published_port_through_the_userland_proxy_is_slower_than_the_direct_p
     data = json.loads(cli("compare", run_id, "--db", str(db), "--by", "publish", "--ref", "false", "--json",
                           "--metric", "throughput.rx_mbps", "--metric", "rr.p50_us").stdout)
     verdicts = {(cfg["config"], r["metric"]): r["verdict"] for cfg in data["configurations"] for r in cfg["results"]}
-    # Two user-space copies and a second TCP connection: the stream loses most of its rate (-70% seen) and
-    # every round trip crosses the proxy twice (+62% seen); 5 trials a side, one metric per configuration:
-    # the smallest p-value Mann-Whitney can give is 0.008, so complete separation is a verdict.
-    assert any(m == "throughput.rx_mbps" and v == "regressed" for (c, m), v in verdicts.items()), verdicts
-    assert any(m == "rr.p50_us" and v == "regressed" for (c, m), v in verdicts.items()), verdicts
+    # Every round trip crosses the proxy twice, a user-space relay between two TCP connections: +62% seen on a
+    # quiet machine, and a clear verdict in 10 of 10 runs with a core kept busy. 5 trials a side, one metric
+    # per configuration: the smallest p-value Mann-Whitney can give is 0.008, so complete separation is a
+    # verdict. The stream is not judged: quiet, the proxy costs it 70% of its rate, but with a core kept busy
+    # both paths are bound by the one CPU left (about 10 Gbit/s each, seen), and 2 of 10 runs were inconclusive.
+    assert verdicts[("env=docker, workloads=rr", "rr.p50_us")] == "regressed", verdicts
