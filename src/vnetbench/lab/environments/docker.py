@@ -92,7 +92,8 @@ class EngineHost(RunsCommands):
 class DockerEnvironment(NamespaceEnvironment):
     kind = "docker"
     tag = "d"
-    # The container environment's limits, applied by the engine (docker run --cpus, --cpuset-cpus, --memory).
+    # The container environment's limits, applied by the engine (docker run --cpus, --cpuset-cpus, --memory),
+    # and published ports (docker run -p).
     options = ("cpu_quota", "cpuset", "memory_limit", "publish")
     setup_s = 0.5
 
