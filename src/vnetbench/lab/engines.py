@@ -219,15 +219,6 @@ class ImagePlan:
         self.files.setdefault(path.strip("/"), (source, mode))
 
 
-# The image's own configuration files: a root user and name lookups from files only.
-ETC_FILES = {
-    "etc/passwd": b"root:x:0:0:root:/root:/bin/sh\n",
-    "etc/group": b"root:x:0:\n",
-    "etc/nsswitch.conf": b"passwd: files\ngroup: files\nhosts: files\n",
-    "etc/services": b"",
-}
-
-
 def image_tools() -> tuple[tuple[str, str], ...]:
     """(command, package) of everything a workload or the lab may run in a container."""
     from vnetbench.lab.guest import initramfs
@@ -254,13 +245,15 @@ def image_digest(p: ImagePlan) -> tuple[str, dict[str, str]]:
     from vnetbench.lab.guest import initramfs
 
     h = hashlib.sha256(f"format {IMAGE_FORMAT}\nwrapper {EXEC_WRAPPER}\n".encode())
-    h.update(json.dumps(p.applets).encode() + json.dumps(sorted(ETC_FILES.items()), default=repr).encode())
+    h.update(json.dumps(p.applets).encode() + json.dumps(sorted(initramfs.ETC_FILES.items()), default=repr).encode())
     sums = initramfs.hash_files(p.files, h)
     return h.hexdigest()[:20], sums
 
 
 def render_image(p: ImagePlan) -> bytes:
     """The image's root file system as a tar archive (fixed order, owners and times: reproducible)."""
+    from vnetbench.lab.guest import initramfs
+
     out = io.BytesIO()
     with tarfile.open(fileobj=out, mode="w", format=tarfile.GNU_FORMAT) as tar:
         def entry(name: str, kind: bytes, mode: int, data: bytes = b"", target: str = "") -> None:
@@ -290,7 +283,7 @@ def render_image(p: ImagePlan) -> bytes:
                 entry(name, tarfile.REGTYPE, mode, f.read())
         for applet in p.applets:
             entry(f"bin/{applet}", tarfile.SYMTYPE, 0o777, target="busybox")
-        for name, data in ETC_FILES.items():
+        for name, data in initramfs.ETC_FILES.items():
             entry(name, tarfile.REGTYPE, 0o644, data)
         entry("bin/vnb-exec", tarfile.REGTYPE, 0o755, EXEC_WRAPPER.encode())
     return out.getvalue()

@@ -627,6 +627,18 @@ def hash_files(files: dict[str, tuple[str, int]], into: "hashlib._Hash") -> dict
     return sums
 
 
+# The configuration files of a root file system made of busybox and copied binaries (a guest's, a container
+# engine's tools image): a root user, and name lookups from files only.
+ETC_FILES = {
+    "etc/passwd": b"root:x:0:0:root:/root:/bin/sh\n",
+    "etc/group": b"root:x:0:\n",
+    "etc/shells": b"/bin/sh\n",
+    "etc/hosts": b"127.0.0.1 localhost\n::1 localhost\n",
+    "etc/nsswitch.conf": b"passwd: files\ngroup: files\nhosts: files\n",
+    "etc/services": b"",
+}
+
+
 def _render(p: Plan) -> bytes:
     a = Cpio()
     for d in ("bin", "dev", "etc", "lib", "proc", "sys", "tmp", "run", "var", "root"):
@@ -644,12 +656,8 @@ def _render(p: Plan) -> bytes:
     a.file("init", INIT_SCRIPT.encode(), 0o755)
     a.file("bin/vnb-run", RUN_WRAPPER.encode(), 0o755)
     a.file("etc/inittab", INITTAB.encode())
-    a.file("etc/passwd", b"root:x:0:0:root:/root:/bin/sh\n")
-    a.file("etc/group", b"root:x:0:\n")
-    a.file("etc/shells", b"/bin/sh\n")
-    a.file("etc/hosts", b"127.0.0.1 localhost\n::1 localhost\n")
-    a.file("etc/nsswitch.conf", b"passwd: files\ngroup: files\nhosts: files\n")
-    a.file("etc/services", b"")
+    for name, data in ETC_FILES.items():
+        a.file(name, data)
     for nic, mods in p.modules.items():
         a.file(f"etc/vnb/modules-{nic}", ("\n".join(mods) + "\n").encode())
     return a.finish()
