@@ -1,9 +1,10 @@
-"""A real dockerd for tests and benchmarks, started and stopped by them, touching nothing of the machine's.
+"""Real container engines for tests and benchmarks (a dockerd, a Podman API service), started and stopped by
+them, touching nothing of the machine's.
 
-It runs in a network namespace of its own (so its bridges, veths and iptables rules live and die there),
-with its data, its runtime state and its socket in a directory of its own (so a system dockerd, if any, is
+Each runs in a network namespace of its own (so its bridges, veths and iptables rules live and die there),
+with its data, its runtime state and its socket in a directory of its own (so a system engine, if any, is
 not disturbed). ``nsenter --net``, not ``ip netns exec``: the latter remounts /sys, hiding the cgroup
-hierarchies dockerd needs.
+hierarchies the engines need.
 """
 
 from __future__ import annotations
@@ -19,17 +20,29 @@ from pathlib import Path
 from typing import Iterator
 
 NETNS_PREFIX = "vnbtest-dockerd-"  # not vnb-*: `vnetbench clean` must never take it for a run's
+PODMAN_NETNS_PREFIX = "vnbtest-podman-"
 START_TIMEOUT_S = 60
+PROGRAMS = {"docker": ("dockerd", "containerd", "runc", "docker"), "podman": ("podman", "conmon", "runc")}
+PACKAGES = {"docker": "docker.io", "podman": "podman catatonit"}
 
 
-def missing() -> str | None:
-    """Why a test dockerd cannot be started here (None: it can)."""
-    for tool in ("dockerd", "containerd", "runc", "docker"):
+def missing(kind: str = "docker") -> str | None:
+    """Why a test engine of this kind cannot be started here (None: it can)."""
+    for tool in PROGRAMS[kind]:
         if shutil.which(tool) is None:
-            return f"{tool} is not installed (apt-get install docker.io; make setup does)"
+            return f"{tool} is not installed (apt-get install {PACKAGES[kind]}; make setup does)"
+    if kind == "podman" and not os.path.exists("/usr/libexec/podman/catatonit"):
+        return "catatonit (the init of Podman's containers) is not installed (apt-get install catatonit; make setup does)"
     if os.geteuid() != 0:
-        return "dockerd needs root"
+        return f"{kind} needs root"
     return None
+
+
+@contextmanager
+def engine(kind: str) -> Iterator[str]:
+    """A test engine of this kind; yields the url its clients take (DOCKER_HOST or CONTAINER_HOST)."""
+    with (dockerd() if kind == "docker" else podman_service()) as url:
+        yield url
 
 
 @contextmanager
@@ -65,17 +78,78 @@ def dockerd() -> Iterator[str]:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(timeout=10)
         log.close()
-        # What a dockerd killed hard may have left mounted under its directory.
-        mounts = [line.split()[1] for line in Path("/proc/self/mounts").read_text().splitlines()
-                  if line.split()[1].startswith(str(home))]
-        for m in sorted(mounts, key=len, reverse=True):
-            subprocess.run(["umount", "-l", m], capture_output=True)
+        _unmount_under(home)  # what a dockerd killed hard may have left mounted under its directory
         subprocess.run(["ip", "netns", "del", netns], capture_output=True)
         shutil.rmtree(home, ignore_errors=True)
 
 
+@contextmanager
+def podman_service() -> Iterator[str]:
+    """Start Podman's API service (`podman system service`) with storage, runtime state and network
+    configuration of its own; yield its CONTAINER_HOST url; stop it, with every container it ran."""
+    why = missing("podman")
+    if why:
+        raise RuntimeError(why)
+    home = Path(tempfile.mkdtemp(prefix="vnbtest-podman-"))
+    url = f"unix://{home / 'podman.sock'}"
+    _remove_dead_ones()
+    netns = f"{PODMAN_NETNS_PREFIX}{os.getpid()}"
+    subprocess.run(["ip", "netns", "add", netns], check=True)
+    subprocess.run(["ip", "-n", netns, "link", "set", "lo", "up"], check=True)
+    # Every place Podman keeps state, under `home`: the same flags reach conmon's clean-up command.
+    flags = ["--root", str(home / "root"), "--runroot", str(home / "run"), "--tmpdir", str(home / "tmp"),
+             "--network-config-dir", str(home / "net"), "--events-backend", "file"]
+    log = open(home / "podman.log", "wb")
+    proc = subprocess.Popen(["nsenter", f"--net=/run/netns/{netns}", "podman", *flags, "system", "service",
+                             "--time=0", url], stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    remote = ["podman", "--remote", "--url", url]
+    cni_before = set(_cni_networks())
+    try:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while subprocess.run([*remote, "info"], capture_output=True).returncode != 0:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"podman system service did not start: {(home / 'podman.log').read_text()[-2000:]}")
+            time.sleep(0.2)
+        yield url
+    finally:
+        # Podman's containers outlive its API service (conmon holds each): they go first, with the networks.
+        subprocess.run([*remote, "rm", "--all", "--force", "--time", "0"], capture_output=True, timeout=120)
+        networks = subprocess.run([*remote, "network", "ls", "--format", "{{.Name}}"], capture_output=True,
+                                  text=True).stdout.split()
+        for name in networks:
+            if name != "podman":
+                subprocess.run([*remote, "network", "rm", "--force", name], capture_output=True)
+        for name in set(_cni_networks()) - cni_before:  # this engine's networks', removed by whoever made them
+            shutil.rmtree(CNI_IPAM_STATE / name, ignore_errors=True)
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+        log.close()
+        _unmount_under(home)
+        subprocess.run(["ip", "netns", "del", netns], capture_output=True)
+        shutil.rmtree(home, ignore_errors=True)
+
+
+CNI_IPAM_STATE = Path("/var/lib/cni/networks")  # host-local IPAM's bookkeeping, left behind by `network rm`
+
+
+def _cni_networks() -> list[str]:
+    return os.listdir(CNI_IPAM_STATE) if CNI_IPAM_STATE.is_dir() else []
+
+
+def _unmount_under(home: Path) -> None:
+    mounts = [line.split()[1] for line in Path("/proc/self/mounts").read_text().splitlines()
+              if line.split()[1].startswith(str(home))]
+    for m in sorted(mounts, key=len, reverse=True):
+        subprocess.run(["umount", "-l", m], capture_output=True)
+
+
 def _remove_dead_ones() -> None:
-    """The namespaces of test dockerds whose process was killed before it could stop them."""
+    """The namespaces of test engines whose process was killed before it could stop them."""
     for name in os.listdir("/run/netns") if os.path.isdir("/run/netns") else []:
-        if name.startswith(NETNS_PREFIX) and not os.path.exists(f"/proc/{name[len(NETNS_PREFIX):]}"):
-            subprocess.run(["ip", "netns", "del", name], capture_output=True)
+        for prefix in (NETNS_PREFIX, PODMAN_NETNS_PREFIX):
+            if name.startswith(prefix) and not os.path.exists(f"/proc/{name[len(prefix):]}"):
+                subprocess.run(["ip", "netns", "del", name], capture_output=True)

@@ -135,8 +135,16 @@ def test_digest_follows_the_applets(tmp_path):
 # ---------------------------------------------------------------- docker exec
 
 
-def engine(url: str = "unix:///x.sock") -> Engine:
-    return Engine(kind="docker", url=url, client=None, info={}, version={})
+def engine(url: str = "unix:///x.sock", kind: str = "docker") -> Engine:
+    return Engine(kind=kind, url=url, client=None, info={}, version={})
+
+
+@pytest.fixture(autouse=True)
+def no_engine_of_this_machine(tmp_path, monkeypatch):
+    """Neither engine of the machine nor CNI's state on it answers these tests: each sets what it needs."""
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-docker.sock")
+    monkeypatch.setenv("CONTAINER_HOST", f"unix://{tmp_path}/no-podman.sock")
+    monkeypatch.setattr(engines, "CNI_IPAM_STATE", tmp_path / "cni-networks")
 
 
 def test_exec_argv_runs_the_wrapper_with_interactive_input():
@@ -148,6 +156,21 @@ def test_exec_argv_runs_the_wrapper_with_interactive_input():
         "ping", "-c", "3", "0.5"]
     assert engines.exec_argv(engine("tcp://10.1.1.1:2375"), "c", iter(["true"]))[:3] == [
         "docker", "-H", "tcp://10.1.1.1:2375"]
+    # Podman's own client, as a client of the same API service (not a second, local view of its storage)
+    assert engines.exec_argv(engine("unix:///run/p.sock", "podman"), "vnb-abc-r", ["true"], cpus="0") == [
+        "podman", "--remote", "--url", "unix:///run/p.sock", "exec", "-i", "vnb-abc-r", "/bin/vnb-exec", "-c", "0",
+        "true"]
+
+
+def test_each_engine_is_found_where_its_own_client_looks(monkeypatch):
+    monkeypatch.delenv("DOCKER_HOST")
+    monkeypatch.delenv("CONTAINER_HOST")
+    assert engines.engine_url("docker") == "unix:///var/run/docker.sock"
+    assert engines.engine_url("podman") == "unix:///run/podman/podman.sock"
+    monkeypatch.setenv("DOCKER_HOST", "unix:///d.sock")
+    assert engines.engine_url("podman") == "unix:///run/podman/podman.sock"  # DOCKER_HOST is Docker's only
+    monkeypatch.setenv("CONTAINER_HOST", "unix:///p.sock")
+    assert (engines.engine_url("docker"), engines.engine_url("podman")) == ("unix:///d.sock", "unix:///p.sock")
 
 
 # ---------------------------------------------------------------- the wrapper, run by this machine's busybox
@@ -261,6 +284,25 @@ def test_connect_without_a_socket_says_how_to_start_one(tmp_path, monkeypatch):
     assert f"dockerd -H {url}" in msg  # not the default address: the hint says which
 
 
+def test_podman_without_its_service_says_how_to_start_it(tmp_path, monkeypatch):
+    url = f"unix://{tmp_path}/podman.sock"
+    monkeypatch.setenv("CONTAINER_HOST", url)
+    with pytest.raises(EnvironmentProblem) as why:
+        engines.connect("podman")
+    msg = str(why.value)
+    assert msg.startswith(f"podman: no engine listens at {url} -> ")
+    assert "apt-get install podman catatonit" in msg and "systemctl start podman.socket" in msg
+    assert f"podman system service --time=0 {url} &" in msg and "CONTAINER_HOST" in msg
+
+
+def test_an_engine_without_its_command_line_client_is_not_usable(tmp_path, monkeypatch):
+    (tmp_path / "podman.sock").write_text("")
+    monkeypatch.setenv("CONTAINER_HOST", f"unix://{tmp_path}/podman.sock")
+    monkeypatch.setenv("PATH", str(tmp_path))  # no podman program anywhere
+    with pytest.raises(EnvironmentProblem, match="its command-line client `podman` is not installed"):
+        engines.connect("podman")
+
+
 def test_probe_says_why_and_is_cached_per_address(tmp_path, monkeypatch):
     first = f"unix://{tmp_path}/none.sock"
     monkeypatch.setenv("DOCKER_HOST", first)
@@ -324,6 +366,77 @@ def test_clean_reports_an_engine_that_does_not_answer(mute_socket):
 def test_clean_skips_an_engine_that_is_not_there(tmp_path, monkeypatch):
     monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/none.sock")
     assert clean.engine_leftovers() == ([], [])
+
+
+def test_clean_removes_cni_state_of_runs_that_are_gone_and_only_theirs(tmp_path):
+    state = engines.CNI_IPAM_STATE
+    for name in ("vnb-aaa111-b1", "vnb-aaa111-b12", "vnb-bbb222-b1", "users-net", "podman"):
+        (state / name).mkdir(parents=True)
+        (state / name / "last_reserved_ip.0").write_text("198.19.1.3")
+    assert [p.name for p in engines.cni_state("vnb-", skip=("vnb-bbb222-",))] == ["vnb-aaa111-b1", "vnb-aaa111-b12"]
+    found, errors = clean.engine_leftovers("vnb-aaa111-", remove=False)
+    assert found == [f"CNI address state {state / 'vnb-aaa111-b1'}", f"CNI address state {state / 'vnb-aaa111-b12'}"]
+    assert errors == [] and (state / "vnb-aaa111-b1").exists()  # a check removes nothing
+    clean.engine_leftovers("vnb-", skip=("vnb-bbb222-",), remove=True)  # bbb222 is live
+    assert sorted(p.name for p in state.iterdir()) == ["podman", "users-net", "vnb-bbb222-b1"]
+    engines.forget_cni_state("vnb-bbb222-b1")  # one network's own, by its exact name
+    engines.forget_cni_state("vnb-bbb222-b1")  # already gone: fine
+    assert sorted(p.name for p in state.iterdir()) == ["podman", "users-net"]
+
+
+def test_clean_without_cni_state_on_the_machine(tmp_path, monkeypatch):
+    monkeypatch.setattr(engines, "CNI_IPAM_STATE", tmp_path / "nowhere")
+    assert engines.cni_state("vnb-") == [] and clean.engine_leftovers() == ([], [])
+
+
+# ---------------------------------------------------------------- what the engine is asked and answers
+
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+
+
+def test_process_limits_are_cut_by_column():
+    # Recorded from a Podman API service on this project's machine: Podman lowered its own process limit to
+    # 32768, under the shell's 96365, and a container asking for more could not start.
+    limits = engines.parse_limits((FIXTURES / "proc_limits_podman_service.txt").read_text())
+    assert limits["Max open files"] == 20000 and limits["Max processes"] == 32768
+    assert "Max cpu time" not in limits  # unlimited: nothing to pass on
+    assert limits["Max locked memory"] == 8388608 and limits["Max pending signals"] == 96365
+    assert engines.process_limits(os.getpid())["Max open files"] == __import__("resource").getrlimit(
+        __import__("resource").RLIMIT_NOFILE)[1]
+
+
+def test_podman_containers_get_the_engines_own_limits(monkeypatch):
+    import resource
+
+    pod, dock = engine(kind="podman"), engine()
+    monkeypatch.setattr(Engine, "daemon_pid", lambda self: os.getpid())
+    ulimits = {u.name: (u.soft, u.hard) for u in pod.ulimits()}
+    nofile, nproc = resource.getrlimit(resource.RLIMIT_NOFILE)[1], resource.getrlimit(resource.RLIMIT_NPROC)[1]
+    assert ulimits == {k: (v, v) for k, v in (("nofile", nofile), ("nproc", nproc))
+                       if v != resource.RLIM_INFINITY}
+    assert dock.ulimits() == []  # Docker's containers inherit dockerd's
+    assert pod.userland_proxy() is False  # rootful Podman publishes ports with NAT rules only
+
+
+@pytest.mark.parametrize("answer, expected", [
+    # Docker 20.10 and Podman 4.3, recorded: one JSON line each
+    ('{"status":"sha256:03e55b5b0b0a"}\r\n', "sha256:03e55b5b0b0a"),
+    ('{"status":"sha256:03e5","progress":"","progressDetail":{},"id":"sha256:03e5"}\n', "sha256:03e5"),
+    ('{"status":"Loading layer"}\n{"status":"sha256:abc"}\n', "sha256:abc"),
+])
+def test_an_imported_image_is_found_by_the_id_the_engine_answers(answer, expected):
+    assert engines.imported_id(answer) == expected
+
+
+@pytest.mark.parametrize("answer, needle", [
+    ('{"error":"no space left on device"}\n', "no space left on device"),
+    ('{"status":"done"}\n', "no image id"),
+    ("", "no image id"),
+])
+def test_an_import_without_an_id_is_an_error(answer, needle):
+    with pytest.raises(ValueError, match=needle):
+        engines.imported_id(answer)
 
 
 # ---------------------------------------------------------------- labels

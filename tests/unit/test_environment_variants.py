@@ -32,20 +32,20 @@ def test_each_environment_declares_itself_in_one_place():
     from vnetbench.lab.environments.base import REGISTRY
     from vnetbench.scenario.model import LabSpec
 
-    assert list(REGISTRY) == ["bare", "container", "docker", "overlay", "vm"]
+    assert list(REGISTRY) == ["bare", "container", "docker", "podman", "overlay", "vm"]
     owners = environments.option_owners()
     # A Variant carries exactly the options the environments declare, and each is a typed lab field.
     assert {f.name for f in fields(Variant)} == {"env", "mtu", *owners}
     assert set(owners) <= set(LabSpec.model_fields) and LabSpec.ENV_OPTIONS == owners
     assert owners["nic"] == ("vm",) and owners["overlay"] == ("overlay",)
     # The container's limits mean the same whether vnetbench's model or the engine applies them.
-    assert owners["cpu_quota"] == owners["cpuset"] == owners["memory_limit"] == ("container", "docker")
+    assert owners["cpu_quota"] == owners["cpuset"] == owners["memory_limit"] == ("container", "docker", "podman")
     assert len({cls.tag for cls in REGISTRY.values()}) == len(REGISTRY)
     # The scenario's env accepts exactly the registered kinds, and an unknown one names them.
-    with pytest.raises(Exception, match="'bare', 'container', 'docker', 'overlay' or 'vm'"):
+    with pytest.raises(Exception, match="'bare', 'container', 'docker', 'podman', 'overlay' or 'vm'"):
         LabSpec(env="lxc")
     assert environments.problems([Variant("lxc")]) == [
-        "env lxc: unknown environment 'lxc'; known: bare, container, docker, overlay, vm"]
+        "env lxc: unknown environment 'lxc'; known: bare, container, docker, podman, overlay, vm"]
     # doctor's list comes from every environment's own checks, in registry order.
     names = [c.name for c in environments.availability(probe=False)]
     assert names[0] == "bare" and names.index("container") < names.index("overlay (vxlan)") < names.index("vm kvm")

@@ -226,7 +226,7 @@ def test_set_takes_inline_tables(tmp_path):
 @pytest.mark.parametrize("override,needle", [
     ("lab.nic=e1000", "nic = 'e1000' applies to env = 'vm' only, but env = 'bare'"),
     ("lab.overlay=routed", "overlay = 'routed' applies to env = 'overlay' only"),
-    ("cpu_quota=50%", "cpu_quota = 0.5 applies to env = 'container' / 'docker' only"),
+    ("cpu_quota=50%", "cpu_quota = 0.5 applies to env = 'container' / 'docker' / 'podman' only"),
     ("lab.env=lxc", "lab.env = 'lxc'"),
     ("lab.nic=ne2000", "lab.nic = 'ne2000'"),
     ("lab.overlay=geneve", "lab.overlay = 'geneve'"),

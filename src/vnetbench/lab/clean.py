@@ -81,6 +81,11 @@ def engine_leftovers(prefix: str = netns.PREFIX, skip: tuple[str, ...] = (), rem
             errors.append(str(e))
         except Exception as e:  # noqa: BLE001 - an engine that fails half-way is said, not a traceback
             errors.append(f"{kind} at {url}: {str(e)[:300]}")
+    # After the networks: what CNI kept of networks no engine has any more.
+    for state in engines.cni_state(prefix, skip):
+        found.append(f"CNI address state {state}")
+        if remove:
+            engines.forget_cni_state(state.name)
     return found, errors
 
 

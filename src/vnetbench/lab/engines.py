@@ -1,8 +1,9 @@
-"""Container engines (Docker) as vnetbench uses them: a connection, the tools image, and cleanup by label.
+"""Container engines (Docker, Podman) as vnetbench uses them: a connection, the tools image, and cleanup by label.
 
-Lifecycle (networks, containers, images) goes through the engine's API with the Docker SDK for Python;
-workload processes are started with the engine's own `docker exec` (:func:`exec_argv`), a process whose
-output goes to files like every other tool's and whose death ends the command inside the container.
+Lifecycle (networks, containers, images) goes through the engine's Docker-compatible API with the Docker SDK
+for Python (Podman serves the same API: `podman system service`, or systemd's podman.socket); workload processes
+are started with the engine's own command-line client (`docker exec`, `podman --remote exec`: :func:`exec_argv`),
+a process whose output goes to files like every other tool's and whose death ends the command inside the container.
 
 Everything vnetbench makes in an engine carries the label ``org.vnetbench.run`` (the run's prefix,
 ``vnb-<id>``); `vnetbench clean` removes what carries a prefix of a run that is not live, and never
@@ -20,11 +21,13 @@ import hashlib
 import io
 import json
 import os
+import shutil
 import socket
 import struct
 import tarfile
 from dataclasses import dataclass, field
 from functools import lru_cache
+from pathlib import Path
 from typing import Any, Callable, Iterable
 from urllib.parse import urlparse
 
@@ -34,7 +37,8 @@ LABEL_RUN = "org.vnetbench.run"  # the run prefix (vnb-<id>) of what a run made
 LABEL_IMAGE = "org.vnetbench.image"  # on the tools image: its content digest
 IMAGE_REPOSITORY = "vnetbench-tools"
 IMAGE_FORMAT = "1"  # bump when the image's layout (not its inputs) changes
-DEFAULT_URLS = {"docker": "unix:///var/run/docker.sock"}
+DEFAULT_URLS = {"docker": "unix:///var/run/docker.sock", "podman": "unix:///run/podman/podman.sock"}
+URL_VARIABLES = {"docker": "DOCKER_HOST", "podman": "CONTAINER_HOST"}  # as each engine's own client reads them
 API_TIMEOUT_S = 60
 
 # What every workload command runs through inside a container (/bin/vnb-exec in the tools image, busybox
@@ -83,7 +87,7 @@ class Engine:
     @property
     def cli(self) -> list[str]:
         """The engine's command-line client aimed at this engine."""
-        return ["docker", "-H", self.url]
+        return client_argv(self.kind, self.url)
 
     def daemon_pid(self) -> int:
         """The daemon's process id, from the credentials of its socket (SO_PEERCRED)."""
@@ -96,12 +100,27 @@ class Engine:
         return struct.unpack("3i", creds)[0]
 
     def userland_proxy(self) -> bool | None:
-        """Whether the daemon carries published ports through docker-proxy; None when it cannot be read."""
+        """Whether the daemon carries published ports through a userland proxy; None when it cannot be read.
+        Rootful Podman has none: its published ports are the network plugin's NAT rules only."""
+        if self.kind == "podman":
+            return False
         try:
             argv = [a.decode() for a in open(f"/proc/{self.daemon_pid()}/cmdline", "rb").read().split(b"\0") if a]
         except (OSError, LabError):
             return None
         return userland_proxy_setting(argv, _read_text)
+
+    def ulimits(self) -> list[Any]:
+        """Limits a container must be given explicitly: Podman asks the kernel for its own defaults (a million
+        open files) when it has no CAP_SYS_RESOURCE to get them, and the container does not start. Given the
+        engine's own hard limits instead, as Docker's containers inherit dockerd's."""
+        if self.kind != "podman":
+            return []
+        import docker.types
+
+        limits = process_limits(self.daemon_pid())
+        return [docker.types.Ulimit(name=name, soft=limits[key], hard=limits[key])
+                for name, key in (("nofile", "Max open files"), ("nproc", "Max processes")) if key in limits]
 
     def describe(self) -> dict[str, Any]:
         """For the record: what a result measured in this engine depends on."""
@@ -140,9 +159,32 @@ def _read_text(path: str) -> str | None:
         return None
 
 
+def process_limits(pid: int) -> dict[str, int]:
+    """A process's finite hard limits: {"Max open files": 20000, ...}."""
+    with open(f"/proc/{pid}/limits") as f:
+        return parse_limits(f.read())
+
+
+def parse_limits(text: str) -> dict[str, int]:
+    """/proc/PID/limits' finite hard limits. Its columns are fixed-width (the kernel's "%-25s %-20s %-20s"),
+    and a limit's name has spaces in it, so it is cut by position, not split."""
+    out: dict[str, int] = {}
+    for line in text.splitlines()[1:]:
+        name, hard = line[:26].strip(), line[47:68].strip()
+        if hard.isdigit():
+            out[name] = int(hard)
+    return out
+
+
+def client_argv(kind: str, url: str) -> list[str]:
+    """The engine's own command-line client, aimed at the engine at `url`."""
+    return ["podman", "--remote", "--url", url] if kind == "podman" else ["docker", "-H", url]
+
+
 def engine_url(kind: str = "docker") -> str:
-    """Where the engine listens: ``DOCKER_HOST`` as the engine's own client reads it, else its default socket."""
-    return os.environ.get("DOCKER_HOST") or DEFAULT_URLS[kind]
+    """Where the engine listens: ``DOCKER_HOST`` (Docker) or ``CONTAINER_HOST`` (Podman), as the engine's own
+    client reads it, else its default socket."""
+    return os.environ.get(URL_VARIABLES[kind]) or DEFAULT_URLS[kind]
 
 
 def socket_path(url: str) -> str | None:
@@ -162,6 +204,10 @@ def connect(kind: str = "docker") -> Engine:
     if path is not None and not os.path.exists(path):
         raise EnvironmentProblem(
             f"{kind}: no engine listens at {url} -> " + _how_to_start(kind, url))
+    program = client_argv(kind, url)[0]
+    if shutil.which(program) is None:
+        raise EnvironmentProblem(f"{kind}: its command-line client `{program}` is not installed, and workloads "
+                                 f"run through it -> " + _how_to_start(kind, url))
     try:
         client = docker.DockerClient(base_url=url, timeout=API_TIMEOUT_S)
         version = client.version()
@@ -177,7 +223,9 @@ def _how_to_start(kind: str, url: str) -> str:
         where = "" if url == DEFAULT_URLS[kind] else f" -H {url}"
         return (f"install it (apt-get install docker.io) and start it (`systemctl start docker`, or `dockerd{where} &` "
                 "where there is no systemd); DOCKER_HOST chooses another engine")
-    return f"start {kind}"
+    # Podman has no daemon of its own: its API is a service started on demand, which vnetbench talks to.
+    return ("install it (apt-get install podman catatonit) and start its API service (`systemctl start podman.socket`, "
+            f"or `podman system service --time=0 {url} &` where there is no systemd); CONTAINER_HOST chooses another")
 
 
 def probe(kind: str = "docker") -> tuple[Engine | None, str]:
@@ -316,13 +364,31 @@ def tools_image(engine: Engine) -> ToolsImage:
         pass
     data = render_image(p)
     try:
-        engine.client.api.import_image_from_data(
+        answer = engine.client.api.import_image_from_data(
             data, repository=IMAGE_REPOSITORY, tag=digest,
             changes=[f"LABEL {LABEL_IMAGE}={digest}", "ENV PATH=/bin", 'CMD ["/bin/sh"]'])
-        image = engine.client.images.get(tag)
-    except docker.errors.APIError as e:
+        # Tagged by id: Podman's Docker-compatible import ignores the tag asked for and names its image
+        # "<repository>:latest" (Podman 4.3), which is then taken back so that no run depends on it.
+        image_id = imported_id(answer)
+        image = engine.client.images.get(image_id)
+        image.tag(IMAGE_REPOSITORY, digest)
+        if f"{IMAGE_REPOSITORY}:latest" in {t.rpartition("/")[2] for t in image.tags}:
+            engine.client.images.remove(f"{IMAGE_REPOSITORY}:latest", noprune=True)
+    except (docker.errors.APIError, ValueError) as e:
         raise LabError(f"{engine.kind} refused the tools image ({len(data) >> 20} MiB, {tag}): {e}") from None
     return ToolsImage(tag, image.id, digest, True, manifest)
+
+
+def imported_id(answer: str) -> str:
+    """The image id in an engine's answer to an import (a stream of JSON lines; the last names the image)."""
+    for line in reversed(answer.strip().splitlines()):
+        status = json.loads(line)
+        if "error" in status:
+            raise ValueError(status["error"])
+        found = status.get("id") or status.get("status", "")
+        if found.startswith("sha256:"):
+            return found
+    raise ValueError(f"no image id in the engine's answer: {answer[:200]!r}")
 
 
 # ---------------------------------------------------------------- what runs left
@@ -341,6 +407,24 @@ def labelled(obj: Any, *prefixes: str) -> bool:
     labels = obj.attrs.get("Labels") or (obj.attrs.get("Config") or {}).get("Labels") or {}
     value = labels.get(LABEL_RUN)
     return value is not None and f"{value}-".startswith(prefixes)
+
+
+# CNI's host-local address allocator keeps a directory per network, which Podman (CNI backend) leaves behind
+# when the network is removed: the run's networks' names are the run's, so their directories are too.
+CNI_IPAM_STATE = Path("/var/lib/cni/networks")
+
+
+def cni_state(prefix: str, skip: tuple[str, ...] = ()) -> list[Path]:
+    """CNI address bookkeeping of networks named `prefix`... (but not one of `skip`...)."""
+    try:
+        found = [p for p in CNI_IPAM_STATE.iterdir() if p.name.startswith(prefix)]
+    except OSError:  # no CNI here
+        return []
+    return sorted(p for p in found if not (skip and p.name.startswith(skip)))
+
+
+def forget_cni_state(network: str) -> None:
+    shutil.rmtree(CNI_IPAM_STATE / network, ignore_errors=True)
 
 
 def images(engine: Engine) -> list[Any]:

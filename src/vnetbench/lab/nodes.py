@@ -40,6 +40,9 @@ class Namespace:
         ns.link_up("lo")
         return ns
 
+    def has(self, ifname: str) -> bool:
+        return bool(self.ipr.link_lookup(ifname=ifname))
+
     def index(self, ifname: str) -> int:
         found = self.ipr.link_lookup(ifname=ifname)
         if not found:

@@ -111,13 +111,13 @@ class LabSpec(Strict):
                                                                    "model; default virtio-net")
     vcpus: int | None = Field(default=None, ge=1, le=64, description="env=vm: guest vCPUs")
     memory: Size | None = Field(default=None, description="env=vm: guest RAM")
-    cpu_quota: float | None = Field(default=None, description="env=container or docker: CPU limit, '50%' of one "
+    cpu_quota: float | None = Field(default=None, description="env=container, docker or podman: CPU limit, '50%' of one "
                                                               "CPU or a number of CPUs (cgroup cpu.max; docker --cpus)")
-    cpuset: str | None = Field(default=None, description="env=container or docker: CPUs the container may "
+    cpuset: str | None = Field(default=None, description="env=container, docker or podman: CPUs the container may "
                                                          "use, e.g. '1' or '0-1' (cgroup cpuset.cpus; docker --cpuset-cpus)")
-    memory_limit: Size | None = Field(default=None, description="env=container or docker: memory limit (cgroup "
+    memory_limit: Size | None = Field(default=None, description="env=container, docker or podman: memory limit (cgroup "
                                                                   "memory.max; docker --memory)")
-    publish: bool | None = Field(default=None, description="env=docker: reach the receiver's servers through ports "
+    publish: bool | None = Field(default=None, description="env=docker or podman: reach the receiver's servers through ports "
                                  "published on the engine's host (docker run -p), as clients outside its network do: "
                                  "the engine's userland proxy or its NAT rules carry them")
 

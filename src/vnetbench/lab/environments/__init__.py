@@ -1,4 +1,4 @@
-"""How an endpoint attaches to the lab: `bare`, `container`, `docker`, `vm`, `overlay`.
+"""How an endpoint attaches to the lab: `bare`, `container`, `docker`, `podman`, `vm`, `overlay`.
 
 An *environment* is chosen by the scenario's lab fields (``env`` and the
 options that belong to it); one set of values is a :class:`Variant`. The
@@ -50,7 +50,7 @@ from vnetbench.lab import netns
 from vnetbench.lab.environments.base import REGISTRY, Attached, Capability, Endpoint, EnvironmentType, LabContext
 
 # The environment modules, in the order `vnetbench doctor` lists them; each registers itself on import.
-MODULES = ("bare", "container", "docker", "overlay", "vm")
+MODULES = ("bare", "container", "docker", "podman", "overlay", "vm")
 for _module in MODULES:
     importlib.import_module(f"vnetbench.lab.environments.{_module}")
 

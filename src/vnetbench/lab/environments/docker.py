@@ -88,10 +88,9 @@ class EngineHost(RunsCommands):
             os.close(write_end)
 
 
-@register
-class DockerEnvironment(NamespaceEnvironment):
-    kind = "docker"
-    tag = "d"
+class EngineEnvironment(NamespaceEnvironment):
+    """Endpoints as containers of a real engine: its `kind` names the engine (engines.DEFAULT_URLS) as well."""
+
     # The container environment's limits, applied by the engine (docker run --cpus, --cpuset-cpus, --memory),
     # and published ports (docker run -p).
     options = ("cpu_quota", "cpuset", "memory_limit", "publish")
@@ -99,22 +98,22 @@ class DockerEnvironment(NamespaceEnvironment):
 
     @classmethod
     def capabilities(cls, variant: Any | None, kernel: dict[str, str | None] | None) -> list[Capability]:
-        engine, detail = engines.probe("docker")
+        engine, detail = engines.probe(cls.kind)
         if engine is None:
             what, _, fix = detail.partition(" -> ")
-            return [Capability("docker", False, what, fix)]
-        caps = [Capability("docker", True, detail)]
+            return [Capability(cls.kind, False, what, fix)]
+        caps = [Capability(cls.kind, True, detail)]
         # What the engine says its cgroups can limit (docker info), for the limits this variant sets.
         for option, key in (("cpu_quota", "CpuCfsQuota"), ("cpuset", "CPUSet"), ("memory_limit", "MemoryLimit")):
             if variant is not None and getattr(variant, option) is None:
                 continue
             ok = bool(engine.info.get(key))
-            caps.append(Capability(f"docker {option}", ok, f"the engine {'can' if ok else 'cannot'} apply it "
-                                   f"(docker info: {key} {engine.info.get(key)})",
+            caps.append(Capability(f"{cls.kind} {option}", ok, f"the engine {'can' if ok else 'cannot'} apply it "
+                                   f"({cls.kind} info: {key} {engine.info.get(key)})",
                                    "" if ok else "a kernel and cgroup setup that gives the engine this controller"))
         why = cpuset_problem(variant.cpuset) if variant is not None else None
         if why:
-            caps.append(Capability("docker cpuset", False, why, "choose CPUs that exist"))
+            caps.append(Capability(f"{cls.kind} cpuset", False, why, "choose CPUs that exist"))
         return caps
 
     @classmethod
@@ -127,12 +126,13 @@ class DockerEnvironment(NamespaceEnvironment):
 
     def __init__(self, ctx: LabContext, variant: Any):
         super().__init__(ctx, variant)
-        self.engine = engines.connect("docker")
+        self.engine = engines.connect(self.kind)
         self.image: engines.ToolsImage | None = None
         self.network: Any = None
         self.subnet: Subnet | None = None
         self.engine_ns: Namespace | None = None
         self._next_host = 2
+        self._bridge_ready = False
         self._senders = 0
 
     # ------------------------------------------------------------ the network, once per variant
@@ -149,13 +149,20 @@ class DockerEnvironment(NamespaceEnvironment):
             docker.types.IPAMPool(subnet=self.subnet.cidr4, gateway=self.subnet.v4(1)),
             docker.types.IPAMPool(subnet=self.subnet.cidr6, gateway=self.subnet.v6(1))])
         name = f"{ctx.run_prefix}-b{self.subnet.index}"  # also the bridge's name: at most 15 characters
-        with atomic(), engine_errors(f"creating network {name} ({self.subnet.cidr4}, {self.subnet.cidr6})"):
+        with atomic(), self._errors(f"creating network {name} ({self.subnet.cidr4}, {self.subnet.cidr6})"):
             self.network = self.engine.client.networks.create(
                 name, driver="bridge", ipam=ipam, enable_ipv6=True, labels={engines.LABEL_RUN: ctx.run_prefix},
                 options={"com.docker.network.bridge.name": name, "com.docker.network.driver.mtu": str(mtu)})
-            reg.add(f"docker network {name}", lambda: _quietly_remove(self.network))
-        # The bridge's gateway addresses are the engine host's on this network, where published ports listen.
-        _without_duplicate_detection(self.engine_ns, f"bridge {name}", ifname=name)
+            reg.add(f"{self.kind} network {name}", lambda: _quietly_remove(self.network))
+        if self.engine_ns.has(name):  # Docker makes the bridge with the network
+            self._prepare_bridge()
+        engines.forget_cni_state(name)  # another run's of this name, long gone: allocation starts afresh
+
+    def _prepare_bridge(self) -> None:
+        # The bridge's gateway addresses are the engine host's on this network, where published ports listen
+        # (Docker's userland proxy binds them as the container starts).
+        _without_duplicate_detection(self.engine_ns, f"bridge {self.network.name}", ifname=self.network.name)
+        self._bridge_ready = True
 
     def _free_subnet(self) -> Subnet:
         """The lab's next subnet that no network of the engine overlaps (another run's, or the user's own)."""
@@ -188,12 +195,13 @@ class DockerEnvironment(NamespaceEnvironment):
                                f"has more: use at most {PUBLISHED_SENDERS} senders with it")
         published = (self.subnet.v4(1), self.subnet.v6(1)) if self.variant.publish and endpoint.receiver else None
         ports = server_ports() if published else []
-        with atomic(), engine_errors(f"creating container {name} from {self.image.tag}"):
+        with atomic(), self._errors(f"creating container {name} from {self.image.tag}"):
             created = client.api.create_container(
                 self.image.tag, command=["sleep", "2147483647"], name=name, hostname=endpoint.name,
                 labels={engines.LABEL_RUN: ctx.run_prefix}, ports=ports,
                 host_config=client.api.create_host_config(
                     init=True, network_mode=self.network.name, sysctls=container_sysctls(), cap_add=CAP_ADD,
+                    ulimits=self.engine.ulimits() or None,
                     # On the engine host's address on this network only: nothing of the run is reachable
                     # from the machine's own networks.
                     port_bindings={f"{port}/{proto}": [(published[0], port), (published[1], port)]
@@ -201,16 +209,18 @@ class DockerEnvironment(NamespaceEnvironment):
                     **self._limits()),
                 networking_config=client.api.create_networking_config({self.network.name: endpoint_config}))
             container = client.containers.get(created["Id"])
-            reg.add(f"docker container {name}", lambda: _quietly_remove(container))
-        with engine_errors(f"starting container {name}"):
+            reg.add(f"{self.kind} container {name}", lambda: _quietly_remove(container))
+        with self._errors(f"starting container {name}"):
             container.start()
             container.reload()
         pid = container.attrs["State"]["Pid"]
+        if not self._bridge_ready:  # Podman's network backend makes the bridge when a first container joins
+            self._prepare_bridge()
         ns = attach_namespace(name, pid, reg)
         uplink = Interface(ns, "eth0")
         port = Interface(self.engine_ns, _peer_name(ns, self.engine_ns))
         _without_duplicate_detection(ns, f"container {container.name}")
-        facts = {"env": "docker", "container": name, "container_id": container.id[:12], "image": self.image.tag,
+        facts = {"env": self.kind, "container": name, "container_id": container.id[:12], "image": self.image.tag,
                  "network": self.network.name, "address": [v4, v6], "netns": ns.name, "cap_add": CAP_ADD,
                  "engine": f"{self.engine.kind} {self.engine.version.get('Version')}"}
         if self._limits():
@@ -241,23 +251,32 @@ class DockerEnvironment(NamespaceEnvironment):
             out["mem_limit"] = int(v.memory_limit)
         return out
 
+    def _errors(self, doing: str) -> Any:
+        return engine_errors(doing, self.kind)
+
     def facts(self) -> dict[str, Any]:
-        return {"env": "docker", "limits": self._limits(), "model": "the engine's own bridge network (user-defined), containers from "
+        return {"env": self.kind, "limits": self._limits(), "model": "the engine's own bridge network (user-defined), containers from "
                 "the tools image", **self.engine.describe(),
                 "network": self.network.name if self.network is not None else None,
                 "subnets": [self.subnet.cidr4, self.subnet.cidr6] if self.subnet else None,
                 "image": {"tag": self.image.tag, "id": self.image.id, **self.image.manifest} if self.image else None}
 
 
+@register
+class DockerEnvironment(EngineEnvironment):
+    kind = "docker"
+    tag = "d"
+
+
 @contextmanager
-def engine_errors(doing: str) -> Iterator[None]:
+def engine_errors(doing: str, kind: str = "docker") -> Iterator[None]:
     """The engine's refusal as one LabError line (what was being done, and the engine's own words)."""
     import docker.errors
 
     try:
         yield
     except docker.errors.APIError as e:
-        raise LabError(f"docker refused {doing}: {e.explanation or e}") from None
+        raise LabError(f"{kind} refused {doing}: {e.explanation or e}") from None
 
 
 PUBLISHED_SENDERS = 16  # iperf3 servers published (one per sender) when publish = true
@@ -350,7 +369,8 @@ def _without_duplicate_detection(ns: Namespace, what: str, ifname: str = "eth0")
 
 
 def _quietly_remove(obj: Any) -> None:
-    """Remove a container (with its processes) or a network; one already gone is fine."""
+    """Remove a container (with its processes) or a network (with CNI's bookkeeping of its addresses); one
+    already gone is fine."""
     import docker.errors
 
     try:
@@ -360,3 +380,5 @@ def _quietly_remove(obj: Any) -> None:
             obj.remove()
     except docker.errors.NotFound:
         pass
+    if not hasattr(obj, "kill"):
+        engines.forget_cni_state(obj.name)

@@ -1,7 +1,8 @@
-"""`env = "docker"` against a real dockerd (started by these tests in a namespace of its own): endpoints
-are the engine's containers on its own bridge network, carry traffic both ways, are measured beside bare,
-and leave nothing behind, after a normal end and after a kill -9 followed by `vnetbench clean`, which
-never touches a container or network it did not make."""
+"""`env = "docker"` and `env = "podman"` against a real dockerd and a real Podman API service (started by
+these tests in namespaces of their own): endpoints are the engine's containers on its own bridge network,
+carry traffic both ways, are measured beside bare, are limited by the engine, and leave nothing behind,
+after a normal end and after a kill -9 followed by `vnetbench clean`, which never touches a container or
+network it did not make. What only Docker has (the userland proxy) is tested on Docker only."""
 
 from __future__ import annotations
 
@@ -25,30 +26,37 @@ from vnetbench.lab.topology import build_dumbbell
 from vnetbench.store.db import Store
 from vnetbench.workloads import iperf3, ping
 
-pytestmark = [pytest.mark.lab,
-              pytest.mark.skipif(engine_daemon.missing() is not None, reason=str(engine_daemon.missing()))]
+pytestmark = [pytest.mark.lab]
+
+DOCKER_ONLY = pytest.mark.parametrize("engine_host", ["docker"], indirect=True)
 
 
-@pytest.fixture(scope="module")
-def docker_host():
-    """A real dockerd for this module; DOCKER_HOST points vnetbench (and its subprocesses) at it."""
-    old = os.environ.get("DOCKER_HOST")
-    with engine_daemon.dockerd() as url:
-        os.environ["DOCKER_HOST"] = url
+@pytest.fixture(scope="module", params=["docker", "podman"])
+def engine_host(request):
+    """A real engine of each kind for this module, (kind, url); DOCKER_HOST or CONTAINER_HOST points vnetbench
+    (and its subprocesses) at it."""
+    kind = request.param
+    why = engine_daemon.missing(kind)
+    if why:
+        pytest.skip(why)
+    variable = engines.URL_VARIABLES[kind]
+    old = os.environ.get(variable)
+    with engine_daemon.engine(kind) as url:
+        os.environ[variable] = url
         try:
-            yield url
+            yield kind, url
         finally:
             if old is None:
-                os.environ.pop("DOCKER_HOST", None)
+                os.environ.pop(variable, None)
             else:
-                os.environ["DOCKER_HOST"] = old
+                os.environ[variable] = old
 
 
-def ours_in_engine(url: str, prefix: str = "vnb-") -> list[str]:
+def ours_in_engine(engine_host: tuple[str, str], prefix: str = "vnb-") -> list[str]:
     """Every container and network carrying vnetbench's run label in the test's engine (named `prefix`...)."""
     out = []
     for what in ("container", "network"):
-        listing = subprocess.run(["docker", "-H", url, what, "ls", *(["-a"] if what == "container" else []),
+        listing = subprocess.run([*engines.client_argv(*engine_host), what, "ls", *(["-a"] if what == "container" else []),
                                   "--filter", f"label={engines.LABEL_RUN}", "--format",
                                   "{{.Names}}" if what == "container" else "{{.Name}}"],
                                  capture_output=True, text=True, check=True).stdout.split()
@@ -57,10 +65,11 @@ def ours_in_engine(url: str, prefix: str = "vnb-") -> list[str]:
 
 
 @pytest.fixture(scope="class")
-def pair(docker_host):
+def pair(engine_host):
+    kind, _ = engine_host
     prefix = f"vnb-k{os.getpid() % 10000}"
     t0 = time.perf_counter()
-    lab = build_dumbbell(prefix, 1, variants=[(Variant("docker"), 1)])
+    lab = build_dumbbell(prefix, 1, variants=[(Variant(kind), 1)])
     bringup = time.perf_counter() - t0
     try:
         yield lab, bringup
@@ -68,7 +77,8 @@ def pair(docker_host):
         errors = lab.teardown()
         assert not errors, errors
         assert not [n for n in os.listdir("/var/run/netns") if n.startswith(prefix + "-")]
-        assert not ours_in_engine(docker_host), "containers or networks left in the engine"
+        assert not ours_in_engine(engine_host), "containers or networks left in the engine"
+        assert not engines.cni_state(prefix), "CNI's bookkeeping of the network left behind"
 
 
 def _scratch(name: str) -> tuple[Path, Path]:
@@ -108,15 +118,15 @@ class TestTwoContainers:
             srv.wait()
 
 
-    def test_the_path_is_the_engines_own(self, pair, docker_host):
+    def test_the_path_is_the_engines_own(self, pair, engine_host):
         lab, bringup = pair
         r = lab.hosts["r"]
         facts = r.facts()
-        assert facts["env"] == "docker" and facts["image"].startswith(engines.IMAGE_REPOSITORY + ":")
-        inspect = subprocess.run(["docker", "-H", docker_host, "inspect", "-f",
-                                  "{{.HostConfig.NetworkMode}} {{.Config.Labels}}", facts["container"]],
-                                 capture_output=True, text=True, check=True).stdout
-        assert facts["network"] in inspect and engines.LABEL_RUN in inspect
+        assert facts["env"] == engine_host[0] and facts["image"].startswith(engines.IMAGE_REPOSITORY + ":")
+        inspect = json.loads(subprocess.run([*engines.client_argv(*engine_host), "inspect", facts["container"]],
+                                            capture_output=True, text=True, check=True).stdout)[0]
+        assert list(inspect["NetworkSettings"]["Networks"]) == [facts["network"]]
+        assert inspect["Config"]["Labels"][engines.LABEL_RUN] == lab.run_prefix
         # The receiver's link is the engine's veth on the engine's bridge: that is where conditions attach.
         port = lab.ports["r"]
         assert port.name.startswith("veth") and netns.is_foreign(port.ns.name)
@@ -144,9 +154,10 @@ class TestTwoContainers:
         assert r.run(["sh", "-c", "exit 7"]).returncode == 7  # a command's status comes through
 
 
-def test_docker_beside_bare_through_the_cli(docker_host, tmp_path, no_leftovers):
+def test_an_engine_beside_bare_through_the_cli(engine_host, tmp_path, no_leftovers):
+    kind, _ = engine_host
     db = tmp_path / "r.db"
-    proc = cli("run", "virt-compare", "--db", str(db), "--no-progress", "--set", 'env=[{env="bare"},{env="docker"}]',
+    proc = cli("run", "virt-compare", "--db", str(db), "--no-progress", "--set", f'env=[{{env="bare"}},{{env="{kind}"}}]',
                "--set", 'load=[{proto="tcp",parallel=1},{proto="udp",offered="10Mbit"}]', "--set", 'offload=["on"]',
                "--set", "duration=2s", "--set", "workload.stream.omit=0s", "--set", "repetitions=2",
                "--set", "repeat.warmup=false", timeout=600)
@@ -155,13 +166,13 @@ def test_docker_beside_bare_through_the_cli(docker_host, tmp_path, no_leftovers)
     trials = store.trials(run_id)
     assert len(trials) == 2 * 2 * 2 and all(t["status"] == "ok" for t in trials), \
         [t["reason"] for t in trials if t["status"] != "ok"]
-    assert "relative to env=bare" in proc.stdout and "docker" in proc.stdout
+    assert "relative to env=bare" in proc.stdout and kind in proc.stdout
     values = store.values(run_id)
-    docker_configs = [c for c in store.configurations(run_id) if c["labels"]["env"] == "docker"]
-    assert len(docker_configs) == 2
-    for c in docker_configs:
+    engine_configs = [c for c in store.configurations(run_id) if c["labels"]["env"] == kind]
+    assert len(engine_configs) == 2
+    for c in engine_configs:
         state = c["lab_state"]["environment"]
-        assert state["env"] == "docker" and state["version"] and state["image"]["digest"]
+        assert state["env"] == state["engine"] == kind and state["version"] and state["image"]["digest"]
         got = values[c["key"]]
         assert len(got["rtt.p50_ms"]) == 2 and all(0 < x < 5 for x in got["rtt.p50_ms"])  # ping, in containers
         if c["labels"]["proto"] == "udp":
@@ -169,25 +180,26 @@ def test_docker_beside_bare_through_the_cli(docker_host, tmp_path, no_leftovers)
         else:
             assert all(x > 1000 for x in got["throughput.rx_mbps"])  # 39 Gbit/s seen on this machine
     store.close()
-    assert not ours_in_engine(docker_host)
+    assert not ours_in_engine(engine_host)
 
 
-def test_clean_removes_what_a_killed_docker_run_left_and_nothing_else(docker_host, tmp_path, no_leftovers):
-    engine = engines.connect("docker")
+def test_clean_removes_what_a_killed_run_left_and_nothing_else(engine_host, tmp_path, no_leftovers):
+    kind, _ = engine_host
+    engine = engines.connect(kind)
     image = engines.tools_image(engine)
     # The user's own container and network: no vnetbench label, so never ours.
     theirs = engine.client.networks.create("users-net", driver="bridge")
     mine = engine.client.containers.run(image.tag, ["sleep", "600"], name="users-box", detach=True, init=True,
-                                        network="users-net")
+                                        network="users-net", ulimits=engine.ulimits() or None)
     try:
         db = tmp_path / "r.db"
         proc = subprocess.Popen([sys.executable, "-m", "vnetbench", "run", "virt-compare", "--db", str(db),
-                                 "--no-progress", "--set", 'env=[{env="docker"}]', "--set", 'offload=["on"]',
+                                 "--no-progress", "--set", f'env=[{{env="{kind}"}}]', "--set", 'offload=["on"]',
                                  "--set", 'load=[{proto="tcp",parallel=1}]', "--set", "duration=5s",
                                  "--set", "repetitions=5"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
         deadline = time.monotonic() + 120
-        while not (stored_run_id(db) and len([o for o in ours_in_engine(docker_host) if o.startswith("container")]) == 2):
+        while not (stored_run_id(db) and len([o for o in ours_in_engine(engine_host) if o.startswith("container")]) == 2):
             assert time.monotonic() < deadline and proc.poll() is None, \
                 proc.stderr.read().decode()[-2000:] if proc.poll() is not None else "timeout"
             time.sleep(0.2)
@@ -195,11 +207,11 @@ def test_clean_removes_what_a_killed_docker_run_left_and_nothing_else(docker_hos
         proc.send_signal(signal.SIGKILL)  # no teardown at all
         proc.communicate(timeout=10)
         prefix = netns.run_prefix(stored_run_id(db))
-        left = ours_in_engine(docker_host, prefix)
+        left = ours_in_engine(engine_host, prefix)
         assert len(left) == 3, left  # two containers and their network
         out = cli("clean", "--run", stored_run_id(db))
         assert "container engine objects" in out.stdout, out.stdout
-        assert not ours_in_engine(docker_host)
+        assert not ours_in_engine(engine_host) and not engines.cni_state(prefix)
         assert not [n for n in os.listdir("/var/run/netns") if n.startswith(prefix)]
         # The user's own are untouched, and the engine (whose namespace the run had named) still answers.
         mine.reload()
@@ -220,14 +232,14 @@ def cpu_seconds(dirs: dict) -> tuple[float, int]:
     return usage / 1e9, int(stat["nr_throttled"])
 
 
-def test_a_container_the_engine_limits_to_half_a_cpu_gets_half_a_cpu(docker_host, no_leftovers):
+def test_a_container_the_engine_limits_to_half_a_cpu_gets_half_a_cpu(engine_host, no_leftovers):
     """`cpu_quota = 0.5` is the engine's --cpus 0.5: CFS bandwidth control, 50 ms per 100 ms period. Over any
     stretch of wall time W the container's processes get at most W/2 of CPU, plus one period's quota for a
     stretch that starts and ends mid-period, and a tick at each end; the kernel counts the throttled periods.
     (A ratio of events/s against an unlimited container is not a bound: on a busy machine the unlimited one
     gets less than a CPU, and the ratio rises towards 1; two of ten such runs under a busy core did.)"""
     prefix = f"vnb-q{os.getpid() % 10000}"
-    variant = Variant("docker", cpu_quota=0.5, memory_limit=256 * 2**20)
+    variant = Variant(engine_host[0], cpu_quota=0.5, memory_limit=256 * 2**20)
     lab = build_dumbbell(prefix, 1, variants=[(variant, 1)])
     try:
         r = lab.hosts["r"]
@@ -269,7 +281,8 @@ warmup = false
 """
 
 
-def test_sysbench_runs_in_a_limited_container_through_the_cli(docker_host, tmp_path, no_leftovers):
+@DOCKER_ONLY
+def test_sysbench_runs_in_a_limited_container_through_the_cli(engine_host, tmp_path, no_leftovers):
     scenario = tmp_path / "cpu.toml"
     scenario.write_text(CPU_LIMIT)
     db = tmp_path / "r.db"
@@ -319,7 +332,8 @@ warmup = false
 """
 
 
-def test_a_published_port_through_the_userland_proxy_is_slower_than_the_direct_path(docker_host, tmp_path,
+@DOCKER_ONLY
+def test_a_published_port_through_the_userland_proxy_is_slower_than_the_direct_path(engine_host, tmp_path,
                                                                                     no_leftovers):
     """The test's dockerd runs with Docker's default, --userland-proxy=true: a client reaching the receiver
     through its published port on the engine's host goes through a docker-proxy process, which copies every
