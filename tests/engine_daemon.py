@@ -9,6 +9,7 @@ hierarchies the engines need.
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 import signal
@@ -39,15 +40,16 @@ def missing(kind: str = "docker") -> str | None:
 
 
 @contextmanager
-def engine(kind: str) -> Iterator[str]:
+def engine(kind: str, *daemon_args: str) -> Iterator[str]:
     """A test engine of this kind; yields the url its clients take (DOCKER_HOST or CONTAINER_HOST)."""
-    with (dockerd() if kind == "docker" else podman_service()) as url:
+    with (dockerd(*daemon_args) if kind == "docker" else podman_service()) as url:
         yield url
 
 
 @contextmanager
-def dockerd() -> Iterator[str]:
-    """Start dockerd; yield its DOCKER_HOST url; stop it and remove everything it had."""
+def dockerd(*daemon_args: str) -> Iterator[str]:
+    """Start dockerd (with `daemon_args`, e.g. --userland-proxy=false); yield its DOCKER_HOST url; stop it and
+    remove everything it had."""
     why = missing()
     if why:
         raise RuntimeError(why)
@@ -55,13 +57,13 @@ def dockerd() -> Iterator[str]:
     sock = home / "docker.sock"
     url = f"unix://{sock}"
     _remove_dead_ones()
-    netns = f"{NETNS_PREFIX}{os.getpid()}"  # one per process: a test and a benchmark may each have one
+    netns = _netns_name(NETNS_PREFIX)
     subprocess.run(["ip", "netns", "add", netns], check=True)
     subprocess.run(["ip", "-n", netns, "link", "set", "lo", "up"], check=True)
     log = open(home / "dockerd.log", "wb")
     proc = subprocess.Popen(["nsenter", f"--net=/run/netns/{netns}", "dockerd", "--data-root", str(home / "data"),
                              "--exec-root", str(home / "exec"), "--pidfile", str(home / "dockerd.pid"), "-H", url,
-                             "--storage-driver", "overlay2"],
+                             "--storage-driver", "overlay2", *daemon_args],
                             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         deadline = time.monotonic() + START_TIMEOUT_S
@@ -93,7 +95,7 @@ def podman_service() -> Iterator[str]:
     home = Path(tempfile.mkdtemp(prefix="vnbtest-podman-"))
     url = f"unix://{home / 'podman.sock'}"
     _remove_dead_ones()
-    netns = f"{PODMAN_NETNS_PREFIX}{os.getpid()}"
+    netns = _netns_name(PODMAN_NETNS_PREFIX)
     subprocess.run(["ip", "netns", "add", netns], check=True)
     subprocess.run(["ip", "-n", netns, "link", "set", "lo", "up"], check=True)
     # Every place Podman keeps state, under `home`: the same flags reach conmon's clean-up command.
@@ -147,9 +149,18 @@ def _unmount_under(home: Path) -> None:
         subprocess.run(["umount", "-l", m], capture_output=True)
 
 
+_started = itertools.count(1)
+
+
+def _netns_name(prefix: str) -> str:
+    """<prefix><pid>-<n>: a test and a benchmark may each have engines, and one test process several at once."""
+    return f"{prefix}{os.getpid()}-{next(_started)}"
+
+
 def _remove_dead_ones() -> None:
     """The namespaces of test engines whose process was killed before it could stop them."""
     for name in os.listdir("/run/netns") if os.path.isdir("/run/netns") else []:
         for prefix in (NETNS_PREFIX, PODMAN_NETNS_PREFIX):
-            if name.startswith(prefix) and not os.path.exists(f"/proc/{name[len(prefix):]}"):
+            pid = name[len(prefix):].partition("-")[0]
+            if name.startswith(prefix) and not os.path.exists(f"/proc/{pid}"):
                 subprocess.run(["ip", "netns", "del", name], capture_output=True)

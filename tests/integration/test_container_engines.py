@@ -86,37 +86,40 @@ def _scratch(name: str) -> tuple[Path, Path]:
     return d / f"{name}.out", d / f"{name}.err"
 
 
+def assert_traffic_both_ways(r, s, ip_version: int) -> None:
+    """Echo requests both ways and a TCP stream from the sender to the receiver, all inside the containers."""
+    for a, b in ((s, r), (r, s)):
+        out = a.run(["ping", f"-{ip_version}", "-D", "-n", "-i", "0.01", "-c", "20", "-W", "1",
+                     b.service_address(ip_version)], timeout=15)
+        result = ping.parse(out.stdout)  # -D: iputils' ping, not busybox's applet of the same name
+        assert result.received == result.transmitted == 20, out.stdout[-300:] + out.stderr[-300:]
+        assert 0 < float(result.rtt_ms.mean()) < 5
+    # A sender's TCP stream to the receiver, through the engine's bridge or the lab's switch.
+    srv = r.popen(["iperf3", "-s", "-1", "-p", "5201"], *_scratch("srv"), pin=False)
+    try:
+        deadline = time.monotonic() + 10
+        while ":5201" not in r.run(["ss", "-Hltn"]).stdout:
+            assert time.monotonic() < deadline and srv.poll() is None, "iperf3 server did not listen"
+            time.sleep(0.05)
+        spec = iperf3.ClientSpec(server=r.service_address(ip_version), port=5201, proto="tcp", duration=1, omit=0,
+                                 rate_bps=None, congestion_control="cubic", length=None, ip_version=ip_version)
+        out = s.run(iperf3.client_command(spec), timeout=20)
+        tcp = iperf3.parse_client(out.stdout)
+        # Two containers on one bridge, veth to veth: tens of Gbit/s on this machine (39 seen); a busy
+        # core halves it at worst, a path that is broken or shaped by mistake gives far less.
+        assert tcp.received_bps > 1e9, tcp.received_bps
+    finally:
+        srv.kill()
+        srv.wait()
+
+
 class TestTwoContainers:
     """A receiver and a sender in containers, built once for these tests (and gone before the next ones)."""
 
     @pytest.mark.parametrize("ip_version", [4, 6])
     def test_containers_carry_traffic_both_ways_on_the_engines_network(self, pair, ip_version):
         lab, _ = pair
-        r, s = lab.hosts["r"], lab.hosts["s1"]
-        for a, b in ((s, r), (r, s)):
-            out = a.run(["ping", f"-{ip_version}", "-D", "-n", "-i", "0.01", "-c", "20", "-W", "1",
-                         b.service_address(ip_version)], timeout=15)
-            result = ping.parse(out.stdout)  # -D: iputils' ping, not busybox's applet of the same name
-            assert result.received == result.transmitted == 20, out.stdout[-300:] + out.stderr[-300:]
-            assert 0 < float(result.rtt_ms.mean()) < 5
-        # A sender's TCP stream to the receiver, through the engine's bridge.
-        srv = r.popen(["iperf3", "-s", "-1", "-p", "5201"], *_scratch("srv"), pin=False)
-        try:
-            deadline = time.monotonic() + 10
-            while ":5201" not in r.run(["ss", "-Hltn"]).stdout:
-                assert time.monotonic() < deadline and srv.poll() is None, "iperf3 server did not listen"
-                time.sleep(0.05)
-            spec = iperf3.ClientSpec(server=r.service_address(ip_version), port=5201, proto="tcp", duration=1, omit=0,
-                                     rate_bps=None, congestion_control="cubic", length=None, ip_version=ip_version)
-            out = s.run(iperf3.client_command(spec), timeout=20)
-            tcp = iperf3.parse_client(out.stdout)
-            # Two containers on one bridge, veth to veth: tens of Gbit/s on this machine (39 seen); a busy
-            # core halves it at worst, a path that is broken or shaped by mistake gives far less.
-            assert tcp.received_bps > 1e9, tcp.received_bps
-        finally:
-            srv.kill()
-            srv.wait()
-
+        assert_traffic_both_ways(lab.hosts["r"], lab.hosts["s1"], ip_version)
 
     def test_the_path_is_the_engines_own(self, pair, engine_host):
         lab, bringup = pair
@@ -152,6 +155,68 @@ class TestTwoContainers:
             assert time.monotonic() < deadline + 5, "the command outlived its client"
             time.sleep(0.05)
         assert r.run(["sh", "-c", "exit 7"]).returncode == 7  # a command's status comes through
+
+
+@pytest.mark.parametrize("ip_version", [4, 6])
+def test_containers_on_their_host_network_sit_on_the_labs_switch_as_bare_hosts_do(engine_host, ip_version,
+                                                                                  no_leftovers):
+    """network = "host": no engine network at all; each container's own namespace is wired to the lab's switch
+    with the underlay addresses a bare endpoint has."""
+    kind, _ = engine_host
+    prefix = f"vnb-h{os.getpid() % 10000}"
+    lab = build_dumbbell(prefix, 1, variants=[(Variant(kind, network="host"), 1)])
+    try:
+        r, s = lab.hosts["r"], lab.hosts["s1"]
+        assert r.address(4).startswith("198.18.") and r.address(6).startswith("2001:2::")
+        assert r.facts()["network"].startswith("host") and r.ns.name == f"{prefix}-r"
+        assert sorted(ours_in_engine(engine_host, prefix)) == [f"container {prefix}-r", f"container {prefix}-s1"]
+        port = lab.ports["r"]  # on the lab's switch, like a bare endpoint's, not the engine's
+        assert not netns.is_foreign(port.ns.name)
+        master = port.ns.ipr.get_links(port.index)[0].get_attr("IFLA_MASTER")
+        assert port.ns.ipr.get_links(master)[0].get_attr("IFLA_IFNAME") == "br0"
+        assert_traffic_both_ways(r, s, ip_version)
+    finally:
+        errors = lab.teardown()
+        assert not errors, errors
+    assert not ours_in_engine(engine_host, prefix)
+
+
+REFUSED = """
+name = "refused"
+[lab]
+senders = 1
+bottleneck = "unlimited"
+[matrix]
+env = [{env = "bare"}, ENGINE_VARIANT]
+[workload.rr]
+tool = "sockperf"
+duration = "1s"
+"""
+
+
+def refused(engine_host, tmp_path, variant: str) -> str:
+    """What `vnetbench run` says of a scenario with this engine variant beside bare; it must build nothing."""
+    scenario = tmp_path / "s.toml"
+    scenario.write_text(REFUSED.replace("ENGINE_VARIANT", variant.replace("KIND", engine_host[0])))
+    proc = cli("run", str(scenario), "--db", str(tmp_path / "r.db"), "--no-progress", check=False, timeout=120)
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr
+    assert not ours_in_engine(engine_host)
+    return proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("variant, needle", [
+    ('{env = "KIND", network = "overlay"}', "network=overlay"),
+    ('{env = "KIND", network = "host", publish = true}', "no ports to publish"),
+])
+def test_what_the_engine_cannot_give_is_said_before_anything_is_built(engine_host, tmp_path, variant, needle,
+                                                                      no_leftovers):
+    assert needle in refused(engine_host, tmp_path, variant)
+
+
+@DOCKER_ONLY
+def test_a_userland_proxy_setting_the_engine_does_not_have_is_refused(engine_host, tmp_path, no_leftovers):
+    said = refused(engine_host, tmp_path, '{env = "docker", publish = true, userland_proxy = false}')
+    assert "runs with --userland-proxy=true" in said and "start a dockerd with --userland-proxy=false" in said
 
 
 def test_an_engine_beside_bare_through_the_cli(engine_host, tmp_path, no_leftovers):
@@ -361,3 +426,30 @@ def test_a_published_port_through_the_userland_proxy_is_slower_than_the_direct_p
     # verdict. The stream is not judged: quiet, the proxy costs it 70% of its rate, but with a core kept busy
     # both paths are bound by the one CPU left (about 10 Gbit/s each, seen), and 2 of 10 runs were inconclusive.
     assert verdicts[("env=docker, workloads=rr", "rr.p50_us")] == "regressed", verdicts
+
+
+def test_without_the_userland_proxy_published_ports_are_nat_rules_only(tmp_path, no_leftovers):
+    """A dockerd started with --userland-proxy=false, as a user who turned it off runs it: a scenario that
+    asks for that gets it (checked before the run), no docker-proxy process exists, and the published path
+    carries the round trips."""
+    why = engine_daemon.missing("docker")
+    if why:
+        pytest.skip(why)
+    scenario = tmp_path / "published.toml"
+    scenario.write_text(PUBLISHED.replace("publish = true}", "publish = true, userland_proxy = false}")
+                        .replace('test = [{workloads = "stream"}, {workloads = "rr"}]', 'test = [{workloads = "rr"}]')
+                        .replace("repetitions = 5", "repetitions = 2"))
+    with engine_daemon.dockerd("--userland-proxy=false") as url:
+        db = tmp_path / "r.db"
+        run_id = run_id_of(cli("run", str(scenario), "--db", str(db), "--no-progress", timeout=600,
+                               env={**os.environ, "DOCKER_HOST": url}))
+        store = Store(db)
+        trials = store.trials(run_id)
+        assert len(trials) == 4 and all(t["status"] == "ok" for t in trials), [t["reason"] for t in trials]
+        published = next(c for c in store.configurations(run_id) if c["labels"].get("publish") is True)
+        hosts = published["lab_state"]["environment"]["hosts"]
+        facts = next(h for h in hosts.values() if "published" in h)["published"]
+        assert facts["userland_proxy"] is False and facts["proxy_processes"] == 0 and len(facts["ports"]) == 42
+        rr = store.values(run_id)[published["key"]]["rr.p50_us"]
+        assert len(rr) == 2 and all(0 < x < 5000 for x in rr), rr
+        store.close()

@@ -240,6 +240,15 @@ def test_environment_options_are_validated(tmp_path, override, needle):
     assert needle in error_of(write(tmp_path, MINIMAL), [override])
 
 
+@pytest.mark.parametrize("override,needle", [
+    ('env=[{env="podman",userland_proxy=false}]', "userland_proxy = False applies to env = 'docker' only"),
+    ('env=[{env="container",network="host"}]', "network = 'host' applies to env = 'docker' / 'podman' only"),
+    ('env=[{env="docker",network="macvlan"}]', "'bridge', 'host' or 'overlay'"),
+])
+def test_engine_network_options_are_validated(tmp_path, override, needle):
+    assert needle in error_of(write(tmp_path, ENVS), [override])
+
+
 def test_an_option_in_the_wrong_environment_names_the_configuration(tmp_path):
     text = ENVS.replace('{env = "bare"}', '{env = "container", nic = "virtio-net"}')
     msg = error_of(write(tmp_path, text))

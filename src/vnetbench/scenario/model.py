@@ -120,6 +120,15 @@ class LabSpec(Strict):
     publish: bool | None = Field(default=None, description="env=docker or podman: reach the receiver's servers through ports "
                                  "published on the engine's host (docker run -p), as clients outside its network do: "
                                  "the engine's userland proxy or its NAT rules carry them")
+    network: Literal["bridge", "host", "overlay"] | None = Field(
+        default=None, description="env=docker or podman: the engine network the containers are on: 'bridge' (a "
+        "user-defined bridge network, the default), 'host' (no engine network: each container has its endpoint's "
+        "own host network on the lab's switch, as --network host on a machine of its own), 'overlay' (Docker's "
+        "swarm VXLAN overlay; said unavailable on one engine, with the reason)")
+    userland_proxy: bool | None = Field(
+        default=None, description="env=docker with publish = true: the engine must carry published ports through "
+        "docker-proxy (true) or NAT rules only (false), as dockerd --userland-proxy; checked before the run "
+        "(the setting is the daemon's: DOCKER_HOST chooses a daemon started with it)")
 
     # Which environment each option belongs to (each environment's module declares its own).
     ENV_OPTIONS: ClassVar[dict[str, tuple[str, ...]]] = environments.option_owners()

@@ -91,6 +91,8 @@ class Variant:
     cpuset: str | None = None
     memory_limit: float | None = None
     publish: bool | None = None
+    network: str | None = None
+    userland_proxy: bool | None = None
     mtu: int = 1500
 
     @classmethod

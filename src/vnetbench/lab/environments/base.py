@@ -196,7 +196,11 @@ class NamespaceEnvironment(EnvironmentType):
 
 def attach_node(ctx: LabContext, name: str, number: int, mtu: int) -> Node:
     """A namespace joined to the switch by a veth pair, with its underlay addresses."""
-    ns = new_namespace(ctx, name)
+    return wire_node(ctx, new_namespace(ctx, name), name, number, mtu)
+
+
+def wire_node(ctx: LabContext, ns: Namespace, name: str, number: int, mtu: int) -> Node:
+    """Join an existing namespace to the switch as a node: a bare host's, or a container's own."""
     # An impairment on this link (the emulator) is spliced in later, between port and iface
     # (vnetbench.lab.splice): attach_node's result stays the endpoint's view of it.
     port, iface = direct_link(ctx, name, ns, mtu)

@@ -31,8 +31,8 @@ from typing import Any, Iterator, Sequence
 
 from vnetbench.errors import EnvironmentUnavailable, LabError
 from vnetbench.lab import cgroups, engines, netns
-from vnetbench.lab.environments.base import (Attached, Capability,
-                                             Endpoint, LabContext, NamespaceEnvironment, Subnet, register)
+from vnetbench.lab.environments.base import (Attached, Capability, Endpoint, LabContext, NamespaceEnvironment,
+                                             Subnet, register, wire_node)
 from vnetbench.lab.environments.container import container_memory_problem, cpuset_problem
 from vnetbench.lab.guest import initramfs
 from vnetbench.lab.nodes import IFA_F_NODAD, Interface, Namespace, RunsCommands
@@ -50,11 +50,12 @@ class EngineHost(RunsCommands):
     stdin_of_started = subprocess.PIPE
 
     def __init__(self, name: str, engine: engines.Engine, container: Any, ns: Namespace, registry: Registry,
-                 ipv4: str, ipv6: str, cpu: int | None, facts: dict[str, Any], published: tuple[str, str] | None = None):
+                 ipv4: str, ipv6: str, cpu: int | None, facts: dict[str, Any], iface: Interface,
+                 published: tuple[str, str] | None = None):
         self.name, self.engine, self.container, self.ns, self.registry = name, engine, container, ns, registry
         self.ipv4, self.ipv6, self.cpu = ipv4, ipv6, cpu
         self.published = published  # the engine host's (v4, v6) addresses its servers are published on
-        self.iface = Interface(ns, "eth0")
+        self.iface = iface
         self.env_facts = facts
         self.extra: dict[str, Any] = {}
 
@@ -92,8 +93,8 @@ class EngineEnvironment(NamespaceEnvironment):
     """Endpoints as containers of a real engine: its `kind` names the engine (engines.DEFAULT_URLS) as well."""
 
     # The container environment's limits, applied by the engine (docker run --cpus, --cpuset-cpus, --memory),
-    # and published ports (docker run -p).
-    options = ("cpu_quota", "cpuset", "memory_limit", "publish")
+    # published ports (docker run -p) and the engine network the containers are on (docker run --network).
+    options = ("cpu_quota", "cpuset", "memory_limit", "publish", "network")
     setup_s = 0.5
 
     @classmethod
@@ -114,6 +115,30 @@ class EngineEnvironment(NamespaceEnvironment):
         why = cpuset_problem(variant.cpuset) if variant is not None else None
         if why:
             caps.append(Capability(f"{cls.kind} cpuset", False, why, "choose CPUs that exist"))
+        if variant is not None:
+            caps += cls.network_capabilities(variant, engine)
+        return caps
+
+    @classmethod
+    def network_capabilities(cls, variant: Any, engine: engines.Engine) -> list[Capability]:
+        """Whether this variant's network choices can be had from this engine, and why not."""
+        caps = []
+        if variant.network == "overlay":
+            caps.append(Capability(f"{cls.kind} network=overlay", False, *OVERLAY_UNAVAILABLE[cls.kind]))
+        if variant.network == "host" and variant.publish:
+            caps.append(Capability(f"{cls.kind} network=host publish", False, "a container on its host's network has "
+                                   "no ports to publish: its servers listen on the host's own addresses",
+                                   "drop publish, or use network = \"bridge\""))
+        if variant.userland_proxy is not None:
+            actual = engine.userland_proxy()
+            wanted = "true" if variant.userland_proxy else "false"
+            ok = actual is variant.userland_proxy
+            caps.append(Capability(
+                f"{cls.kind} userland_proxy={wanted}", ok,
+                f"the engine at {engine.url} runs with --userland-proxy="
+                + ("(unreadable)" if actual is None else str(actual).lower()),
+                "" if ok else f"start a dockerd with --userland-proxy={wanted} (or \"userland-proxy\": {wanted} in its "
+                "daemon.json) and point DOCKER_HOST at it, or drop userland_proxy to measure the engine as it runs"))
         return caps
 
     @classmethod
@@ -139,7 +164,6 @@ class EngineEnvironment(NamespaceEnvironment):
 
     def _prepare(self, mtu: int) -> None:
         ctx, reg = self.ctx, self.ctx.registry
-        self.image = engines.tools_image(self.engine)
         self.subnet = self._free_subnet()
         self.engine_ns = attach_namespace(netns.foreign_name(ctx.run_prefix, f"engine{self.subnet.index}"),
                                           self.engine.daemon_pid(), reg)
@@ -178,14 +202,17 @@ class EngineEnvironment(NamespaceEnvironment):
     # ------------------------------------------------------------ endpoints
 
     def attach(self, endpoint: Endpoint) -> Attached:
+        if self.image is None:
+            self.image = engines.tools_image(self.engine)
+        if self.variant.network == "host":
+            return self._attach_on_its_host_network(endpoint)
         ctx, reg = self.ctx, self.ctx.registry
         if self.network is None:
             self._prepare(endpoint.mtu)
-        assert self.subnet is not None and self.image is not None and self.engine_ns is not None
+        assert self.subnet is not None and self.engine_ns is not None
         host_number = self._next_host
         self._next_host += 1
         v4, v6 = self.subnet.v4(host_number), self.subnet.v6(host_number)
-        name = ctx.ns_name(endpoint.name)
         client = self.engine.client
         endpoint_config = client.api.create_endpoint_config(ipv4_address=v4, ipv6_address=v6)
         if not endpoint.receiver:
@@ -195,49 +222,86 @@ class EngineEnvironment(NamespaceEnvironment):
                                f"has more: use at most {PUBLISHED_SENDERS} senders with it")
         published = (self.subnet.v4(1), self.subnet.v6(1)) if self.variant.publish and endpoint.receiver else None
         ports = server_ports() if published else []
-        with atomic(), self._errors(f"creating container {name} from {self.image.tag}"):
-            created = client.api.create_container(
-                self.image.tag, command=["sleep", "2147483647"], name=name, hostname=endpoint.name,
-                labels={engines.LABEL_RUN: ctx.run_prefix}, ports=ports,
-                host_config=client.api.create_host_config(
-                    init=True, network_mode=self.network.name, sysctls=container_sysctls(), cap_add=CAP_ADD,
-                    ulimits=self.engine.ulimits() or None,
-                    # On the engine host's address on this network only: nothing of the run is reachable
-                    # from the machine's own networks.
-                    port_bindings={f"{port}/{proto}": [(published[0], port), (published[1], port)]
-                                   for port, proto in ports} if published else None,
-                    **self._limits()),
-                networking_config=client.api.create_networking_config({self.network.name: endpoint_config}))
-            container = client.containers.get(created["Id"])
-            reg.add(f"{self.kind} container {name}", lambda: _quietly_remove(container))
-        with self._errors(f"starting container {name}"):
-            container.start()
-            container.reload()
-        pid = container.attrs["State"]["Pid"]
+        container, pid = self._start_container(
+            endpoint, self.network.name, ports=ports,
+            # On the engine host's address on this network only: nothing of the run is reachable from the
+            # machine's own networks.
+            port_bindings={f"{port}/{proto}": [(published[0], port), (published[1], port)]
+                           for port, proto in ports} if published else None,
+            networking_config=client.api.create_networking_config({self.network.name: endpoint_config}))
         if not self._bridge_ready:  # Podman's network backend makes the bridge when a first container joins
             self._prepare_bridge()
-        ns = attach_namespace(name, pid, reg)
+        ns = attach_namespace(ctx.ns_name(endpoint.name), pid, reg)
         uplink = Interface(ns, "eth0")
         port = Interface(self.engine_ns, _peer_name(ns, self.engine_ns))
         _without_duplicate_detection(ns, f"container {container.name}")
-        facts = {"env": self.kind, "container": name, "container_id": container.id[:12], "image": self.image.tag,
-                 "network": self.network.name, "address": [v4, v6], "netns": ns.name, "cap_add": CAP_ADD,
-                 "engine": f"{self.engine.kind} {self.engine.version.get('Version')}"}
-        if self._limits():
-            applied = container.attrs["HostConfig"]
-            facts["limits"] = {"engine": {k: applied.get(k) for k in ("NanoCpus", "CpusetCpus", "Memory")},
-                               "cgroup": cgroups.read_limits(cgroups.dirs_of(pid))}
-        # A cpuset confines the container's processes; pinning them elsewhere would contradict it.
-        cpu = None if self.variant.cpuset else endpoint.cpu
+        facts = self._facts(container, pid, ns, v4, v6, network=self.network.name)
         if published:
             facts["published"] = {"address": list(published), "ports": [f"{p}/{proto}" for p, proto in ports],
                                   "userland_proxy": self.engine.userland_proxy(),
                                   "proxy_processes": len(_proxies_for(v4))}
-        host = EngineHost(endpoint.name, self.engine, container, ns, reg, v4, v6, cpu, facts, published)
+        host = EngineHost(endpoint.name, self.engine, container, ns, reg, v4, v6, self._cpu(endpoint), facts,
+                          uplink, published)
         bridge = Interface(self.engine_ns, self.network.name)
         att = Attached(host=host, port=port, uplink=uplink, offload_ifaces=[uplink, port, bridge])
         self.attached.append(att)
         return att
+
+    def _attach_on_its_host_network(self, endpoint: Endpoint) -> Attached:
+        """network = "host": the container has its endpoint's host network, as a bare endpoint has it (a veth to
+        the lab's switch, the underlay addresses), and no engine network at all: what `--network host` is on a
+        machine of its own. The engine makes the container with no network (`--network none`: a namespace with
+        lo only, since Docker cannot join a namespace it did not make) and the lab wires that namespace itself."""
+        reg = self.ctx.registry
+        # Docker turns IPv6 off in a container without an IPv6 network; this one gets the lab's, so it is on.
+        container, pid = self._start_container(endpoint, "none", sysctls={
+            **container_sysctls(), "net.ipv6.conf.all.disable_ipv6": "0", "net.ipv6.conf.default.disable_ipv6": "0"})
+        ns = attach_namespace(self.ctx.ns_name(endpoint.name), pid, reg)
+        node = wire_node(self.ctx, ns, endpoint.name, endpoint.number, endpoint.mtu)
+        facts = self._facts(container, pid, ns, node.ipv4, node.ipv6,
+                            network="host (its own namespace on the lab's switch, as a bare endpoint)")
+        host = EngineHost(endpoint.name, self.engine, container, ns, reg, node.ipv4, node.ipv6, self._cpu(endpoint),
+                          facts, node.iface)
+        att = Attached(host=host, port=node.port, uplink=node.iface, offload_ifaces=[node.iface])
+        self.attached.append(att)
+        return att
+
+    def _start_container(self, endpoint: Endpoint, network_mode: str, **create: Any) -> tuple[Any, int]:
+        """A container of the tools image for this endpoint, started (labelled, removed at teardown); its pid."""
+        assert self.image is not None
+        name = self.ctx.ns_name(endpoint.name)
+        client = self.engine.client
+        port_bindings, networking_config = create.pop("port_bindings", None), create.pop("networking_config", None)
+        sysctls = create.pop("sysctls", container_sysctls())
+        with atomic(), self._errors(f"creating container {name} from {self.image.tag}"):
+            created = client.api.create_container(
+                self.image.tag, command=["sleep", "2147483647"], name=name, hostname=endpoint.name,
+                labels={engines.LABEL_RUN: self.ctx.run_prefix}, networking_config=networking_config,
+                host_config=client.api.create_host_config(
+                    init=True, network_mode=network_mode, sysctls=sysctls, cap_add=CAP_ADD,
+                    ulimits=self.engine.ulimits() or None, port_bindings=port_bindings, **self._limits()),
+                **create)
+            container = client.containers.get(created["Id"])
+            self.ctx.registry.add(f"{self.kind} container {name}", lambda: _quietly_remove(container))
+        with self._errors(f"starting container {name}"):
+            container.start()
+            container.reload()
+        return container, container.attrs["State"]["Pid"]
+
+    def _cpu(self, endpoint: Endpoint) -> int | None:
+        # A cpuset confines the container's processes; pinning them elsewhere would contradict it.
+        return None if self.variant.cpuset else endpoint.cpu
+
+    def _facts(self, container: Any, pid: int, ns: Namespace, v4: str, v6: str, network: str) -> dict[str, Any]:
+        assert self.image is not None
+        facts = {"env": self.kind, "container": container.name, "container_id": container.id[:12],
+                 "image": self.image.tag, "network": network, "address": [v4, v6], "netns": ns.name,
+                 "cap_add": CAP_ADD, "engine": f"{self.engine.kind} {self.engine.version.get('Version')}"}
+        if self._limits():
+            applied = container.attrs["HostConfig"]
+            facts["limits"] = {"engine": {k: applied.get(k) for k in ("NanoCpus", "CpusetCpus", "Memory")},
+                               "cgroup": cgroups.read_limits(cgroups.dirs_of(pid))}
+        return facts
 
     def _limits(self) -> dict[str, Any]:
         """The variant's limits as the engine's host configuration takes them."""
@@ -266,6 +330,19 @@ class EngineEnvironment(NamespaceEnvironment):
 class DockerEnvironment(EngineEnvironment):
     kind = "docker"
     tag = "d"
+    options = (*EngineEnvironment.options, "userland_proxy")  # a dockerd setting: Podman has no userland proxy
+
+
+# Why network = "overlay" cannot be measured on one engine: (what, what to do instead).
+OVERLAY_UNAVAILABLE = {
+    "docker": ("Docker's overlay needs swarm mode, and on one engine every container is on one node, where the "
+               "overlay joins them with a plain bridge inside its own namespace: VXLAN is crossed only between two "
+               "nodes, so nothing of the overlay's cost would be measured",
+               "env = \"overlay\" measures VXLAN (and routed overlays) between the lab's own nodes; Docker's overlay "
+               "between two engines needs two machines"),
+    "podman": ("Podman has no overlay network driver (bridge, macvlan and ipvlan only)",
+               "env = \"overlay\" measures VXLAN between the lab's own nodes"),
+}
 
 
 @contextmanager
