@@ -1,27 +1,30 @@
 """Environments side by side: how long each takes to come up, and what it costs in throughput.
 
-Run as root:  .venv/bin/python bench/environments.py [--repeat 5] [--trials 3] [--duration 3] [--no-vm] [--dockerd]
+Run as root:  .venv/bin/python bench/environments.py [--repeat 5] [--trials 3] [--duration 3] [--no-vm]
+                  [--dockerd] [--podman]
 
 1. Bring-up: for each environment alone (a switch plus a receiver and a sender
    in that environment), the median wall time to attach both endpoints and
    join them, and to tear the lab down. Targets (issue 6): a container
    endpoint under 0.3 s; a guest booting under TCG in under 15 s (its boot
-   time as the guest reports it is printed too); (issue 15) a Docker endpoint
-   under 1 s once the tools image is in the engine (the image's own build or
-   lookup is timed apart, first).
+   time as the guest reports it is printed too); (issue 15) a Docker or
+   Podman endpoint under 1 s once the tools image is in the engine (the
+   image's own build or lookup is timed apart, first).
 2. Throughput: one lab with every environment on the same switch, single
    stream TCP (iperf3, offloads as deployed), trials interleaved in a seeded
    random order so drift of the machine spreads evenly; the median of each
    environment, and its ratio to bare measured in this same run.
 
 Guests are included when the machine can run them (see `vnetbench doctor`), Docker when an engine
-answers at DOCKER_HOST (or the default socket); `--dockerd` starts one of its own for the run, in a
-namespace of its own, as the tests do.
+answers at DOCKER_HOST (or the default socket), Podman when its API service answers at CONTAINER_HOST
+(or /run/podman/podman.sock); `--dockerd` and `--podman` start engines of the benchmark's own for the
+run, each in a namespace of its own, as the tests do.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import random
 import statistics
@@ -42,12 +45,15 @@ ENVS = [
     ("container", Variant("container")),
     ("container (cgroup limits)", Variant("container", cpu_quota=1.0, memory_limit=512 * 2**20)),
     ("docker", Variant("docker")),
+    ("docker, host network", Variant("docker", network="host")),
+    ("podman", Variant("podman")),
     ("overlay vxlan", Variant("overlay", overlay="vxlan")),
     ("overlay routed", Variant("overlay", overlay="routed")),
     ("vm virtio-net", Variant("vm", nic="virtio-net")),
     ("vm e1000", Variant("vm", nic="e1000")),
 ]
-TARGETS = {"container": 0.3, "container (cgroup limits)": 0.3, "docker": 1.0}  # seconds per endpoint
+TARGETS = {"container": 0.3, "container (cgroup limits)": 0.3, "docker": 1.0, "docker, host network": 1.0,
+           "podman": 1.0}  # seconds per endpoint
 
 
 def bringup(variant: Variant, repeat: int) -> dict:
@@ -119,19 +125,21 @@ def main() -> int:
     ap.add_argument("--trials", type=int, default=3, help="throughput trials per environment")
     ap.add_argument("--duration", type=int, default=3, help="seconds per throughput trial (after 1 s omitted)")
     ap.add_argument("--no-vm", action="store_true", help="leave the guests out")
-    ap.add_argument("--dockerd", action="store_true", help="start a dockerd of this benchmark's own for the docker row")
+    ap.add_argument("--dockerd", action="store_true", help="start a dockerd of this benchmark's own for the docker rows")
+    ap.add_argument("--podman", action="store_true", help="start a Podman API service of this benchmark's own")
     args = ap.parse_args()
     if os.geteuid() != 0:
         print("run as root: the lab is made of network namespaces", file=sys.stderr)
         return 2
-    if args.dockerd:
-        sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-        import engine_daemon
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+    import engine_daemon
+    from vnetbench.lab import engines
 
-        with engine_daemon.dockerd() as url:
-            os.environ["DOCKER_HOST"] = url
-            return measure(args)
-    return measure(args)
+    with contextlib.ExitStack() as own:
+        for kind, wanted in (("docker", args.dockerd), ("podman", args.podman)):
+            if wanted:
+                os.environ[engines.URL_VARIABLES[kind]] = own.enter_context(engine_daemon.engine(kind))
+        return measure(args)
 
 
 def measure(args: argparse.Namespace) -> int:
@@ -141,12 +149,12 @@ def measure(args: argparse.Namespace) -> int:
         print(f"skipping {n}: {'; '.join(environments.problems([dict(envs)[n]]))}")
     envs = [(n, v) for n, v in envs if n not in skipped]
 
-    if any(v.env == "docker" for _, v in envs):
-        from vnetbench.lab import engines
+    from vnetbench.lab import engines
 
+    for kind in sorted({v.env for _, v in envs} & set(engines.DEFAULT_URLS)):
         t0 = time.perf_counter()
-        image = engines.tools_image(engines.connect("docker"))
-        print(f"docker tools image {image.tag}: {'built and imported' if image.built else 'found in the engine'} "
+        image = engines.tools_image(engines.connect(kind))
+        print(f"{kind} tools image {image.tag}: {'built and imported' if image.built else 'found in the engine'} "
               f"in {time.perf_counter() - t0:.2f} s")
     print(f"bring-up of a receiver + a sender per environment (median of {args.repeat}; guests once), "
           f"teardown, per-endpoint time")
