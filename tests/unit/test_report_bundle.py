@@ -1,0 +1,171 @@
+"""The plotly.js a report inlines: the cartesian bundle when installed and verified, else the full
+one. No network: downloads are faked with tarballs built here, and the pins are swapped for the fakes'
+checksums where a test needs a match.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import io
+import re
+import tarfile
+import urllib.error
+
+import pytest
+
+from vnetbench.report import plotly_bundle as pb
+
+FAKE_JS = "/**\n* plotly.js (cartesian - minified) v4.1.1\n*/\nwindow.Plotly = {version: '4.1.1'};\n"
+
+
+def tarball(member: str = pb.MEMBER, content: str = FAKE_JS) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        data = content.encode()
+        info = tarfile.TarInfo(member)
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def integrity(data: bytes) -> str:
+    return "sha512-" + base64.b64encode(hashlib.sha512(data).digest()).decode()
+
+
+@pytest.fixture
+def fake_pins(monkeypatch):
+    """Pins that match FAKE_JS and its tarball; returns the tarball."""
+    tgz = tarball()
+    monkeypatch.setattr(pb, "FILE_SHA256", hashlib.sha256(FAKE_JS.encode()).hexdigest())
+    monkeypatch.setattr(pb, "TARBALL_INTEGRITY", integrity(tgz))
+    return tgz
+
+
+def never(url):
+    raise AssertionError(f"downloaded {url} although the bundle was present and verified")
+
+
+# ------------------------------------------------------------------ the pin
+
+
+def test_pinned_cartesian_bundle_is_the_plotly_packages_version():
+    """A plotly upgrade in pyproject.toml must move the pin too: both bundles draw the same charts."""
+    from plotly.offline import get_plotlyjs
+
+    assert pb.bundle_version(get_plotlyjs()) == pb.VERSION
+    assert pb.bundle_version(FAKE_JS) == "4.1.1"
+    assert pb.bundle_version("no header") == "unknown"
+    assert re.fullmatch(r"[0-9a-f]{64}", pb.FILE_SHA256)
+    assert pb.TARBALL_INTEGRITY.startswith("sha512-") and pb.VERSION in pb.TARBALL_URL
+
+
+def test_the_bundle_lives_in_the_running_environment(monkeypatch, tmp_path):
+    monkeypatch.setattr(pb.sys, "prefix", str(tmp_path))
+    assert pb.bundle_dir() == tmp_path / "share" / "vnetbench"
+
+
+def test_installed_bundle_if_any_is_the_pinned_file():
+    """Where `make setup` ran for this interpreter, the real file is there and verified."""
+    path = pb.bundle_dir() / pb.FILE_NAME
+    if not path.exists():
+        pytest.skip(f"{path} not installed (make setup)")
+    bundle = pb.load()
+    assert bundle.kind == "cartesian" and bundle.version == pb.VERSION
+    assert bundle.js.startswith("/**\n* plotly.js (cartesian - minified) v4.1.1")
+
+
+# ------------------------------------------------------------------ choosing the bundle
+
+
+def test_verified_bundle_is_used(fake_pins, tmp_path):
+    pb.install(tmp_path, fetch=lambda url: fake_pins)
+    bundle = pb.load(tmp_path)
+    assert (bundle.kind, bundle.version, bundle.js) == ("cartesian", "4.1.1", FAKE_JS)
+    assert "cartesian bundle" in bundle.note and "sha256 verified" in bundle.note
+
+
+def test_missing_bundle_falls_back_to_the_full_one_and_says_why(tmp_path):
+    from plotly.offline import get_plotlyjs
+
+    bundle = pb.load(tmp_path)
+    assert bundle.kind == "full" and bundle.js == get_plotlyjs() and bundle.version == pb.VERSION
+    assert f"{tmp_path / pb.FILE_NAME} is not installed" in bundle.note
+    assert "make setup" in bundle.note
+
+
+def test_altered_bundle_falls_back_to_the_full_one(tmp_path):
+    (tmp_path / pb.FILE_NAME).write_text(FAKE_JS + "window.evil = 1;\n")
+    bundle = pb.load(tmp_path)
+    assert bundle.kind == "full"
+    assert "does not match its pinned sha256" in bundle.note and pb.FILE_SHA256[:16] in bundle.note
+
+
+# ------------------------------------------------------------------ installing (make setup)
+
+
+def test_install_downloads_once_then_only_verifies(fake_pins, tmp_path):
+    fetched = []
+    path, did = pb.install(tmp_path / "share", fetch=lambda url: fetched.append(url) or fake_pins)
+    assert did and fetched == [pb.TARBALL_URL]
+    assert path == tmp_path / "share" / pb.FILE_NAME and path.read_text() == FAKE_JS
+    assert pb.install(tmp_path / "share", fetch=never) == (path, False)
+    assert [p.name for p in path.parent.iterdir()] == [pb.FILE_NAME], "no temporary file left behind"
+
+
+def test_install_replaces_an_altered_file(fake_pins, tmp_path):
+    (tmp_path / pb.FILE_NAME).write_text("tampered")
+    path, did = pb.install(tmp_path, fetch=lambda url: fake_pins)
+    assert did and path.read_text() == FAKE_JS
+
+
+def test_install_refuses_a_tarball_that_is_not_the_pinned_one(fake_pins, tmp_path):
+    other = tarball(content=FAKE_JS + "// changed upstream\n")
+    with pytest.raises(pb.BundleError) as err:
+        pb.install(tmp_path, fetch=lambda url: other)
+    msg = str(err.value)
+    assert pb.TARBALL_URL in msg and "sha512" in msg and pb.TARBALL_INTEGRITY.split("-", 1)[1] in msg
+    assert "pinned in src/vnetbench/report/plotly_bundle.py" in msg and "make setup" in msg
+    assert not (tmp_path / pb.FILE_NAME).exists()
+
+
+def test_install_refuses_a_file_that_is_not_the_pinned_one(monkeypatch, tmp_path):
+    """The tarball matches its integrity, the file inside does not match its own pin."""
+    tgz = tarball(content="something else")
+    monkeypatch.setattr(pb, "TARBALL_INTEGRITY", integrity(tgz))
+    with pytest.raises(pb.BundleError, match=r"plotly-cartesian.min.js has sha256 [0-9a-f]{64}, expected"):
+        pb.install(tmp_path, fetch=lambda url: tgz)
+    assert not (tmp_path / pb.FILE_NAME).exists()
+
+
+def test_install_names_a_missing_member(monkeypatch, tmp_path):
+    tgz = tarball(member="package/plotly.min.js")
+    monkeypatch.setattr(pb, "TARBALL_INTEGRITY", integrity(tgz))
+    with pytest.raises(pb.BundleError, match="cannot read package/plotly-cartesian.min.js from the tarball"):
+        pb.install(tmp_path, fetch=lambda url: tgz)
+
+
+def test_download_failure_says_what_setup_needs(monkeypatch):
+    def refuse(url, timeout):
+        raise urllib.error.URLError("Name or service not known")
+
+    monkeypatch.setattr(pb.urllib.request, "urlopen", refuse)
+    with pytest.raises(pb.BundleError, match=r"cannot download https://registry\.npmjs\.org/.*Name or service "
+                                             r"not known.*needs the npm registry once"):
+        pb.download()
+
+
+def test_command_line_fails_clearly_and_is_idempotent(fake_pins, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(pb, "download", lambda url=pb.TARBALL_URL: tarball(content="not plotly"))
+    assert pb.main(["install", "--dir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: plotly.js-cartesian-dist-min 4.1.1: ") and "expected" in err
+    assert pb.main(["check", "--dir", str(tmp_path)]) == 1
+    assert "is not installed (run `make setup`)" in capsys.readouterr().out
+    monkeypatch.setattr(pb, "download", lambda url=pb.TARBALL_URL: fake_pins)
+    assert pb.main(["install", "--dir", str(tmp_path)]) == 0
+    assert "downloaded and verified" in capsys.readouterr().out
+    monkeypatch.setattr(pb, "download", never)
+    assert pb.main(["install", "--dir", str(tmp_path)]) == 0
+    assert "present and verified" in capsys.readouterr().out
+    assert pb.main(["check", "--dir", str(tmp_path)]) == 0
