@@ -1,5 +1,5 @@
-"""The plotly.js a report inlines: the cartesian bundle when installed and verified, else the full
-one. No network: downloads are faked with tarballs built here, and the pins are swapped for the fakes'
+"""The plotly.js a report inlines (the cartesian bundle when installed and verified, else the full
+one), and the packed blocks that carry it and the chart data. No network: downloads are faked with tarballs built here, and the pins are swapped for the fakes'
 checksums where a test needs a match.
 """
 
@@ -14,7 +14,8 @@ import urllib.error
 
 import pytest
 
-from vnetbench.report import plotly_bundle as pb
+from vnetbench.report import html_payload, plotly_bundle as pb
+from vnetbench.report.html import json_for_script
 
 FAKE_JS = "/**\n* plotly.js (cartesian - minified) v4.1.1\n*/\nwindow.Plotly = {version: '4.1.1'};\n"
 
@@ -169,3 +170,22 @@ def test_command_line_fails_clearly_and_is_idempotent(fake_pins, tmp_path, monke
     assert pb.main(["install", "--dir", str(tmp_path)]) == 0
     assert "present and verified" in capsys.readouterr().out
     assert pb.main(["check", "--dir", str(tmp_path)]) == 0
+
+
+# ------------------------------------------------------------------ packed blocks
+
+
+def test_pack_round_trip_keeps_every_character():
+    text = json_for_script({"a": "</script><!--", "b": "µs → ∞ \u2028 \U0001f600", "c": [1.5, None] * 1000})
+    block = html_payload.pack(text)
+    assert block["packed"] == "gzip+base64" and re.fullmatch(r"[A-Za-z0-9+/]*={0,2}", block["data"])
+    assert html_payload.unpack(block) == text
+    assert html_payload.unpack(json_for_script(block)) == text, "as the page carries it: JSON text"
+    assert html_payload.pack(text) == block, "the same text packs to the same bytes (gzip mtime 0)"
+    assert len(block["data"]) < len(text) / 4
+
+
+def test_unpack_rejects_what_is_not_a_packed_block():
+    for bad in ('{"charts": {}}', {"packed": "zstd", "data": ""}, "[]"):
+        with pytest.raises(ValueError, match="not a packed block"):
+            html_payload.unpack(bad)
