@@ -1,21 +1,28 @@
 """The plotly.js a report inlines (the cartesian bundle when installed and verified, else the full
-one), and the packed blocks that carry it and the chart data. No network: downloads are faked with tarballs built here, and the pins are swapped for the fakes'
-checksums where a test needs a match.
+one, said on the page) and the packed blocks that carry it and the chart data. No network: downloads
+are faked with tarballs built here, and the pins are swapped for the fakes' checksums where a test
+needs a match.
 """
 
 from __future__ import annotations
 
 import base64
+import gzip
 import hashlib
+import html
 import io
+import json
 import re
 import tarfile
 import urllib.error
+from pathlib import Path
 
 import pytest
 
 from vnetbench.report import html_payload, plotly_bundle as pb
-from vnetbench.report.html import json_for_script
+from vnetbench.report.html import _csp_hash, json_for_script, render_report
+from vnetbench.report.html_synthetic import make_run
+from vnetbench.store.db import Store
 
 FAKE_JS = "/**\n* plotly.js (cartesian - minified) v4.1.1\n*/\nwindow.Plotly = {version: '4.1.1'};\n"
 
@@ -100,6 +107,23 @@ def test_altered_bundle_falls_back_to_the_full_one(tmp_path):
     bundle = pb.load(tmp_path)
     assert bundle.kind == "full"
     assert "does not match its pinned sha256" in bundle.note and pb.FILE_SHA256[:16] in bundle.note
+
+
+def test_report_names_its_bundle_in_header_and_footer(tmp_path, monkeypatch, fake_pins):
+    with Store(tmp_path / "r.db") as store:
+        run = make_run(store, "bundle00run1", matrix={"ratio": [0.6, 2.0]}, repetitions=2, duration_s=2)
+        monkeypatch.setattr(pb, "bundle_dir", lambda: tmp_path / "share")
+        full = render_report(store, [run])  # nothing installed: the full bundle, and a warning under the page
+        pb.install(tmp_path / "share", fetch=lambda url: fake_pins)
+        partial = render_report(store, [run])
+    assert "charts: plotly.js 4.1.1 (full bundle)" in full
+    footer = full[full.index('<footer class="page">'):]
+    assert '<p class="note warn">Charts: plotly.js 4.1.1, the full bundle of the plotly' in footer
+    assert "is not installed: `make setup` installs the cartesian bundle" in footer
+    assert "charts: plotly.js 4.1.1 (cartesian bundle)" in partial
+    assert '<p class="note">Charts: plotly.js 4.1.1, Plotly&#x27;s cartesian bundle' in partial
+    assert html.escape(_csp_hash(FAKE_JS)) in partial and html.escape(_csp_hash(FAKE_JS)) not in full
+    assert len(partial) < len(full) / 2
 
 
 # ------------------------------------------------------------------ installing (make setup)
@@ -189,3 +213,40 @@ def test_unpack_rejects_what_is_not_a_packed_block():
     for bad in ('{"charts": {}}', {"packed": "zstd", "data": ""}, "[]"):
         with pytest.raises(ValueError, match="not a packed block"):
             html_payload.unpack(bad)
+
+
+def test_page_blocks_unpack_to_the_data_and_the_bundle_the_csp_allows(tmp_path):
+    with Store(tmp_path / "r.db") as store:
+        run = make_run(store, "pack0000run1", matrix={"ratio": [0.6, 2.0], "proto": ["udp", "tcp"]},
+                       repetitions=3, duration_s=4, ping_interval_s=0.002)
+        page = render_report(store, [run])
+    blocks = dict(re.findall(r'<script type="application/json" id="(vnb-[a-z]+)">(.*?)</script>', page, re.S))
+    assert set(blocks) == {"vnb-data", "vnb-plotly"}
+    data_text = html_payload.unpack(blocks["vnb-data"])
+    data = json.loads(data_text)
+    assert data["charts"] and data["series"]["trials"]
+    assert len(blocks["vnb-data"]) < len(data_text) / 2, "packing pays off for the chart data"
+    js = html_payload.unpack(blocks["vnb-plotly"])
+    assert js == pb.load().js
+    csp = html.unescape(re.search(r'http-equiv="Content-Security-Policy" content="([^"]+)"', page).group(1))
+    assert _csp_hash(js) in csp
+
+
+def test_packed_page_has_no_byte_the_html_parser_could_misread(tmp_path):
+    """Packed blocks are base64 inside JSON: nothing in them can close the element or start a comment."""
+    with Store(tmp_path / "r.db") as store:
+        run = make_run(store, "pack0000run2", name="</script><!--", matrix={"ratio": [0.6]}, repetitions=2,
+                       duration_s=2)
+        page = render_report(store, [run])
+    for block in re.findall(r'<script type="application/json" id="vnb-[a-z]+">(.*?)</script>', page, re.S):
+        assert re.fullmatch(r'\{"packed":"gzip\+base64","data":"[A-Za-z0-9+/]*={0,2}"\}', block)
+
+
+def test_render_report_never_fails_for_a_broken_bundle_dir(tmp_path, monkeypatch):
+    """An unreadable path (a directory where the file should be) is one more reason to fall back."""
+    (tmp_path / pb.FILE_NAME).mkdir()
+    monkeypatch.setattr(pb, "bundle_dir", lambda: Path(tmp_path))
+    with Store(tmp_path / "r.db") as store:
+        run = make_run(store, "pack0000run3", matrix={"ratio": [0.6]}, repetitions=2, duration_s=2)
+        page = render_report(store, [run])
+    assert "(full bundle)" in page and "cannot be read" in page
