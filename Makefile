@@ -16,9 +16,9 @@ DEB_PACKAGES := iproute2 iputils-ping iperf3 fping irtt sockperf wrk apache2-uti
                 nftables procps util-linux kmod busybox-static qemu-system-x86 \
                 linux-image-amd64 dropbear-bin zstd chromium python3-venv tmux docker.io podman catatonit
 
-.PHONY: setup deps venv emulator demo test test-unit test-lab clean-lab
+.PHONY: setup deps venv emulator plotly-bundle demo test test-unit test-lab clean-lab
 
-setup: deps venv emulator
+setup: deps venv emulator plotly-bundle
 
 deps:
 	@missing=""; for p in $(DEB_PACKAGES); do \
@@ -42,6 +42,12 @@ emulator:
 	  command -v cargo >/dev/null || { echo "cargo not found: install Rust (rustup) or Debian's cargo"; exit 1; }; \
 	  cargo build --release --locked --manifest-path emulator/Cargo.toml; \
 	fi
+
+# The plotly.js the HTML report inlines: Plotly's cartesian bundle from the npm registry, pinned by version
+# and checksum in src/vnetbench/report/plotly_bundle.py, installed into the venv (share/vnetbench). Downloads
+# only when the file is missing or does not match; stops make with the reason when the download does not match.
+plotly-bundle: venv
+	$(PY) -m vnetbench.report.plotly_bundle install
 
 demo: setup
 	mkdir -p demo

@@ -1,19 +1,25 @@
-"""HTML report at scale: 200 configurations x 20 trials with per-second series.
+"""HTML report at scale: 200 configurations x 20 trials with per-second series, and at the demo's size.
 
-    .venv/bin/python bench/report.py [--keep DIR] [--configs-only]
+    .venv/bin/python bench/report.py [--keep DIR] [--repetitions N] [--profile]
 
 Builds a synthetic run through the Store API (seeded; ratio 10 x delay 5 x env 2 x
 proto 2 = 200 configurations, 20 repetitions, 20 s trials with per-second
 throughput, cwnd and srtt per flow and a ping RTT every 10 ms), renders the
-report and prints what it cost next to the budget of issue 4: under 10 s and
-under 15 MB. Also prints where the bytes go, so a regression in size points at
-its cause. Exits 1 when over budget.
+report and prints what it cost next to its budgets: under 10 s and under 8 MB
+(issue 17, "reports of the right size"). Then renders a synthetic run shaped
+like ``make demo``'s (the built-in ``quick``: ratio 2 x proto 2, 3 repetitions,
+4 s trials, a ping every 2 ms) against its budget of 1.5 MB, without building
+a lab. For both it prints where the bytes go (plotly.js, chart and series
+data, each packed and as plain text, the page script, the HTML) and which
+plotly.js bundle was inlined, so a regression in size points at its cause.
+Exits 1 when over budget.
 """
 
 from __future__ import annotations
 
 import argparse
 import cProfile
+import html
 import io
 import pstats
 import re
@@ -23,11 +29,13 @@ import time
 from pathlib import Path
 
 from vnetbench.report.html import write_report
+from vnetbench.report.html_payload import unpack
 from vnetbench.report.html_synthetic import make_run
 from vnetbench.store.db import Store
 
 TIME_BUDGET_S = 10.0
-SIZE_BUDGET_MB = 15.0
+SIZE_BUDGET_MB = 8.0
+DEMO_SIZE_BUDGET_MB = 1.5
 
 MATRIX = {
     "ratio": [0.4, 0.6, 0.8, 0.9, 1.0, 1.2, 1.6, 2.0, 3.0, 4.0],
@@ -44,6 +52,46 @@ def build(db: Path, repetitions: int) -> tuple[Store, str, float]:
     run_id = make_run(store, "bench0000report", matrix=MATRIX, repetitions=repetitions, duration_s=20,
                       ping_interval_s=0.01, seed=42, fail_every=97)
     return store, run_id, time.perf_counter() - t
+
+
+#: The shape of `make demo`'s run (src/vnetbench/scenario/builtin/quick.toml).
+DEMO = dict(name="quick", matrix={"ratio": [0.6, 2.0], "proto": ["udp", "tcp"]}, repetitions=3, duration_s=4,
+            ping_interval_s=0.002, seed=1)
+
+
+def sizes(path: Path) -> tuple[int, str]:
+    """(bytes of the page, a line saying where they go)."""
+    size = path.stat().st_size
+    text = path.read_text(encoding="utf-8")
+    blocks = dict(re.findall(r'<script type="application/json" id="(vnb-[a-z]+)">(.*?)</script>', text, re.S))
+    app = sum(len(s.encode()) for s in re.findall(r"<script>(.*?)</script>", text, re.S))
+
+    def block(name: str) -> str:
+        b = blocks.get(name, "")
+        return f"{len(b.encode()) / 1e6:.2f} MB (plain {len(unpack(b).encode()) / 1e6:.2f} MB)" if b else "none"
+
+    packed = sum(len(b.encode()) for b in blocks.values())
+    charts = re.search(r"charts: (plotly\.js [^,]*)", text)
+    return size, (f"plotly.js {block('vnb-plotly')}, chart and series data {block('vnb-data')}, page script "
+                  f"{app / 1e6:.2f} MB, HTML {(size - packed - app) / 1e6:.2f} MB; "
+                  f"{html.unescape(charts.group(1)) if charts else 'plotly.js: not named on the page'}")
+
+
+def demo(out_dir: Path) -> float:
+    """The demo-sized report's size in MB, printed against its budget."""
+    db = out_dir / "bench-demo.db"
+    for p in out_dir.glob("bench-demo.db*"):
+        p.unlink()
+    with Store(db) as store:
+        run_id = make_run(store, "bench0000demo", **DEMO)
+        path = write_report(store, [run_id], out_dir / "bench-demo.html")
+    size, where = sizes(path)
+    mb = size / 1e6
+    print(f"demo:   {mb:6.2f} MB  budget {DEMO_SIZE_BUDGET_MB:g} MB  ratio {mb / DEMO_SIZE_BUDGET_MB:.2f}   "
+          "(synthetic run shaped like `make demo`'s)")
+    print(f"bytes:  {where}")
+    print(f"report: {path}")
+    return mb
 
 
 def main() -> int:
@@ -75,24 +123,19 @@ def main() -> int:
     if prof:
         prof.disable()
     render_s = time.perf_counter() - t
-    size = html_path.stat().st_size
-    text = html_path.read_text(encoding="utf-8")
-    data = re.search(r'<script type="application/json" id="vnb-data">(.*?)</script>', text, re.S)
-    scripts = re.findall(r"<script>(.*?)</script>", text, re.S)
-    data_b = len(data.group(1).encode()) if data else 0
-    script_b = sum(len(s.encode()) for s in scripts)
+    size, where = sizes(html_path)
     mb = size / 1e6
     print(f"render: {render_s:6.2f} s   budget {TIME_BUDGET_S:g} s   ratio {render_s / TIME_BUDGET_S:.2f}")
     print(f"size:   {mb:6.2f} MB  budget {SIZE_BUDGET_MB:g} MB  ratio {mb / SIZE_BUDGET_MB:.2f}")
-    print(f"bytes:  scripts (plotly.js + page script) {script_b / 1e6:.2f} MB, chart and series data "
-          f"{data_b / 1e6:.2f} MB, HTML {(size - script_b - data_b) / 1e6:.2f} MB")
+    print(f"bytes:  {where}")
     print(f"report: {html_path}" + ("" if args.keep else " (temporary; --keep DIR to look at it)"))
     if prof:
         s = io.StringIO()
         pstats.Stats(prof, stream=s).sort_stats("cumulative").print_stats(15)
         print(s.getvalue())
     store.close()
-    over = render_s > TIME_BUDGET_S or mb > SIZE_BUDGET_MB
+    demo_mb = demo(out_dir)
+    over = render_s > TIME_BUDGET_S or mb > SIZE_BUDGET_MB or demo_mb > DEMO_SIZE_BUDGET_MB
     print("OVER BUDGET" if over else "within budget")
     return 1 if over else 0
 

@@ -22,6 +22,7 @@ import pytest
 from browser import (READY_TIMEOUT_MS, assert_all_charts_drawn, check_comparison_table, check_trial_selector, chromium,
                      needs_browser, open_report, screenshot)
 from helpers import cli, run_id_of
+from vnetbench.report import plotly_bundle
 from vnetbench.report.html import write_report
 from vnetbench.report.html_synthetic import make_run
 from vnetbench.store.db import Store
@@ -169,3 +170,62 @@ def test_real_congestion_run_report(tmp_path, no_leftovers):
         check_trial_selector(page)
         assert not watch.errors, watch.errors
         assert not watch.foreign_requests, watch.foreign_requests
+
+
+# ------------------------------------------------------------------ which plotly.js
+
+
+def _small_report(tmp_path: Path) -> Path:
+    with Store(tmp_path / "r.db") as store:
+        run = make_run(store, "bundle000run", matrix={"ratio": [0.6, 1.0, 2.0], "proto": ["udp", "tcp"]},
+                       repetitions=4, duration_s=3, ping_interval_s=0.01, seed=3)
+        return write_report(store, [run], tmp_path / "bundle.html")
+
+
+def _plotly_in_page(page) -> dict:
+    return page.evaluate("""() => ({version: window.Plotly.version,
+        traces: Object.keys(window.Plotly.PlotSchema.get().traces),
+        boxes: document.querySelectorAll('.boxlayer .trace').length,
+        scripts: document.querySelectorAll('script').length})""")
+
+
+def test_report_draws_with_the_cartesian_bundle(tmp_path):
+    """What `make setup` installs: Plotly's cartesian bundle, packed, run by its hash under the CSP."""
+    problem = plotly_bundle._problem(plotly_bundle.bundle_dir() / plotly_bundle.FILE_NAME)
+    if problem:
+        pytest.fail(f"{problem}: run `make setup` (or `python -m vnetbench.report.plotly_bundle install`)")
+    path = _small_report(tmp_path)
+    assert "(cartesian bundle)" in path.read_text(encoding="utf-8")
+    with chromium() as ctx:
+        page, watch = open_report(ctx, path)
+        assert_all_charts_drawn(page, watch)
+        got = _plotly_in_page(page)
+        assert got["version"] == plotly_bundle.VERSION
+        assert {"scatter", "box"} <= set(got["traces"]) and "scattergeo" not in got["traces"], got["traces"]
+        assert got["boxes"] > 0 and got["scripts"] == 3
+        check_trial_selector(page)
+        assert not watch.errors, watch.errors
+
+
+def test_report_draws_with_the_full_bundle_when_the_cartesian_one_is_missing(tmp_path, monkeypatch):
+    monkeypatch.setattr(plotly_bundle, "bundle_dir", lambda: tmp_path / "nothing-installed")
+    path = _small_report(tmp_path)
+    assert "(full bundle)" in path.read_text(encoding="utf-8")
+    with chromium() as ctx:
+        page, watch = open_report(ctx, path)
+        assert_all_charts_drawn(page, watch)
+        got = _plotly_in_page(page)
+        assert got["version"] == plotly_bundle.VERSION and "scattergeo" in got["traces"]
+        assert "the full bundle of the plotly" in page.locator("footer.page").inner_text()
+        assert not watch.errors, watch.errors
+
+
+def test_a_browser_that_cannot_unpack_says_so_in_every_chart(tmp_path):
+    path = _small_report(tmp_path)
+    with chromium() as ctx:
+        ctx.add_init_script("delete window.DecompressionStream;")
+        page, watch = open_report(ctx, path)
+        assert page.evaluate("() => document.documentElement.getAttribute('data-vnb-charts')") == "error"
+        texts = page.locator("[data-chart]").all_text_contents()
+        assert texts and all("no DecompressionStream" in t and "Firefox 113" in t for t in texts), texts
+        assert not watch.foreign_requests

@@ -15,8 +15,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from vnetbench.report import html_model
-from vnetbench.report.html import render_report, write_report
+from vnetbench.report import html_model, plotly_bundle
+from vnetbench.report.html_payload import unpack
+from vnetbench.report.html import _csp_hash, render_report, write_report
 from vnetbench.report.html_synthetic import make_run
 from vnetbench.stats.compare import compare_metrics
 from vnetbench.store.db import SampleRecord, SeriesRecord, Store, TrialRecord
@@ -82,9 +83,10 @@ def parse(page: str) -> Tags:
 
 
 def page_data(page: str) -> dict:
+    """The chart data as the page script sees it, unpacked (gzip + base64, see html_payload)."""
     m = re.search(r'<script type="application/json" id="vnb-data">(.*?)</script>', page, re.S)
     assert m, "the page carries its data in one application/json script"
-    return json.loads(m.group(1))
+    return json.loads(unpack(m.group(1)))
 
 
 def chart_specs(data: dict, prefix: str) -> list[dict]:
@@ -107,8 +109,6 @@ def test_write_report_returns_the_path_and_accepts_prefixes(one_run, tmp_path):
 
 
 def test_page_is_self_contained(one_run):
-    from plotly.offline import get_plotlyjs
-
     store, run = one_run
     page = render_report(store, [run])
     tags = parse(page).tags
@@ -116,7 +116,9 @@ def test_page_is_self_contained(one_run):
     assert len(scripts) == 3, "data, plotly.js and the page script; nothing else"
     assert all("src" not in a for a in scripts)
     assert not [t for t, a in tags if t in ("link", "iframe", "object", "embed", "img", "audio", "video")]
-    assert page.count(get_plotlyjs()[:300]) == 1, "plotly.js is inlined exactly once"
+    plotly_js = unpack(re.search(r'<script type="application/json" id="vnb-plotly">(.*?)</script>', page,
+                                 re.S).group(1))
+    assert plotly_js == plotly_bundle.load().js, "plotly.js is inlined once, packed, as the bundle chosen"
     # No stylesheet or font from elsewhere.
     css = re.search(r"<style>(.*?)</style>", page, re.S).group(1)
     assert "@import" not in css and "url(" not in css
@@ -125,6 +127,7 @@ def test_page_is_self_contained(one_run):
     assert "default-src 'none'" in csp and "connect-src 'none'" in csp
     assert "unsafe-inline" not in csp.split("script-src")[1].split(";")[0]
     assert len(re.findall(r"'sha256-[A-Za-z0-9+/=]+'", csp)) == 2
+    assert _csp_hash(plotly_js) in csp, "the page script may run the unpacked plotly.js, by its hash"
 
 
 def test_sections_and_what_ran(one_run):
@@ -261,7 +264,9 @@ def test_user_strings_are_escaped_everywhere(store):
     # In the chart data the same strings are HTML-escaped for plotly's pseudo-HTML, and the JSON holds no '<'.
     blob = re.search(r'id="vnb-data">(.*?)</script>', page, re.S).group(1)
     assert "<" not in blob and ">" not in blob
-    data = json.loads(blob)
+    inner = unpack(blob)
+    assert "<" not in inner and ">" not in inner, "unpacked, it is the same inert JSON as before packing"
+    data = json.loads(inner)
     box = chart_specs(data, "box-")[0]["layout"]
     assert box["legend"]["title"]["text"] == "&lt;/script&gt;&lt;svg onload=alert(3)&gt;"
     assert "&lt;script&gt;alert(1)&lt;/script&gt; / 0.6" in box["xaxis"]["categoryarray"]

@@ -20,11 +20,15 @@ one page with:
 * **Latency CDFs** per configuration, and **time series** per trial with a
   trial selector.
 
-Everything the page needs is inlined: plotly.js from the pinned plotly Python
-package, a small script and a style sheet from ``report/assets``. A Content
-Security Policy forbids every network request and any script other than those
-two (by hash), so an escaped-but-missed label still could not run. User text is
-escaped with :func:`html.escape`; data for the script is JSON inside
+Everything the page needs is inlined: plotly.js (Plotly's cartesian bundle,
+pinned and verified, see :mod:`.plotly_bundle`; else the plotly Python
+package's full one), a small script and a style sheet from ``report/assets``.
+plotly.js and the chart data travel gzipped and base64-encoded
+(:mod:`.html_payload`); the page script unpacks them and runs plotly.js as an
+inline script. A Content Security Policy forbids every network request and any
+script other than those two (by the hash of their text), so an
+escaped-but-missed label still could not run. User text is escaped with
+:func:`html.escape`; data for the script is JSON inside
 ``<script type="application/json">`` with ``<``, ``>`` and ``&`` escaped.
 """
 
@@ -49,7 +53,9 @@ from vnetbench.output import check_target, write_text
 from vnetbench.report import html_charts as charts
 from vnetbench.report import html_compare as compare
 from vnetbench.report import html_model as model_mod
+from vnetbench.report import html_payload as payload
 from vnetbench.report import html_topology as topology
+from vnetbench.report import plotly_bundle
 from vnetbench.report.html_model import Entry, ReportModel, fmt_num, fmt_value
 from vnetbench.report.relative import software_guest_note
 from vnetbench.runner.machine_load import describe as describe_machine_load, machine_note
@@ -76,14 +82,12 @@ def _asset(name: str) -> str:
     return (ASSETS / name).read_text(encoding="utf-8")
 
 
-def _plotly_js() -> tuple[str, str]:
-    import plotly
-    from plotly.offline import get_plotlyjs
-
-    js = get_plotlyjs()
-    # Never let the bundle end our <script> element early.
-    js = js.replace("</script", "<\\/script").replace("</SCRIPT", "<\\/SCRIPT")
-    return js, plotly.__version__
+def _plotly_js() -> tuple[plotly_bundle.Bundle, str]:
+    """The bundle, and its packed block for the page. Packed, its text never meets the HTML parser, so
+    nothing in it can end the element early; the page script runs exactly this text, whose hash the
+    Content Security Policy carries."""
+    bundle = plotly_bundle.load()
+    return bundle, json_for_script(payload.pack(bundle.js))
 
 
 def json_for_script(data: Any) -> str:
@@ -669,11 +673,11 @@ def render_report(store, run_ids: list[str], *, comparison: dict | list | None =
                      f'<span class="note">{len(m.entries)} configurations are too many for one chart: the charts '
                      f"show one slice by {e(', '.join(a.name for a in m.layout.facet_axes))} at a time.</span>"
                      f'<span class="print-only" id="facet-print"></span></div>')
-    plotly_js, plotly_version = _plotly_js()
+    bundle, plotly_block = _plotly_js()
     app_js = _asset("report.js")
     css = _asset("report.css")
     csp = ("default-src 'none'; "
-           f"script-src {_csp_hash(plotly_js)} {_csp_hash(app_js)}; "
+           f"script-src {_csp_hash(bundle.js)} {_csp_hash(app_js)}; "
            "style-src 'unsafe-inline'; img-src data: blob:; font-src data:; connect-src 'none'; "
            "media-src 'none'; object-src 'none'; frame-src 'none'; worker-src 'none'; base-uri 'none'; "
            "form-action 'none'")
@@ -687,16 +691,20 @@ def render_report(store, run_ids: list[str], *, comparison: dict | list | None =
         f"<title>{e(title)}</title><style>{css}</style></head><body>",
         '<header class="page"><h1>', e(title), "</h1>",
         f'<p class="meta">Run{"s" if len(m.runs) > 1 else ""} <code>{e(runs_text)}</code> · generated {e(generated)}'
-        f" by vnetbench {e(vnetbench.__version__)} · charts: plotly {e(plotly_version)}, embedded (works offline)</p>",
+        f" by vnetbench {e(vnetbench.__version__)} · charts: plotly.js {e(bundle.version)} ({e(bundle.kind)} bundle),"
+        " embedded (works offline)</p>",
         f'<nav class="toc" aria-label="Contents"><ol>{toc}</ol></nav></header>',
         facet_bar,
         '<main>', "".join(s[2] for s in sections), "</main>",
         '<footer class="page"><p>Every script and style of this page is inside this file; it makes no network '
         "request. Values are per trial (one number per trial and metric); medians with exact 95% confidence "
         "intervals; comparisons by Mann-Whitney U with Holm adjustment and bootstrap intervals of the relative "
-        "change.</p></footer>",
-        f'<script type="application/json" id="vnb-data">{json_for_script(data)}</script>',
-        f"<script>{plotly_js}</script>",
+        f'change.</p><p class="{"note" if bundle.kind == "cartesian" else "note warn"}">Charts: {e(bundle.note)}.'
+        "</p></footer>",
+        # Packed: the chart data is most of a large report and compresses to about half (see html_payload).
+        f'<script type="application/json" id="vnb-data">{json_for_script(payload.pack(json_for_script(data)))}'
+        "</script>",
+        f'<script type="application/json" id="vnb-plotly">{plotly_block}</script>',
         f"<script>{app_js}</script>",
         "</body></html>\n",
     ])
