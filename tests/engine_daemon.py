@@ -73,16 +73,8 @@ def dockerd(*daemon_args: str) -> Iterator[str]:
             time.sleep(0.2)
         yield url
     finally:
-        proc.send_signal(signal.SIGTERM)  # dockerd stops its containerd itself
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=10)
+        _stop(proc, home, netns)  # dockerd stops its containerd itself
         log.close()
-        _unmount_under(home)  # what a dockerd killed hard may have left mounted under its directory
-        subprocess.run(["ip", "netns", "del", netns], capture_output=True)
-        shutil.rmtree(home, ignore_errors=True)
 
 
 @contextmanager
@@ -123,16 +115,8 @@ def podman_service() -> Iterator[str]:
                 subprocess.run([*remote, "network", "rm", "--force", name], capture_output=True)
         for name in set(_cni_networks()) - cni_before:  # this engine's networks', removed by whoever made them
             shutil.rmtree(CNI_IPAM_STATE / name, ignore_errors=True)
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=10)
+        _stop(proc, home, netns)
         log.close()
-        _unmount_under(home)
-        subprocess.run(["ip", "netns", "del", netns], capture_output=True)
-        shutil.rmtree(home, ignore_errors=True)
 
 
 CNI_IPAM_STATE = Path("/var/lib/cni/networks")  # host-local IPAM's bookkeeping, left behind by `network rm`
@@ -140,6 +124,20 @@ CNI_IPAM_STATE = Path("/var/lib/cni/networks")  # host-local IPAM's bookkeeping,
 
 def _cni_networks() -> list[str]:
     return os.listdir(CNI_IPAM_STATE) if CNI_IPAM_STATE.is_dir() else []
+
+
+def _stop(proc: subprocess.Popen, home: Path, netns: str) -> None:
+    """Stop an engine (SIGTERM, SIGKILL to its session after 30 s), then remove its directory and namespace,
+    with whatever an engine killed hard left mounted there."""
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+    _unmount_under(home)
+    subprocess.run(["ip", "netns", "del", netns], capture_output=True)
+    shutil.rmtree(home, ignore_errors=True)
 
 
 def _unmount_under(home: Path) -> None:
