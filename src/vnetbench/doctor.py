@@ -75,6 +75,17 @@ def link_emulator_check() -> tuple[str, bool, str, str]:
     return "link emulator vnb-link", True, f"{path} (userspace backend; `doctor --fidelity` measures it)", ""
 
 
+def report_bundle_check() -> tuple[str, bool, str, str]:
+    """Which plotly.js HTML reports inline: the pinned cartesian bundle, or the full one and why."""
+    from vnetbench.report import plotly_bundle
+
+    problem = plotly_bundle.problem()
+    if problem is None:
+        return ("report plotly.js", True, f"{plotly_bundle.PACKAGE} {plotly_bundle.VERSION}, sha256 verified", "")
+    return ("report plotly.js", False, f"{problem}: reports carry the full bundle (3 MB more each)",
+            "`make setup` installs the cartesian bundle (python -m vnetbench.report.plotly_bundle install)")
+
+
 def kvm_state() -> tuple[bool, str]:
     dev = Path("/dev/kvm")
     if not dev.exists():
@@ -115,6 +126,7 @@ def run_checks() -> DoctorReport:
     kvm_ok, kvm_detail = kvm_state()
     report.add("kvm", kvm_ok, kvm_detail, "" if kvm_ok else KVM_FIX)
     report.add("cgroups", True, cgroups.describe())
+    report.add(*report_bundle_check())
     for cap in environments.availability(probe=root):  # what `env = ...` can be on this machine
         report.add(f"env {cap.name}", cap.ok, cap.detail, cap.fix)
     return report

@@ -30,3 +30,20 @@ def test_missing_netem_names_the_module_and_the_fallback(monkeypatch):
     assert "sch_netem" in netem.fix and "kernel-modules-extra" in netem.fix and "vnb-link" in netem.fix
     assert checks["qdisc tbf"].ok and "qdiscs" not in checks
     assert not checks["kvm"].ok and "TCG" in checks["kvm"].fix and "kvm_intel" in checks["kvm"].fix
+
+
+def test_doctor_says_which_plotly_js_reports_carry(monkeypatch, tmp_path):
+    from vnetbench.report import plotly_bundle
+
+    monkeypatch.setattr(doctor.os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(doctor.environments, "availability", lambda probe: [])
+    monkeypatch.setattr(plotly_bundle, "bundle_dir", lambda: tmp_path)
+    check = by_name(doctor.run_checks())["report plotly.js"]
+    assert not check.ok and "is not installed" in check.detail and "full bundle" in check.detail
+    assert "make setup" in check.fix
+    (tmp_path / plotly_bundle.FILE_NAME).write_text("not plotly")
+    check = by_name(doctor.run_checks())["report plotly.js"]
+    assert not check.ok and "does not match its pinned sha256" in check.detail
+    monkeypatch.setattr(plotly_bundle, "FILE_SHA256", __import__("hashlib").sha256(b"not plotly").hexdigest())
+    check = by_name(doctor.run_checks())["report plotly.js"]
+    assert check.ok and plotly_bundle.PACKAGE in check.detail and "verified" in check.detail

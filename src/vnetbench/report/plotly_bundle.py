@@ -92,6 +92,11 @@ def _problem(path: Path) -> str | None:
     return None
 
 
+def problem(directory: Path | None = None) -> str | None:
+    """Why reports cannot inline the cartesian bundle here, or None when they can."""
+    return _problem((directory or bundle_dir()) / FILE_NAME)
+
+
 def bundle_version(js: str) -> str:
     """The plotly.js version a bundle's header comment names ("plotly.js (cartesian - minified) v4.1.1")."""
     m = re.search(r"plotly\.js(?: \([^)]*\))? v(\d+\.\d+\.\d+\S*)", js[:1000])
