@@ -1,4 +1,5 @@
-"""`docker`: endpoints as real Docker containers, on a user-defined bridge network of the engine's own.
+"""`docker` (and, through the same class, `podman`): endpoints as real containers of the engine, on a
+user-defined bridge network of the engine's own.
 
 ::
 
@@ -12,8 +13,12 @@ path is the engine's bridge, veths and rules, not the lab's switch. Link conditi
 path: a receiver's bottleneck to the egress of its veth on the engine's bridge (toward it) and of its eth0
 (from it), the link emulator spliced between the two, exactly as on the lab's switch.
 
-Workload tools run inside the containers (`docker exec`, so the engine's seccomp profile, capabilities and
-cgroup apply to them) from the tools image built of this machine's files (:mod:`vnetbench.lab.engines`).
+With ``network = "host"`` there is no engine network: each container's own namespace is wired to the lab's
+switch as a bare endpoint's is, and only the container itself (cgroup, seccomp, exec path) is measured.
+
+Workload tools run inside the containers (`docker exec`, `podman --remote exec`: the engine's seccomp profile,
+capabilities and cgroup apply to them) from the tools image built of this machine's files
+(:mod:`vnetbench.lab.engines`).
 Each container's network namespace is given a name (``ip netns attach``), so tc, ethtool and the tcp_info
 sampler reach it like any namespace of the lab; the engine's own namespace is attached under a name
 `vnetbench clean` only unmounts (its processes are the engine's, never ours).
