@@ -7,7 +7,8 @@
 
 Nothing outside the test's temp dir is touched: dropbear gets its host key with -r, and the user's
 authorized_keys comes from a temp home bind-mounted over the user's home in a mount namespace of dropbear's
-own (the real home and ~/.ssh are never read or written). Clients get a known_hosts file in the temp dir.
+own (the real home and ~/.ssh are never read or written), where a copy of /etc/passwd also holds the tests'
+non-root user (the machine's users are never changed). Clients get a known_hosts file in the temp dir.
 dropbear rather than OpenSSH's sshd: Debian's openssh-server package starts a system sshd on port 22.
 """
 
@@ -15,9 +16,11 @@ from __future__ import annotations
 
 import os
 import pwd
+import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,13 +45,17 @@ def host_key(path: Path) -> str:
     return " ".join(line.split()[:2])
 
 
-def non_root_user() -> pwd.struct_passwd | None:
-    """A local user that is not root, has a login shell and an existing home (dropbear needs both)."""
-    shells = set(Path("/etc/shells").read_text().split())
-    for pw in pwd.getpwall():
-        if pw.pw_uid >= 1000 and pw.pw_uid != 65534 and pw.pw_shell in shells and Path(pw.pw_dir).is_dir():
-            return pw
-    return None
+@dataclass(frozen=True)
+class TestUser:
+    """A user that exists only for the servers: an entry in a copy of /etc/passwd that dropbear sees in its own
+    mount namespace (the machine's users are neither needed nor touched)."""
+
+    pw_name: str = "vnbtest"
+    pw_uid: int = 64242
+    pw_gid: int = 64242
+
+
+NON_ROOT = TestUser()
 
 
 @dataclass
@@ -71,6 +78,7 @@ class SshLab:
     n: int = 0
     namespaces: list[str] = field(default_factory=list)
     servers: list[Server] = field(default_factory=list)
+    homes: list[Path] = field(default_factory=list)
 
     def namespace(self, root_addr: str, ns_addr: str) -> str:
         """A namespace joined to the root namespace by a veth: root_addr (with prefix) here, ns_addr there."""
@@ -92,15 +100,31 @@ class SshLab:
         """dropbear in ``ns`` on address:port, letting in the given public keys for each user name."""
         d = self.tmp / f"server-{len(self.servers) + 1}"
         binds: list[str] = []
+        d.mkdir(parents=True)
+        passwd = Path("/etc/passwd").read_text()
         for name, keys in authorized.items():
-            user = pwd.getpwnam(name)
             home = d / f"home-{name}"
-            (home / ".ssh").mkdir(parents=True)
+            if name == NON_ROOT.pw_name:
+                # The test's own user: its home is a temp dir of its own outside pytest's (which is root's,
+                # mode 0700, and dropbear reads authorized_keys as the user).
+                home = Path(tempfile.mkdtemp(prefix=f"{PREFIX}-home-"))
+                os.chmod(home, 0o755)
+                self.homes.append(home)
+                uid, gid, real_home = NON_ROOT.pw_uid, NON_ROOT.pw_gid, str(home)
+                passwd += f"{name}:*:{uid}:{gid}:vnetbench test user:{home}:/bin/sh\n"
+            else:
+                user = pwd.getpwnam(name)
+                uid, gid, real_home = user.pw_uid, user.pw_gid, user.pw_dir
+            (home / ".ssh").mkdir(parents=True, exist_ok=False)
             (home / ".ssh" / "authorized_keys").write_text("".join(k + "\n" for k in keys))
             for p in (home, home / ".ssh", home / ".ssh" / "authorized_keys"):
-                os.chown(p, user.pw_uid, user.pw_gid)
+                os.chown(p, uid, gid)
                 os.chmod(p, 0o600 if p.is_file() else 0o700)
-            binds += [str(home), user.pw_dir]
+            if real_home != str(home):
+                binds += [str(home), real_home]
+        (d / "passwd").write_text(passwd)
+        os.chmod(d / "passwd", 0o644)
+        binds += [str(d / "passwd"), "/etc/passwd"]
         public = host_key(d / "host_key")
         log = d / "dropbear.log"
         env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"}
@@ -145,3 +169,5 @@ class SshLab:
                 except ProcessLookupError:
                     pass
             subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+        for home in self.homes:
+            shutil.rmtree(home, ignore_errors=True)

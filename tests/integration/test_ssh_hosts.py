@@ -34,13 +34,11 @@ class Lab:
         self.net = net
         self.good_pub = sshlab.keypair(tmp / "id_good")
         sshlab.keypair(tmp / "id_wrong")
-        self.other = sshlab.non_root_user()
+        self.other = sshlab.NON_ROOT
         ns1 = self.net.namespace("198.18.200.129/25", "198.18.200.130")
         ns2 = self.net.namespace("198.18.200.1/30", "198.18.200.2")
         self.alpha = self.net.server(ns1, "198.18.200.130", 2222, {"root": [self.good_pub]})
-        users = {"root": [self.good_pub]}
-        if self.other:
-            users[self.other.pw_name] = [self.good_pub]
+        users = {"root": [self.good_pub], self.other.pw_name: [self.good_pub]}
         self.beta = self.net.server(ns2, "198.18.200.2", 22, users)
         self.known_hosts = tmp / "known_hosts"
         self.known_hosts.write_text(self.alpha.known_hosts_line() + "\n" + self.beta.known_hosts_line() + "\n")
@@ -180,8 +178,6 @@ def test_privileges_root_and_not(lab):
         p = c.privileges()
         assert (p.user, p.root, p.ok) == ("root", True, True)
         assert c.command(["tc", "qdisc", "show"], root=True)[-1] == "tc qdisc show"  # root: no sudo
-    if lab.other is None:
-        pytest.skip("no non-root local user with a login shell to log in as")
     with lab.connect(lab.host("beta", user=lab.other.pw_name)) as c:
         p = c.privileges()
         assert (p.user, p.root, p.sudo, p.ok) == (lab.other.pw_name, False, False, False)
@@ -226,8 +222,6 @@ def test_doctor_hosts_ready(lab, tmp_path):
 
 
 def test_doctor_hosts_not_ready_names_the_fix(lab, tmp_path):
-    if lab.other is None:
-        pytest.skip("no non-root local user with a login shell to log in as")
     done = _doctor(lab, _inventory(lab, tmp_path / "inv.yml", lab.other.pw_name))
     assert done.returncode == 1, done.stdout + done.stderr
     assert "1 of 2 hosts ready; not ready: beta" in done.stdout
