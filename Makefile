@@ -14,7 +14,7 @@ export PATH := $(HOME)/.cargo/bin:$(PATH)
 DEB_PACKAGES := iproute2 iputils-ping iperf3 fping irtt sockperf wrk apache2-utils nginx-light sysbench mbw \
                 ethtool tcpdump \
                 nftables procps util-linux kmod busybox-static qemu-system-x86 \
-                linux-image-amd64 dropbear-bin zstd chromium python3-venv tmux docker.io podman catatonit
+                linux-image-amd64 dropbear-bin openssh-client zstd chromium python3-venv tmux docker.io podman catatonit
 
 .PHONY: setup deps venv emulator plotly-bundle demo test test-unit test-lab clean-lab
 

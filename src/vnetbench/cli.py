@@ -27,6 +27,10 @@ from vnetbench.scenario import MAX_CONFIGURATIONS
 def cmd_doctor(args: argparse.Namespace) -> int:
     from vnetbench.doctor import run_checks
 
+    if args.hosts:
+        if args.fidelity:
+            raise VnetbenchError("doctor --fidelity measures this machine's link emulation; run it without --hosts")
+        return _doctor_hosts(args)
     report = run_checks()
     for c in report.checks:
         mark = "[green]ok[/]  " if c.ok else "[red]no[/]  "
@@ -37,6 +41,29 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     if getattr(args, "fidelity", False):
         return _doctor_fidelity()
     return 0
+
+
+def _doctor_hosts(args: argparse.Namespace) -> int:
+    """Preflight of the inventory's hosts over SSH; 1 when any host lacks something every run needs."""
+    from vnetbench.hosts import inventory, preflight
+    from vnetbench.hosts.ssh import SshConnection
+
+    inv = inventory.load(args.hosts)
+    hosts = inv.resolve(args.limit) if args.limit else list(inv.hosts.values())
+    if not hosts:
+        raise VnetbenchError(f"{args.hosts}: the inventory has no hosts")
+    if args.ssh_config and not Path(args.ssh_config).is_file():
+        raise VnetbenchError(f"--ssh-config {args.ssh_config}: no such file")
+    reports = preflight.check_hosts(hosts, lambda h: SshConnection(
+        h, accept_new_host_keys=args.accept_new_host_keys, config_file=args.ssh_config,
+        connect_timeout=args.connect_timeout))
+    out.print(preflight.table(reports))
+    for line in preflight.fixes(reports):
+        out.print(f"[dim]->[/] {escape(line)}")
+    lacking = [r.host.name for r in reports if r.lacking]
+    out.print(f"{len(reports) - len(lacking)} of {len(reports)} hosts ready"
+              + (f"; not ready: {escape(', '.join(lacking))}" if lacking else ""))
+    return 1 if lacking else 0
 
 
 def _doctor_fidelity() -> int:
@@ -243,6 +270,18 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--fidelity", action="store_true",
                     help="also measure how faithfully the link backends emulate delay, rate, queue, loss, "
                          "jitter and schedules (builds a lab; about 90 s)")
+    sp.add_argument("--hosts", metavar="INVENTORY",
+                    help="check the hosts of an Ansible inventory (YAML or INI) over SSH instead of this machine; "
+                         "nothing is started or changed on them")
+    sp.add_argument("--limit", metavar="HOST|GROUP", action="append",
+                    help="with --hosts: only these hosts or groups (repeatable)")
+    sp.add_argument("--accept-new-host-keys", action="store_true",
+                    help="with --hosts: add the host key of a host not yet in known_hosts (trust on first use); "
+                         "a changed key is still refused")
+    sp.add_argument("--ssh-config", metavar="FILE",
+                    help="with --hosts: this ssh client config instead of ~/.ssh/config (ssh -F)")
+    sp.add_argument("--connect-timeout", type=float, default=10, metavar="SECONDS",
+                    help="with --hosts: how long to wait for each host to answer (default 10)")
     sp.set_defaults(func=cmd_doctor)
 
     sp = with_db(sub.add_parser("run", help="run a scenario (built-in name or .toml file)"))

@@ -30,3 +30,13 @@ class EnvironmentUnavailable(LabError):
 
 class StoreError(VnetbenchError):
     """The results database cannot answer (unknown run id, wrong file)."""
+
+
+class HostError(VnetbenchError):
+    """A remote host cannot be reached, refused us, or cannot do what was asked. ``fix`` says what to do,
+    on its own, for tables that show it apart from the message."""
+
+    def __init__(self, message: str, fix: str = ""):
+        super().__init__(f"{message}; {fix}" if fix else message)
+        self.reason = message
+        self.fix = fix

@@ -1,0 +1,94 @@
+"""Remote commands are argument lists quoted once for the remote shell; ssh's failures read for people."""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from vnetbench.hosts.inventory import InventoryHost
+from vnetbench.hosts.ssh import (AuthenticationRefused, HostKeyChanged, HostKeyUnknown, SshConnection, Unreachable,
+                                 remote_command)
+
+HOSTILE = ["$(touch /tmp/vnbtest-pwned)", "; rm -rf /", "`id`", "it's", 'say "hi"', "a\nb", "line\r\n", "☃ ünï",
+           "$HOME", "*", "~root", "-n", "", " ", "a\\b", "|", "&&", "#comment", "{a,b}", "x=1", "\t"]
+
+
+def remote_sh(argv: list[str]) -> list[str]:
+    """What a POSIX login shell hands the command: run the quoted line through sh, as sshd does."""
+    out = subprocess.run(["sh", "-c", remote_command(["printf", "%s\\0", *argv])], capture_output=True, timeout=5)
+    assert out.returncode == 0
+    return out.stdout.decode().split("\0")[:-1]
+
+
+def test_hostile_arguments_round_trip_through_sh(tmp_path):
+    assert remote_sh(HOSTILE) == HOSTILE
+    assert shlex.split(remote_command(HOSTILE)) == HOSTILE
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\0"), max_size=20),
+                min_size=1, max_size=6))  # printf with no argument prints its format once
+def test_any_text_round_trips(argv):
+    assert remote_sh(argv) == argv
+
+
+def host(**kw) -> InventoryHost:
+    return InventoryHost(**{"name": "srv", "address": "198.18.0.10", "user": "bench", "port": 2222, **kw})
+
+
+def test_the_ssh_command_line():
+    c = SshConnection(host(private_key_file="/k"), accept_new_host_keys=False, known_hosts_file="/kh")
+    try:
+        argv = c.command(["echo", "a b", "$(x)"])
+        opts = " ".join(argv)
+        assert "BatchMode=yes" in opts and "StrictHostKeyChecking=yes" in opts and "ControlMaster=auto" in opts
+        assert f"ControlPath={c.control_dir}/%C" in opts and "ControlPersist=" in opts
+        assert "UserKnownHostsFile=/kh" in opts and "-l bench" in opts and "-p 2222" in opts and "-i /k" in opts
+        # the address after "--", so an address starting with "-" is never an option; the command as one string
+        assert argv[-3:] == ["--", "198.18.0.10", "echo 'a b' '$(x)'"]
+        assert oct(c.control_dir.stat().st_mode & 0o777) == "0o700"
+    finally:
+        c.close()
+    assert not c.control_dir.exists()
+    with SshConnection(host(), accept_new_host_keys=True) as c:
+        assert "StrictHostKeyChecking=accept-new" in c.command(["true"])
+        assert not any("StrictHostKeyChecking=no" in a for a in c.command(["true"]))
+
+
+# ssh's own words (OpenSSH 9.2), as the integration tests see them from a real server.
+UNKNOWN = ("No ED25519 host key is known for [198.18.0.10]:2222 and you have requested strict checking.\r\n"
+           "Host key verification failed.\r\n")
+CHANGED = ("@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@\n"
+           "@    WARNING: REMOTE HOST IDENTIFICATION HAS CHANGED!     @\n"
+           "Offending ED25519 key in /tmp/kh:3\n"
+           "Host key for [198.18.0.10]:2222 has changed and you have requested strict checking.\n"
+           "Host key verification failed.\n")
+DENIED = "bench@198.18.0.10: Permission denied (publickey).\r\n"
+TIMEOUT = "ssh: connect to host 198.18.0.10 port 2222: Connection timed out\r\n"
+REFUSED = "ssh: connect to host 198.18.0.10 port 2222: Connection refused\r\n"
+
+
+@pytest.mark.parametrize("stderr, kind, words", [
+    (UNKNOWN, HostKeyUnknown, ["not in /kh", "ssh-keyscan -p 2222 198.18.0.10 >> /kh", "--accept-new-host-keys"]),
+    (CHANGED, HostKeyChanged, ["CHANGED", "/tmp/kh line 3", "ssh-keygen -f /kh -R '[198.18.0.10]:2222'"]),
+    (DENIED, AuthenticationRefused, ["authentication refused", "ssh-copy-id -p 2222 bench@198.18.0.10"]),
+    (TIMEOUT, Unreachable, ["unreachable, timed out"]),
+    (REFUSED, Unreachable, ["unreachable, connection refused"]),
+])
+def test_ssh_failures_name_host_address_and_fix(stderr, kind, words):
+    with SshConnection(host(), known_hosts_file="/kh") as c:
+        e = c.failure(stderr)
+    assert type(e) is kind
+    assert str(e).startswith("host srv (bench@198.18.0.10 port 2222): ")
+    for w in words:
+        assert w in str(e)
+    assert "\n" not in str(e)
+
+
+def test_a_remote_command_exiting_255_is_not_an_ssh_failure():
+    with SshConnection(host()) as c:
+        assert c.failure("my tool: something went wrong\n") is None
