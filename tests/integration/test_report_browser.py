@@ -191,7 +191,7 @@ def _plotly_in_page(page) -> dict:
 
 def test_report_draws_with_the_cartesian_bundle(tmp_path):
     """What `make setup` installs: Plotly's cartesian bundle, packed, run by its hash under the CSP."""
-    problem = plotly_bundle._problem(plotly_bundle.bundle_dir() / plotly_bundle.FILE_NAME)
+    problem = plotly_bundle.problem()
     if problem:
         pytest.fail(f"{problem}: run `make setup` (or `python -m vnetbench.report.plotly_bundle install`)")
     path = _small_report(tmp_path)
