@@ -20,6 +20,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
+from vnetbench.lab import engines
+
 NETNS_PREFIX = "vnbtest-dockerd-"  # not vnb-*: `vnetbench clean` must never take it for a run's
 PODMAN_NETNS_PREFIX = "vnbtest-podman-"
 START_TIMEOUT_S = 60
@@ -97,7 +99,7 @@ def podman_service() -> Iterator[str]:
     proc = subprocess.Popen(["nsenter", f"--net=/run/netns/{netns}", "podman", *flags, "system", "service",
                              "--time=0", url], stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     remote = ["podman", "--remote", "--url", url]
-    cni_before = set(_cni_networks())
+    cni_before = set(engines.cni_state(""))
     try:
         deadline = time.monotonic() + START_TIMEOUT_S
         while subprocess.run([*remote, "info"], capture_output=True).returncode != 0:
@@ -113,17 +115,10 @@ def podman_service() -> Iterator[str]:
         for name in networks:
             if name != "podman":
                 subprocess.run([*remote, "network", "rm", "--force", name], capture_output=True)
-        for name in set(_cni_networks()) - cni_before:  # this engine's networks', removed by whoever made them
-            shutil.rmtree(CNI_IPAM_STATE / name, ignore_errors=True)
+        for state in set(engines.cni_state("")) - cni_before:  # this engine's networks', removed by whoever made them
+            engines.forget_cni_state(state.name)
         _stop(proc, home, netns)
         log.close()
-
-
-CNI_IPAM_STATE = Path("/var/lib/cni/networks")  # host-local IPAM's bookkeeping, left behind by `network rm`
-
-
-def _cni_networks() -> list[str]:
-    return os.listdir(CNI_IPAM_STATE) if CNI_IPAM_STATE.is_dir() else []
 
 
 def _stop(proc: subprocess.Popen, home: Path, netns: str) -> None:

@@ -157,6 +157,7 @@ class EngineEnvironment(NamespaceEnvironment):
     def __init__(self, ctx: LabContext, variant: Any):
         super().__init__(ctx, variant)
         self.engine = engines.connect(self.kind)
+        self.ulimits = self.engine.ulimits() or None  # the same for every container of this engine
         self.image: engines.ToolsImage | None = None
         self.network: Any = None
         self.subnet: Subnet | None = None
@@ -284,7 +285,7 @@ class EngineEnvironment(NamespaceEnvironment):
                 labels={engines.LABEL_RUN: self.ctx.run_prefix}, networking_config=networking_config,
                 host_config=client.api.create_host_config(
                     init=True, network_mode=network_mode, sysctls=sysctls, cap_add=CAP_ADD,
-                    ulimits=self.engine.ulimits() or None, port_bindings=port_bindings, **self._limits()),
+                    ulimits=self.ulimits, port_bindings=port_bindings, **self._limits()),
                 **create)
             container = client.containers.get(created["Id"])
             self.ctx.registry.add(f"{self.kind} container {name}", lambda: _quietly_remove(container))
