@@ -189,9 +189,11 @@ class Store:
             self._migrate(version)
         if version != SCHEMA_VERSION:  # a new file (or one just migrated): tables and indexes of this version
             with self._writing("create the results tables"):
-                self.conn.executescript(SCHEMA)
-                if version is None:
-                    self.conn.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+                # Tables and version row in one transaction (SQLite's DDL is transactional): a process killed
+                # here leaves no tables without a version, which would read as schema 1 and fail to migrate.
+                stamp = (f"INSERT OR IGNORE INTO meta VALUES ('schema_version', '{SCHEMA_VERSION}');"
+                         if version is None else "")
+                self.conn.executescript(f"BEGIN IMMEDIATE;\n{SCHEMA}\n{stamp}\nCOMMIT;")
         try:
             self.conn.execute("PRAGMA journal_mode = WAL")  # readers never wait for a run's writes
         except sqlite3.OperationalError:
