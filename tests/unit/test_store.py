@@ -146,6 +146,30 @@ def test_database_of_the_first_release_is_upgraded_after_a_backup(tmp_path):
     assert Store(path).run("new000000001")["boot_id"]  # opened again: no second migration, nothing lost
 
 
+def test_a_file_that_lost_its_version_row_reads_as_the_schema_its_columns_show(tmp_path):
+    """A run killed between creating the tables and writing the version row (before both went into one
+    transaction) left such a file; read as schema 1, its upgrade failed on "duplicate column name: pid"."""
+    make(tmp_path).close()
+    conn = sqlite3.connect(tmp_path / "r.db")
+    conn.execute("DELETE FROM meta WHERE key='schema_version'")
+    conn.commit()
+    conn.close()
+    store = Store(tmp_path / "r.db")
+    assert store.conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0] == \
+        str(store_db.SCHEMA_VERSION)
+    assert not list(tmp_path.glob("*.bak"))  # nothing to upgrade
+    store.create_run("new000000001", "t", "s", "", "h", [], 1, {})
+    assert store.run("new000000001")["pid"] == os.getpid()
+
+
+def test_every_schema_names_a_column_that_shows_it():
+    assert max(store_db.SCHEMA_MARKS) == store_db.SCHEMA_VERSION
+    conn = sqlite3.connect(":memory:")
+    conn.executescript(store_db.SCHEMA)
+    for table, column in store_db.SCHEMA_MARKS.values():
+        assert column in {r[1] for r in conn.execute(f"PRAGMA table_info({table})")}
+
+
 def test_a_failed_upgrade_leaves_the_file_unchanged(tmp_path, monkeypatch):
     path = tmp_path / "v1.db"
     shutil.copy(FIXTURES / "store" / "v1.db", path)

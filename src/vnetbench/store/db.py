@@ -107,6 +107,13 @@ MIGRATIONS: dict[int, list[str]] = {
         "ALTER TABLE runs ADD COLUMN boot_id TEXT"],
 }
 
+#: A column each schema added, by which a file that lacks its version row shows what it is. Before the tables
+#: and the version row were written in one transaction, a run killed between them left such a file; reading it
+#: as schema 1 made the upgrade add columns it already had ("duplicate column name").
+SCHEMA_MARKS: dict[int, tuple[str, str]] = {
+    2: ("runs", "pid"),
+}
+
 
 @dataclass
 class SampleRecord:
@@ -202,7 +209,18 @@ class Store:
     def _schema_version(self) -> int:
         try:
             row = self.conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
-            return int(row["value"]) if row is not None else 1
+            if row is not None:
+                return int(row["value"])
+            version = max((v for v, (table, column) in SCHEMA_MARKS.items()
+                           if column in {c["name"] for c in self.conn.execute(f"PRAGMA table_info({table})")}),
+                          default=1)
+            if version > 1:  # written at `version`, its row lost: put it back, so that the file reads as it is
+                try:
+                    with self.conn:
+                        self.conn.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(version),))
+                except sqlite3.OperationalError:
+                    pass  # read-only: the columns say the same next time
+            return version
         except (sqlite3.DatabaseError, ValueError) as e:
             raise StoreError(f"{self.path}: its schema version cannot be read ({e}); choose another file with --db") \
                 from None
