@@ -278,6 +278,36 @@ def test_an_environment_the_machine_cannot_provide_is_rejected_before_the_run(tm
         assert "apt-get install qemu-system-x86" in stderr
 
 
+def test_if_available_entries_the_machine_lacks_are_left_out_and_the_rest_runs(tmp_path, no_leftovers):
+    """virt-compare's engine rows "where installed": here no engine answers, and with nft taken away the
+    container model cannot be built either; both are left out, said so, and bare is measured."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("ip", "ss", "taskset", "ping", "iperf3", "ethtool", "tc", "ldd"):  # no nft: no container NAT
+        (bin_dir / tool).symlink_to(shutil.which(tool))
+    nowhere = "unix:///nonexistent/vnetbench-test.sock"
+    env = {**os.environ, "PATH": str(bin_dir), "DOCKER_HOST": nowhere}
+    db = tmp_path / "r.db"
+    proc = cli("run", "virt-compare", "--db", str(db), "--no-progress",
+               "--set", 'env=[{env="bare"},{env="container",if_available=true},{env="docker",if_available=true}]',
+               "--set", 'load=[{proto="tcp",parallel=1}]', "--set", 'offload=["on"]', "--set", "duration=1s",
+               "--set", "workload.stream.omit=0s", "--set", "repetitions=2", "--set", "repeat.warmup=false",
+               env=env, timeout=300)
+    said = " ".join(proc.stderr.split())
+    assert "Left out on this machine (marked if_available): container (1 configuration): env container: nft " \
+           "(nftables) is missing" in said
+    assert f"docker (1 configuration): env docker: docker: no engine listens at {nowhere}" in said
+    run_id = run_id_of(proc)
+    with Store(db) as store:
+        assert [c["labels"]["env"] for c in store.configurations(run_id)] == ["bare"]
+        trials = store.trials(run_id)
+        assert len(trials) == 2 and all(t["status"] == "ok" for t in trials)
+        left = store.run(run_id)["fingerprint"]["left_out"]
+        assert [(e["environment"], e["configurations"]) for e in left] == [("container", 1), ("docker", 1)]
+    shown = " ".join(cli("show", run_id, "--db", str(db)).stdout.split())
+    assert "Left out on this machine (marked if_available): container (1 configuration)" in shown
+
+
 def test_clean_removes_what_a_killed_container_run_left(tmp_path, no_leftovers):
     import signal
     import sys

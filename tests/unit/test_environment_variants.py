@@ -19,7 +19,8 @@ def test_variants_are_the_structural_environment_choices():
     configs = P.expand(L.load("virt-compare"))
     variants = list(dict.fromkeys(variant_of(c) for c in configs))
     # offload and the workload are applied per trial: they do not multiply the hosts or guests to build.
-    assert variants == [Variant("bare"), Variant("container"), Variant("vm", nic="virtio-net"),
+    assert variants == [Variant("bare"), Variant("container"), Variant("docker"), Variant("podman"),
+                        Variant("vm", nic="virtio-net"),
                         Variant("vm", nic="e1000"), Variant("overlay", overlay="vxlan"),
                         Variant("overlay", overlay="routed")]
     assert str(Variant("vm", nic="e1000")) == "vm(nic=e1000)" and str(Variant("bare")) == "bare"

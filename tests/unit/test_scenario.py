@@ -208,7 +208,9 @@ def test_inline_tables_on_an_axis_that_is_not_a_parameter(tmp_path):
 @pytest.mark.parametrize("matrix,needle", [
     ('load = [{proto = "tcp"}, "udp"]', "load is not a parameter, so each value of this axis must be an inline table"),
     ('load = [{colour = "red"}]', "matrix.load: key 'colour' in a table is not a parameter that can be swept; sweepable:"),
-    ('load = [{}]', "matrix.load has an empty table"),
+    ('load = [{}]', "matrix.load has a table without parameters"),
+    ('load = [{if_available = true}]', "matrix.load has a table without parameters"),
+    ('load = [{proto = "tcp", if_available = "yes"}]', "matrix.load: if_available = 'yes' must be true or false"),
     ('load = [{proto = "tcp"}]\nproto = ["udp"]', "both set proto"),
 ])
 def test_inline_table_mistakes_are_named(tmp_path, matrix, needle):
@@ -277,9 +279,12 @@ def test_unlimited_bottleneck_has_no_queue_theory(tmp_path):
 def test_environment_builtins_compare_every_environment_with_bare():
     vc = P.expand(L.load("virt-compare"))
     envs = {(c.labels["env"], c.labels.get("nic"), c.labels.get("overlay")) for c in vc}
-    assert envs == {("bare", None, None), ("container", None, None), ("vm", "virtio-net", None),
-                    ("vm", "e1000", None), ("overlay", None, "vxlan"), ("overlay", None, "routed")}
-    assert len(vc) == 6 * 2 * 8 and all(c.scenario.lab.bottleneck is None for c in vc)
+    assert envs == {("bare", None, None), ("container", None, None), ("docker", None, None), ("podman", None, None),
+                    ("vm", "virtio-net", None), ("vm", "e1000", None), ("overlay", None, "vxlan"),
+                    ("overlay", None, "routed")}
+    assert len(vc) == 8 * 2 * 8 and all(c.scenario.lab.bottleneck is None for c in vc)
+    # the engines run where they answer; the rest of the study is never left out
+    assert {c.labels["env"] for c in vc if c.if_available} == {"docker", "podman"}
     loads = {(c.labels["proto"], c.labels.get("parallel"), c.labels.get("offered")) for c in vc}
     assert loads == {("tcp", 1, None), ("tcp", 4, None), ("tcp", 16, None), ("udp", None, "10Mbit"),
                      ("udp", None, "20Mbit"), ("udp", None, "50Mbit"), ("udp", None, "100Mbit"),

@@ -18,6 +18,7 @@ from rich.text import Text
 
 from vnetbench.metrics import HEADLINE, METRICS
 from vnetbench.runner.machine_load import machine_note
+from vnetbench.runner.fingerprint import left_out_note
 from vnetbench.units import utc_text
 from vnetbench.stats import IMPROVED, INCONCLUSIVE, REGRESSED, UNCHANGED, summarize
 from vnetbench.stats.summary import UNSTABLE_CV, min_n_for_median_ci
@@ -258,9 +259,9 @@ def show(store: Store, run_id: str, console: Console, metrics: list[str] | None 
                   f"{run['status']}  trials ok {len(trials) - len(failed)}, failed {len(failed)}")
     if run["status"] in ("interrupted", "failed") and run.get("status_reason"):
         console.print(f"  [yellow]{run['status']}:[/] {escape(str(run['status_reason']))}")
-    note = machine_note(run["fingerprint"])
-    if note:
-        console.print(f"[yellow]{escape(note)}[/]")
+    for note in (machine_note(run["fingerprint"]), left_out_note(run["fingerprint"])):
+        if note:
+            console.print(f"[yellow]{escape(note)}[/]")
     fp = run["fingerprint"]
     tools = "  ".join(f"{name} {_short_version(v)}" for name, v in (fp.get("tools") or {}).items() if v)
     console.print(escape(f"kernel {fp.get('kernel')}  cpu {fp.get('cpu_model')} x{fp.get('cpus')}  {tools}"))
@@ -581,6 +582,9 @@ def plan_view(plan: Any, console: Console, rows: int = 20) -> None:
     console.print("environments: " + ", ".join(
         escape(e["variant"]) + (" [green]ok[/]" if not e["problems"] else " [red]cannot be built[/]")
         for e in plan.environments))
+    for e in plan.left_out:
+        console.print(f"[yellow]left out here[/] (if_available): {escape(e['environment'])}, "
+                      f"{e['configurations']} configuration{'s' if e['configurations'] != 1 else ''}: {escape(e['reason'])}", soft_wrap=True)
     links = plan.links
     if links.get("choice") is not None:
         console.print("links: " + (", ".join(f"{k} -> {v}" for k, v in links["choice"].items()) or

@@ -76,3 +76,12 @@ def collect(tools: list[Tool] | None = None) -> dict[str, Any]:
         "tools": {t.command: t.version() for t in tools},
         "sysctls": {k: read_sysctl(k) for k in SYSCTLS},
     }
+
+
+def left_out_note(fp: dict[str, Any]) -> str | None:
+    """One sentence for `show` and the report: which `if_available` environments this run left out, and why."""
+    left = [e for e in (fp.get("left_out") or []) if isinstance(e, dict)]
+    if not left:
+        return None
+    return ("Left out on this machine (marked if_available): " + "; ".join(
+        f"{e.get('environment')} ({e.get('configurations')} configuration{'s' if e.get('configurations') != 1 else ''}): {e.get('reason')}" for e in left) + ".")

@@ -17,10 +17,10 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from vnetbench.errors import VnetbenchError
+from vnetbench.errors import EnvironmentProblem, VnetbenchError
 from vnetbench.lab import environments
 from vnetbench.runner.bench import variant_of
-from vnetbench.runner.run import tools_by_variant, wanted_congestion_controls, workload_tools
+from vnetbench.runner.run import leave_out_unavailable, tools_by_variant, wanted_congestion_controls, workload_tools
 from vnetbench.scenario.load import LoadedScenario
 from vnetbench.scenario.plan import MAX_CONFIGURATIONS, Configuration, expand
 from vnetbench.workloads import registry
@@ -51,6 +51,7 @@ class Plan:
     environments: list[dict[str, Any]]  # variant, problems
     links: dict[str, Any]  # choice per link, or why it is not known
     problems: list[str] = field(default_factory=list)  # what stops `run` on this machine
+    left_out: list[dict[str, Any]] = field(default_factory=list)  # if_available environments this machine lacks
 
     @property
     def trials(self) -> tuple[int, int]:
@@ -74,7 +75,7 @@ class Plan:
             "estimated_s": {"min": round(self.wall_s[0]), "max": round(self.wall_s[1]),
                             "setup": round(self.setup_s, 1), "per_trial_overhead": TRIAL_OVERHEAD_S},
             "tools": self.tools, "environments": self.environments, "links": self.links,
-            "problems": self.problems,
+            "problems": self.problems, "left_out": self.left_out,
         }
 
 
@@ -128,8 +129,12 @@ def _congestion_controls(configs: list[Configuration]) -> list[str]:
 
 def make_plan(loaded: LoadedScenario, max_configurations: int = MAX_CONFIGURATIONS) -> Plan:
     """Expand and cost `loaded`; raises ScenarioError (as `run` would) when the scenario is not valid."""
-    configs = expand(loaded, max_configurations)
     root = os.geteuid() == 0
+    configs = expand(loaded, max_configurations)
+    try:
+        configs, left_out = leave_out_unavailable(configs, probe=root)
+    except EnvironmentProblem:
+        left_out = []  # none of them can run here: the environments' problems below say why
     planned = []
     for c in configs:
         seconds, phases = trial_seconds(c)
@@ -147,4 +152,4 @@ def make_plan(loaded: LoadedScenario, max_configurations: int = MAX_CONFIGURATIO
         problems.append("vnetbench run needs root (it builds network namespaces): run it with sudo")
     return Plan(scenario=loaded.scenario.name, source=loaded.source, configurations=planned,
                 repetitions=repetitions, warmup=rep.warmup, setup_s=setup, tools=tools, environments=envs,
-                links=link_info, problems=list(dict.fromkeys(problems)))
+                links=link_info, problems=list(dict.fromkeys(problems)), left_out=left_out)

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from vnetbench.errors import EnvironmentProblem, ScenarioError, StoreError
@@ -97,6 +98,29 @@ def workload_tools(configs: list[Configuration]) -> list[Tool]:
     return list(dict.fromkeys(tools))
 
 
+def leave_out_unavailable(configs: list[Configuration], probe: bool = True
+                          ) -> tuple[list[Configuration], list[dict[str, object]]]:
+    """(the configurations to run, what was left out): a configuration from an `if_available` matrix entry
+    whose environment this machine cannot build, or cannot run its tools in, is left out, with the reason
+    per environment (for the console, the run's fingerprint and its report). Refuses when nothing is left."""
+    unsure = tools_by_variant([c for c in configs if c.if_available])
+    reasons = {}
+    for variant, tools in unsure.items():
+        found = environments.problems([variant], probe=probe) or environments.tool_problems({variant: tools})
+        if found:
+            reasons[variant] = "; ".join(found)
+    if not reasons:
+        return configs, []
+    kept = [c for c in configs if not (c.if_available and variant_of(c) in reasons)]
+    left_out = [{"environment": str(variant), "reason": reason,
+                 "configurations": sum(1 for c in configs if c.if_available and variant_of(c) == variant)}
+                for variant, reason in reasons.items()]
+    if not kept:
+        raise EnvironmentProblem("every configuration of this scenario is marked if_available, and this machine "
+                                 "has none of them (nothing was built):\n  " + "\n  ".join(reasons.values()))
+    return kept, left_out
+
+
 def preflight(configs: list[Configuration]) -> None:
     check_root()
     require(workload_tools(configs))
@@ -121,7 +145,7 @@ def execute(loaded: LoadedScenario, store: Store, *, resume_run_id: str | None =
             on_trial: Callable[[TrialSlot, str], None] | None = None,
             max_configurations: int = MAX_CONFIGURATIONS, allow_concurrent: bool = False) -> RunSummary:
     console = console or Console(stderr=True)
-    configs = expand(loaded, max_configurations)
+    configs, left_out = leave_out_unavailable(expand(loaded, max_configurations))
     preflight(configs)
     rep = loaded.scenario.repeat
 
@@ -134,11 +158,15 @@ def execute(loaded: LoadedScenario, store: Store, *, resume_run_id: str | None =
             fp = store.run(run_id)["fingerprint"]
             if allow_concurrent:
                 fp["allow_concurrent"] = True
+            if allow_concurrent or fp.get("left_out", []) != left_out:  # as this session finds the machine
+                fp["left_out"] = left_out
                 store.update_fingerprint(run_id, fp)
         else:
             fp = fingerprint.collect([t for t in workload_tools(configs) if t not in (TASKSET, IP)])
             if allow_concurrent:
                 fp["allow_concurrent"] = True  # stored from the start: a killed run keeps it too
+            if left_out:
+                fp["left_out"] = left_out
             store.create_run(run_id, loaded.scenario.name, loaded.source, loaded.text, loaded.text_hash,
                              list(loaded.overrides), rep.seed, fp)
         for c in configs:
@@ -146,6 +174,8 @@ def execute(loaded: LoadedScenario, store: Store, *, resume_run_id: str | None =
     except BaseException:
         lock.release()
         raise
+    if left_out:
+        console.print(f"[yellow]{escape(fingerprint.left_out_note({'left_out': left_out}) or '')}[/]")
     if lock.others:
         console.print("[yellow]sharing the machine with " + "; ".join(o.describe() for o in lock.others)
                       + " (--allow-concurrent): both runs' numbers are compromised[/]")

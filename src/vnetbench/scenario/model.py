@@ -76,6 +76,8 @@ class LabSpec(Strict):
     to one environment each and are rejected elsewhere. Being lab fields they
     are sweepable; a matrix value that is an inline table sets several at once:
     ``env = [{env="bare"}, {env="vm", nic="e1000"}, {env="overlay", overlay="routed"}]``.
+    An entry with ``if_available = true`` (``{env="docker", if_available=true}``)
+    runs where this machine can build it and is left out, said so, elsewhere.
     """
 
     topology: Literal["dumbbell"] = "dumbbell"

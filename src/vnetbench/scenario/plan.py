@@ -39,6 +39,9 @@ class Configuration:
     active_senders: int
     offered_bps: float | None  # per sender; None = unlimited
     expected: dict[str, float] = field(default_factory=dict)  # theory, for reports and tests
+    # From a matrix entry marked `if_available = true`: run where this machine can build its environment,
+    # otherwise left out of the run, which says so (runner.run.leave_out_unavailable).
+    if_available: bool = False
 
     @property
     def label_text(self) -> str:
@@ -174,6 +177,10 @@ def evaluate_offered(expr: str, variables: dict[str, float]) -> float | None:
 # ------------------------------------------------------------------ matrix
 
 
+#: The key of a matrix entry that is not a parameter: `{env = "docker", if_available = true}`.
+IF_AVAILABLE = "if_available"
+
+
 def _axis_targets(scenario: Scenario, axis: str) -> list[tuple[str, ...]]:
     """Where a matrix axis (or a key of an axis' inline table) puts its value: a lab field, or the
     option of that name in every workload that has it (``proto`` sweeps the stream's and the RR
@@ -202,13 +209,18 @@ def _axis_entries(scenario: Scenario, axis: str, values: list[Any]) -> list[dict
     A plain value sets the parameter the axis is named after. An inline table
     sets several parameters together, so variants that only make sense as a
     whole (``{env="vm", nic="e1000"}``) need no cross product; its keys are
-    parameters, and every one of them becomes a label.
+    parameters, and every one of them becomes a label. The one key that is not
+    a parameter, ``if_available = true``, stays in the entry for `expand`:
+    its configurations run only where the machine can build their environment.
     """
     entries = []
     for value in values:
         if isinstance(value, dict):
-            if not value:
-                raise ValueError(f"matrix.{axis} has an empty table: give at least one parameter in it")
+            if not value or set(value) == {IF_AVAILABLE}:
+                raise ValueError(f"matrix.{axis} has a table without parameters: give at least one in it")
+            if not isinstance(value.get(IF_AVAILABLE, False), bool):
+                raise ValueError(f"matrix.{axis}: {IF_AVAILABLE} = {value[IF_AVAILABLE]!r} must be true or false "
+                                 "(true: run these configurations where this machine can, leave them out elsewhere)")
             entries.append(dict(value))
             continue
         try:
@@ -220,7 +232,7 @@ def _axis_entries(scenario: Scenario, axis: str, values: list[Any]) -> list[dict
             raise
         entries.append({axis: value})
     for entry in entries:
-        for key in entry:
+        for key in entry.keys() - {IF_AVAILABLE}:
             try:
                 _axis_targets(scenario, key)
             except ValueError as e:
@@ -250,7 +262,7 @@ def expand(loaded: LoadedScenario, max_configurations: int = MAX_CONFIGURATIONS)
     try:
         for axis, values in scenario.matrix.items():
             entries = _axis_entries(scenario, axis, values)
-            for key in {k for e in entries for k in e}:
+            for key in {k for e in entries for k in e} - {IF_AVAILABLE}:
                 if key in owner and owner[key] != axis:
                     raise ValueError(f"matrix.{axis} and matrix.{owner[key]} both set {key}: "
                                      "set each parameter on one axis only")
@@ -261,7 +273,8 @@ def expand(loaded: LoadedScenario, max_configurations: int = MAX_CONFIGURATIONS)
         raise ScenarioError(f"{loaded.source}: {e}") from None
     configs = []
     for chosen in itertools.product(*(entries for _, entries in axes)) if axes else [()]:
-        labels = {key: value for entry in chosen for key, value in entry.items()}
+        labels = {key: value for entry in chosen for key, value in entry.items() if key != IF_AVAILABLE}
+        if_available = any(entry.get(IF_AVAILABLE) for entry in chosen)
         raw = json.loads(json.dumps(base, default=str))  # a deep copy that pydantic re-parses
         raw["lab"]["buffer"] = scenario.lab.buffer.model_dump()
         for axis, value in labels.items():
@@ -276,11 +289,12 @@ def expand(loaded: LoadedScenario, max_configurations: int = MAX_CONFIGURATIONS)
         except ValidationError as e:
             where = ", ".join(f"{k}={v}" for k, v in labels.items())
             raise ScenarioError(format_validation_error(e, raw, f"{loaded.source} [configuration {where}]")) from None
-        configs.append(_configuration(loaded.source, labels, effective))
+        configs.append(_configuration(loaded.source, labels, effective, if_available))
     return configs
 
 
-def _configuration(source: str, labels: dict[str, Any], scenario: Scenario) -> Configuration:
+def _configuration(source: str, labels: dict[str, Any], scenario: Scenario, if_available: bool = False
+                   ) -> Configuration:
     lab = scenario.lab
     where = ", ".join(f"{k}={v}" for k, v in labels.items())
     problems = [f"workload.{name} ({w.tool}): {p}" for name, w in scenario.active.items()
@@ -325,7 +339,7 @@ def _configuration(source: str, labels: dict[str, Any], scenario: Scenario) -> C
             expected["rtt.p50_ms"] = base_rtt(lab) * 1e3 + (full if load > 1 else 0.0)
     return Configuration(
         key=config_key(labels), labels=labels, scenario=scenario,
-        active_senders=senders, offered_bps=offered, expected=expected,
+        active_senders=senders, offered_bps=offered, expected=expected, if_available=if_available,
     )
 
 
