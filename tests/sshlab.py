@@ -96,8 +96,10 @@ class SshLab:
         sh("ip", "-n", name, "link", "set", "lo", "up")
         return name
 
-    def server(self, ns: str, address: str, port: int, authorized: dict[str, list[str]]) -> Server:
-        """dropbear in ``ns`` on address:port, letting in the given public keys for each user name."""
+    def server(self, ns: str, address: str, port: int, authorized: dict[str, list[str]],
+               hidden: tuple[str, ...] = ()) -> Server:
+        """dropbear in ``ns`` on address:port, letting in the given public keys for each user name; the
+        files in ``hidden`` (a tool's binary) are /dev/null for its sessions, as on a host without them."""
         d = self.tmp / f"server-{len(self.servers) + 1}"
         binds: list[str] = []
         d.mkdir(parents=True)
@@ -125,6 +127,8 @@ class SshLab:
         (d / "passwd").write_text(passwd)
         os.chmod(d / "passwd", 0o644)
         binds += [str(d / "passwd"), "/etc/passwd"]
+        for path in hidden:
+            binds += ["/dev/null", path]
         public = host_key(d / "host_key")
         log = d / "dropbear.log"
         env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"}

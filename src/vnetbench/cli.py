@@ -46,7 +46,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 def _doctor_hosts(args: argparse.Namespace) -> int:
     """Preflight of the inventory's hosts over SSH; 1 when any host lacks something every run needs."""
     from vnetbench.hosts import inventory, preflight
-    from vnetbench.hosts.ssh import SshConnection
+    from vnetbench.hosts.ssh import HostAccess
 
     inv = inventory.load(args.hosts)
     hosts = inv.resolve(args.limit) if args.limit else list(inv.hosts.values())
@@ -54,9 +54,9 @@ def _doctor_hosts(args: argparse.Namespace) -> int:
         raise VnetbenchError(f"{args.hosts}: the inventory has no hosts")
     if args.ssh_config and not Path(args.ssh_config).is_file():
         raise VnetbenchError(f"--ssh-config {args.ssh_config}: no such file")
-    reports = preflight.check_hosts(hosts, lambda h: SshConnection(
-        h, accept_new_host_keys=args.accept_new_host_keys, config_file=args.ssh_config,
-        connect_timeout=args.connect_timeout))
+    access = HostAccess(inv, accept_new_host_keys=args.accept_new_host_keys, ssh_config=args.ssh_config,
+                        connect_timeout=args.connect_timeout)
+    reports = preflight.check_hosts(hosts, access.connect)
     out.print(preflight.table(reports))
     for line in preflight.fixes(reports):
         out.print(f"[dim]->[/] {escape(line)}")
@@ -96,7 +96,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         runner.check_root()
         with open_store(args) as store:
             summary = runner.resume(store, args.resume, console=err, progress=not args.no_progress,
-                                    allow_concurrent=args.allow_concurrent)
+                                    allow_concurrent=args.allow_concurrent, hosts=_host_access(args))
             return _after_run(args, store, summary)
     if not args.scenario:
         raise VnetbenchError("vnetbench run: give a SCENARIO (a built-in name or a .toml file), or --resume RUN")
@@ -106,8 +106,25 @@ def cmd_run(args: argparse.Namespace) -> int:
     runner.check_root()  # before the database is touched: not root means nothing at all happens
     with open_store(args) as store:
         summary = runner.execute(loaded, store, console=err, progress=not args.no_progress,
-                                 max_configurations=args.max_configurations, allow_concurrent=args.allow_concurrent)
+                                 max_configurations=args.max_configurations, allow_concurrent=args.allow_concurrent,
+                                 hosts=_host_access(args))
         return _after_run(args, store, summary)
+
+
+def _host_access(args: argparse.Namespace):
+    """How `run --hosts` reaches the inventory's hosts (None: the local lab). The inventory is read here, so
+    that a bad one is named before anything else happens."""
+    if not args.hosts:
+        if args.accept_new_host_keys or args.ssh_config:
+            raise VnetbenchError("--accept-new-host-keys and --ssh-config go with --hosts INVENTORY")
+        return None
+    from vnetbench.hosts import inventory
+    from vnetbench.hosts.ssh import HostAccess
+
+    if args.ssh_config and not Path(args.ssh_config).is_file():
+        raise VnetbenchError(f"--ssh-config {args.ssh_config}: no such file")
+    return HostAccess(inventory.load(args.hosts), accept_new_host_keys=args.accept_new_host_keys,
+                      ssh_config=args.ssh_config, connect_timeout=args.connect_timeout)
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
@@ -250,6 +267,16 @@ def cmd_clean(args: argparse.Namespace) -> int:
     return 1 if report.errors else 0
 
 
+
+def _ssh_options(sp: argparse.ArgumentParser) -> None:
+    sp.add_argument("--accept-new-host-keys", action="store_true",
+                    help="with --hosts: add the host key of a host not yet in known_hosts (trust on first use); "
+                         "a changed key is still refused")
+    sp.add_argument("--ssh-config", metavar="FILE",
+                    help="with --hosts: this ssh client config instead of ~/.ssh/config (ssh -F)")
+    sp.add_argument("--connect-timeout", type=float, default=10, metavar="SECONDS",
+                    help="with --hosts: how long to wait for each host to answer (default 10)")
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="vnetbench", description="Reproducible network performance experiments.",
@@ -275,13 +302,7 @@ def build_parser() -> argparse.ArgumentParser:
                          "nothing is started or changed on them")
     sp.add_argument("--limit", metavar="HOST|GROUP", action="append",
                     help="with --hosts: only these hosts or groups (repeatable)")
-    sp.add_argument("--accept-new-host-keys", action="store_true",
-                    help="with --hosts: add the host key of a host not yet in known_hosts (trust on first use); "
-                         "a changed key is still refused")
-    sp.add_argument("--ssh-config", metavar="FILE",
-                    help="with --hosts: this ssh client config instead of ~/.ssh/config (ssh -F)")
-    sp.add_argument("--connect-timeout", type=float, default=10, metavar="SECONDS",
-                    help="with --hosts: how long to wait for each host to answer (default 10)")
+    _ssh_options(sp)
     sp.set_defaults(func=cmd_doctor)
 
     sp = with_db(sub.add_parser("run", help="run a scenario (built-in name or .toml file)"))
@@ -296,6 +317,10 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--allow-concurrent", action="store_true",
                     help="measure even while another vnetbench run measures on this machine (refused by "
                          "default: both would load the same cores); recorded in the run and its report")
+    sp.add_argument("--hosts", metavar="INVENTORY",
+                    help="run the endpoints on the real hosts of an Ansible inventory (YAML or INI), over SSH, "
+                         "as the scenario's [hosts] table places them, instead of in the local lab")
+    _ssh_options(sp)
     sp.set_defaults(func=cmd_run)
 
     sp = sub.add_parser("plan", help="check a scenario and say what a run would do, cost and need (no root, "

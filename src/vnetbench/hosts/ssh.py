@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Sequence
 
 from vnetbench.errors import HostError
-from vnetbench.hosts.inventory import InventoryHost
+from vnetbench.hosts.inventory import Inventory, InventoryHost
 from vnetbench.lab.nodes import RunsCommands
 
 SSH_FAILED = 255  # ssh's own exit status when it, not the remote command, failed
@@ -272,3 +272,17 @@ def remote_command(argv: Sequence[str]) -> str:
     """The one string sshd hands to the login shell: each element quoted, so each arrives as one literal
     argument whatever characters it holds."""
     return shlex.join([str(a) for a in argv])
+
+
+@dataclass(frozen=True)
+class HostAccess:
+    """How to reach the inventory's hosts: the same options as `doctor --hosts`."""
+
+    inventory: Inventory
+    accept_new_host_keys: bool = False
+    ssh_config: str | None = None
+    connect_timeout: float = 10
+
+    def connect(self, host: InventoryHost) -> SshConnection:
+        return SshConnection(host, accept_new_host_keys=self.accept_new_host_keys, config_file=self.ssh_config,
+                             connect_timeout=self.connect_timeout)

@@ -32,6 +32,7 @@ from typing import Any, Callable, Iterable
 from urllib.parse import urlparse
 
 from vnetbench.errors import EnvironmentProblem, LabError
+from vnetbench.lab.nodes import exec_wrapper
 
 LABEL_RUN = "org.vnetbench.run"  # the run prefix (vnb-<id>) of what a run made
 LABEL_IMAGE = "org.vnetbench.image"  # on the tools image: its content digest
@@ -43,35 +44,10 @@ API_TIMEOUT_S = 60
 
 # What every workload command runs through inside a container (/bin/vnb-exec in the tools image, busybox
 # sh). `docker exec` does not stop the command it started when its client goes (moby issue 9098): killed,
-# the client only disconnects. So the client's standard input is held open for the command's life and this
-# script ends the command's process group when it closes (the tool itself gets /dev/null; the input is kept
-# on fd 3 because an asynchronous list's standard input is /dev/null), SIGKILL 2 s after SIGTERM. The tool's
-# exit status is the script's. Program names are resolved to paths first: busybox's shell would otherwise run
-# its own applet of the same name (its ping, not iputils'), as in a VM guest's wrapper.
-EXEC_WRAPPER = r"""#!/bin/sh
-cpus=
-[ "$1" = -c ] && { cpus=$2; shift 2; }
-case "$1" in
-    */*) prog=$1 ;;
-    *) prog=$(which "$1") || { echo "vnb-exec: $1: command not found in the container" >&2; exit 127; } ;;
-esac
-shift
-if [ -n "$cpus" ]; then set -- /bin/taskset -c "$cpus" "$prog" "$@"; else set -- "$prog" "$@"; fi
-exec 3<&0
-/bin/setsid "$@" </dev/null 3<&- &
-child=$!
-# The watcher is a session of its own too, so that it goes with everything it started (its cat, its sleep)
-# when the command ends first. The command's pid is signalled as well as its group: input may close before
-# the command has made its session.
-/bin/setsid /bin/sh -c 'cat >/dev/null; kill -TERM -"$1" "$1"; sleep 2; kill -KILL -"$1" "$1"' watcher "$child" \
-    <&3 >/dev/null 2>&1 &
-watcher=$!
-exec 3<&-
-wait "$child"
-status=$?
-kill -TERM -"$watcher" 2>/dev/null
-exit $status
-"""
+# the client only disconnects. nodes.exec_wrapper says how the wrapper ends it. Program names are resolved
+# to paths first: busybox's shell would otherwise run its own applet of the same name (its ping, not
+# iputils'), as in a VM guest's wrapper.
+EXEC_WRAPPER = exec_wrapper("/bin/", "in the container")
 
 
 @dataclass

@@ -109,6 +109,44 @@ class Link:
         return link
 
 
+# A command started on a node whose command channel does not stop it when the channel goes (`docker exec`,
+# moby issue 9098; an SSH session without a terminal) runs through this script, given as `sh -c SCRIPT
+# NAME [-c CPUS] ARGV...` or installed as a file. The client's standard input is held open for the command's
+# life, and the script ends the command's process group when it closes (the tool itself gets /dev/null; the
+# input is kept on fd 3 because an asynchronous list's standard input is /dev/null), SIGKILL 2 s after
+# SIGTERM. The tool's exit status is the script's. `bin_dir` is where setsid, taskset and sh are ("/bin/" in
+# a busybox image; "" to look them up on PATH), `where` ends the message of a command not found.
+_EXEC_WRAPPER = r"""#!/bin/sh
+cpus=
+[ "$1" = -c ] && { cpus=$2; shift 2; }
+case "$1" in
+    */*) prog=$1 ;;
+    *) prog=$(which "$1") || { echo "vnb-exec: $1: command not found @WHERE@" >&2; exit 127; } ;;
+esac
+shift
+if [ -n "$cpus" ]; then set -- @BIN@taskset -c "$cpus" "$prog" "$@"; else set -- "$prog" "$@"; fi
+exec 3<&0
+@BIN@setsid "$@" </dev/null 3<&- &
+child=$!
+# The watcher is a session of its own too, so that it goes with everything it started (its cat, its sleep)
+# when the command ends first. The command's pid is signalled as well as its group: input may close before
+# the command has made its session.
+@BIN@setsid @BIN@sh -c 'cat >/dev/null; kill -TERM -"$1" "$1"; sleep 2; kill -KILL -"$1" "$1"' watcher "$child" \
+    <&3 >/dev/null 2>&1 &
+watcher=$!
+exec 3<&-
+wait "$child"
+status=$?
+kill -TERM -"$watcher" 2>/dev/null
+exit $status
+"""
+
+
+def exec_wrapper(bin_dir: str, where: str) -> str:
+    """The wrapper above for a node whose tools are in `bin_dir`; `where` names the node in its messages."""
+    return _EXEC_WRAPPER.replace("@BIN@", bin_dir).replace("@WHERE@", where)
+
+
 class RunsCommands:
     """Starting and running processes on a host, given its ``command(argv, pin)`` (the argv that runs
     ``argv`` there) and the ``registry`` that must kill what was started when the lab goes away."""

@@ -147,7 +147,7 @@ class DumbbellBench:
         for g in groups:
             hosts = TrialHosts(self.lab.hosts[g.receiver], [self.lab.hosts[n] for n in g.senders])
             specs = [spec for tool, opts in per_tool.items()
-                     for spec in registry.driver(tool).servers(hosts, ipv, opts, str(self.workdir))]
+                     for spec in registry.driver(tool).servers(hosts, ipv, opts, self.server_workdir)]
             for spec in specs:
                 key = f"{spec.host.name}:{spec.label}"
                 proc = self._servers.pop(key, None)
@@ -162,6 +162,12 @@ class DumbbellBench:
                                                      self.workdir / f"server-{key}.err")
             for host in {spec.host.name for spec in specs}:
                 self._wait_listening(host, [s for s in specs if s.host.name == host])
+
+    @property
+    def server_workdir(self) -> str:
+        """The run's directory that servers may use, on the nodes they run on (the lab's nodes share this
+        machine's file system)."""
+        return str(self.workdir)
 
     def _wait_listening(self, host: str, specs: list[ServerSpec]) -> None:
         node = self.lab.hosts[host]
@@ -247,8 +253,8 @@ class DumbbellBench:
         group = self.group(config)
         hosts = TrialHosts(self.lab.hosts[group.receiver],
                            [self.lab.hosts[n] for n in group.senders[:config.active_senders]])
-        port_iface = self.lab.ports[group.receiver]
-        before = tc.counters(port_iface)
+        port_iface = self.lab.ports.get(group.receiver)  # none where the endpoints are real hosts
+        before = tc.counters(port_iface) if port_iface is not None else None
         env_counters = getattr(group.env, "counters", None)
         env_before = env_counters() if env_counters else None
         phases = scenario.phases()
@@ -270,7 +276,7 @@ class DumbbellBench:
         if status != "ok":
             self.lab.registry.stop_processes(grace=0.5)
         ended = time.time()
-        after = tc.counters(port_iface)
+        after = tc.counters(port_iface) if port_iface is not None else None
         link_counters = self.links.end_trial()
 
         outputs = {name: s.read_outputs() for name, s in runs}
@@ -282,7 +288,8 @@ class DumbbellBench:
             text = f.read_text(errors="replace").strip()
             if text:
                 raw["stderr"][f.stem] = text[-4000:]
-        raw["bottleneck_counters"] = {"before": before, "after": after}
+        if port_iface is not None:
+            raw["bottleneck_counters"] = {"before": before, "after": after}
         raw["links"] = {name: c.per_direction for name, c in link_counters.items()}
         if env_counters:
             raw["environment_counters"] = {"before": env_before, "after": env_counters()}
@@ -306,7 +313,10 @@ class DumbbellBench:
                     if used:
                         raw["congestion_control_used"] = used
                 drops = bottleneck_drops(link_counters)
-                measurement.add("bottleneck.drops", drops if drops is not None else after["drops"] - before["drops"])
+                if drops is None and port_iface is not None:
+                    drops = after["drops"] - before["drops"]
+                if drops is not None:
+                    measurement.add("bottleneck.drops", drops)
                 for metric, value in link_metrics(link_counters):
                     measurement.add(metric, value)
             except ToolFailed as e:

@@ -31,7 +31,8 @@ from vnetbench.impair import links
 from vnetbench.lab.netns import run_prefix
 from vnetbench.lab.teardown import interruptible, interruption_behind
 from vnetbench.runlock import RunLock
-from vnetbench.runner import fingerprint
+from vnetbench.hosts.ssh import HostAccess
+from vnetbench.runner import fingerprint, hosts_bench
 from vnetbench.runner.machine_load import LoadMonitor
 from vnetbench.lab import environments
 from vnetbench.lab.environments import Variant
@@ -143,10 +144,22 @@ class RunSummary:
 def execute(loaded: LoadedScenario, store: Store, *, resume_run_id: str | None = None,
             console: Console | None = None, progress: bool = True,
             on_trial: Callable[[TrialSlot, str], None] | None = None,
-            max_configurations: int = MAX_CONFIGURATIONS, allow_concurrent: bool = False) -> RunSummary:
+            max_configurations: int = MAX_CONFIGURATIONS, allow_concurrent: bool = False,
+            hosts: HostAccess | None = None) -> RunSummary:
     console = console or Console(stderr=True)
-    configs, left_out = leave_out_unavailable(expand(loaded, max_configurations))
-    preflight(configs)
+    configs = expand(loaded, max_configurations)
+    if hosts is None:
+        if loaded.scenario.hosts is not None:
+            raise ScenarioError(f"{loaded.source}: its [hosts] table places the endpoints on real hosts: run it "
+                                "with --hosts INVENTORY (or remove the table to run it in the local lab)")
+        configs, left_out = leave_out_unavailable(configs)
+        preflight(configs)
+    else:
+        # Where each endpoint runs, checked against the scenario, then every host over SSH, all before
+        # anything is stored or started anywhere.
+        place = hosts_bench.placement(configs, hosts.inventory, loaded.source)
+        host_facts = hosts_bench.check_hosts(place, hosts_bench.needed_tools(configs), hosts.connect)
+        left_out = []
     rep = loaded.scenario.repeat
 
     run_id = resume_run_id or new_run_id()
@@ -158,15 +171,22 @@ def execute(loaded: LoadedScenario, store: Store, *, resume_run_id: str | None =
             fp = store.run(run_id)["fingerprint"]
             if allow_concurrent:
                 fp["allow_concurrent"] = True
+            if fp.get("hosts") and hosts is None:
+                raise ScenarioError(f"run {run_id} ran on the hosts of {fp.get('inventory')}: resume it with "
+                                    f"--hosts INVENTORY")
             if allow_concurrent or fp.get("left_out", []) != left_out:  # as this session finds the machine
                 fp["left_out"] = left_out
-                store.update_fingerprint(run_id, fp)
+            if hosts is not None:
+                fp["hosts"], fp["inventory"] = host_facts, str(hosts.inventory.path)  # as this session found them
+            store.update_fingerprint(run_id, fp)
         else:
             fp = fingerprint.collect([t for t in workload_tools(configs) if t not in (TASKSET, IP)])
             if allow_concurrent:
                 fp["allow_concurrent"] = True  # stored from the start: a killed run keeps it too
             if left_out:
                 fp["left_out"] = left_out
+            if hosts is not None:  # the controller's fingerprint above, each host's here
+                fp["hosts"], fp["inventory"] = host_facts, str(hosts.inventory.path)
             store.create_run(run_id, loaded.scenario.name, loaded.source, loaded.text, loaded.text_hash,
                              list(loaded.overrides), rep.seed, fp)
         for c in configs:
@@ -181,7 +201,10 @@ def execute(loaded: LoadedScenario, store: Store, *, resume_run_id: str | None =
                       + " (--allow-concurrent): both runs' numbers are compromised[/]")
 
     lab_spec = loaded.scenario.lab
-    bench = DumbbellBench.for_configs(run_prefix(run_id), configs, pin_cpus=lab_spec.pin_cpus)
+    if hosts is None:
+        bench = DumbbellBench.for_configs(run_prefix(run_id), configs, pin_cpus=lab_spec.pin_cpus)
+    else:
+        bench = hosts_bench.HostsBench.for_hosts(run_prefix(run_id), configs, place, hosts.connect, host_facts)
     bench.keep_dir = store.path.parent / "vnetbench-logs" / run_id  # next to the results it explains
     monitor = LoadMonitor(netns_prefix=run_prefix(run_id), run_id=run_id).start()
     tally = _Tally()

@@ -25,12 +25,17 @@ run on every configuration, and how to repeat them::
     [repeat]
     repetitions = 5
 
+    [hosts]                     # only with `run --hosts INVENTORY`: endpoints on real machines
+    receiver = "server-a"
+    senders = ["client-1"]
+
 Quantities are parsed here (see :mod:`vnetbench.units`) so the rest of the code
 only sees numbers in base units: bits/s, bytes, seconds.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from typing import Annotated, Any, ClassVar, Literal
 
@@ -361,6 +366,31 @@ class RepeatSpec(Strict):
         return max(self.DEFAULT_MAX, self.n_min)
 
 
+class HostsSpec(Strict):
+    """Where the endpoints run when the scenario is run on real hosts (``vnetbench run --hosts INVENTORY``):
+    inventory host or group names. ``addresses`` gives, per host, the address its peers send to when that is
+    not the inventory's (a data-plane address beside the management one SSH uses)."""
+
+    receiver: str = Field(min_length=1)
+    senders: list[str] = Field(min_length=1)
+    addresses: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("senders", mode="before")
+    @classmethod
+    def _one_or_more(cls, v: Any) -> Any:
+        return [v] if isinstance(v, str) else v
+
+    @field_validator("addresses")
+    @classmethod
+    def _addresses(cls, v: dict[str, str]) -> dict[str, str]:
+        for host, addr in v.items():
+            try:
+                ipaddress.ip_address(addr)
+            except ValueError:
+                raise ValueError(f"hosts.addresses.{host} = {addr!r} is not an IP address") from None
+        return v
+
+
 class Scenario(Strict):
     name: str = Field(min_length=1, max_length=80)
     description: str = ""
@@ -371,6 +401,7 @@ class Scenario(Strict):
                                         "too); default: every enabled one. Swept in [matrix], one study of "
                                         "several tools runs each tool in its own configurations")
     repeat: RepeatSpec = Field(default_factory=RepeatSpec)
+    hosts: HostsSpec | None = Field(default=None, description="endpoints on real hosts (run --hosts INVENTORY)")
 
     @field_validator("matrix")
     @classmethod

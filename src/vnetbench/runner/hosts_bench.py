@@ -1,0 +1,236 @@
+"""A run on real hosts over SSH (`vnetbench run SCENARIO --hosts INVENTORY`): the same trials as in the lab,
+on the machines the scenario's ``[hosts]`` table names.
+
+Nothing is built: the endpoints are the hosts as they are, reached through one multiplexed SSH connection
+each (:mod:`vnetbench.hosts.ssh`), and every workload runs there through :class:`vnetbench.hosts.node.SshNode`.
+What a run leaves on a host is registered before it is made and removed at teardown: the run's work
+directory (servers' files), and every process, which ends with its local ssh client.
+
+This step measures the path between the hosts as it is: link conditions and offload changes on a remote
+host's interfaces (opt-in per host, with the previous qdisc restored) are not done yet, and a scenario that
+asks for them is refused before anything starts, as is one that needs the local lab (an `env` other than
+bare).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import shlex
+import socket
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from vnetbench.errors import EnvironmentProblem, HostError, ScenarioError
+from vnetbench.hosts import preflight as host_preflight
+from vnetbench.hosts.inventory import Inventory, InventoryHost
+from vnetbench.hosts.node import SshNode
+from vnetbench.hosts.ssh import HostAccess, SshConnection  # noqa: F401  (HostAccess: run's argument)
+from vnetbench.impair.links import LinkManager
+from vnetbench.impair.model import lab_links
+from vnetbench.lab.environments import Variant
+from vnetbench.lab.teardown import Registry
+from vnetbench.lab.topology import Group, Lab
+from vnetbench.runner.bench import DumbbellBench
+from vnetbench.scenario.plan import Configuration
+from vnetbench.workloads import registry as workloads
+from vnetbench.workloads.base import SS, Tool
+
+BARE = Variant("bare")
+
+
+@dataclass
+class Placement:
+    """Which inventory host each endpoint is, and the address its peers send to."""
+
+    receiver: InventoryHost
+    senders: list[InventoryHost]
+    addresses: dict[str, str]  # host name -> the address workloads use (resolved to an IP)
+
+    @property
+    def hosts(self) -> list[InventoryHost]:
+        return [self.receiver, *self.senders]
+
+
+def placement(configs: list[Configuration], inventory: Inventory, source: str) -> Placement:
+    """The scenario's `[hosts]` resolved against the inventory, and everything a host run cannot do checked,
+    before any connection is made. Raises ScenarioError naming the key and what to change."""
+    spec = configs[0].scenario.hosts
+    if spec is None:
+        raise ScenarioError(f"{source}: --hosts {inventory.path} needs a [hosts] table in the scenario naming where "
+                            "the endpoints run, e.g. [hosts] receiver = \"server-a\", senders = [\"client-1\"] "
+                            f"(or --set hosts.receiver=NAME --set hosts.senders=[NAME]); hosts: "
+                            f"{', '.join(inventory.hosts) or '(none)'}")
+    receivers = inventory.resolve(spec.receiver)
+    if len(receivers) != 1:
+        raise ScenarioError(f"{source}: hosts.receiver = {spec.receiver!r} names {len(receivers)} hosts "
+                            f"({', '.join(h.name for h in receivers)}); name one")
+    senders = inventory.resolve(spec.senders)
+    if receivers[0] in senders:
+        raise ScenarioError(f"{source}: hosts.senders includes the receiver {receivers[0].name!r}: a host is one "
+                            "endpoint")
+    needed = max(c.active_senders for c in configs)
+    if needed > len(senders):
+        raise ScenarioError(f"{source}: the scenario uses {needed} senders but hosts.senders names "
+                            f"{len(senders)} ({', '.join(h.name for h in senders)}): add hosts, or set lab.senders")
+    unknown = sorted(set(spec.addresses) - {h.name for h in [*receivers, *senders]})
+    if unknown:
+        raise ScenarioError(f"{source}: hosts.addresses names {', '.join(map(repr, unknown))}, which is no endpoint "
+                            "of this scenario")
+    for c in configs:
+        problems = _lab_problems(c)
+        if problems:
+            raise ScenarioError(f"{source} [configuration {c.label_text}]: with --hosts, " + "; ".join(problems))
+    ip_version = configs[0].scenario.lab.ip_version
+    chosen = [receivers[0], *senders[:needed]]
+    addresses = {h.name: _ip_of(h, spec.addresses.get(h.name), ip_version, source) for h in chosen}
+    return Placement(receivers[0], senders[:needed], addresses)
+
+
+def _lab_problems(config: Configuration) -> list[str]:
+    lab = config.scenario.lab
+    problems = []
+    if lab.env != "bare":
+        problems.append(f"lab.env = {lab.env!r} needs the local lab: the hosts run the workloads as they are "
+                        "(remove env, or run without --hosts)")
+    if lab.offload != "on":
+        problems.append(f"lab.offload = {lab.offload!r} would change the hosts' NICs, which this version does not "
+                        "do on a remote host: keep the hosts' own offload settings (remove offload)")
+    asked = {name: sorted(spec.needs()) for name, spec in lab_links(lab).items() if spec.needs()}
+    if asked:
+        what = ", ".join(f"{name} ({', '.join(needs)})" for name, needs in asked.items())
+        problems.append(f"link conditions on a remote host's interfaces are not applied by this version: {what}; "
+                        "set lab.bottleneck = \"unlimited\" and no [lab.link] conditions to measure the hosts' "
+                        "path as it is")
+    return problems
+
+
+def _ip_of(host: InventoryHost, given: str | None, ip_version: int, source: str) -> str:
+    """The address a host's peers send to: hosts.addresses, else the inventory's, resolved here (as the
+    tools take addresses, and one resolution for every sender) to the scenario's IP version."""
+    name = given or host.address
+    try:
+        ip = ipaddress.ip_address(name)
+        if ip.version != ip_version:
+            raise ScenarioError(f"{source}: {host.name}'s address {name} is IPv{ip.version} but lab.ip_version = "
+                                f"{ip_version}: give hosts.addresses.{host.name} an IPv{ip_version} address")
+        return str(ip)
+    except ValueError:
+        pass
+    family = socket.AF_INET6 if ip_version == 6 else socket.AF_INET
+    try:
+        return socket.getaddrinfo(name, None, family, socket.SOCK_STREAM)[0][4][0]
+    except OSError as e:
+        raise ScenarioError(f"{source}: {host.name}'s address {name!r} does not resolve to an IPv{ip_version} "
+                            f"address here ({e}): give hosts.addresses.{host.name} = \"IP\"") from None
+
+
+def needed_tools(configs: list[Configuration]) -> list[Tool]:
+    """What the hosts must have: every workload's binaries, and ss (servers are checked listening with it)."""
+    tools = [SS]
+    for c in configs:
+        for w in c.scenario.active.values():
+            tools.extend(workloads.of(w).requires)
+    return list(dict.fromkeys(tools))
+
+
+def check_hosts(place: Placement, tools: list[Tool], connect: Callable[[InventoryHost], SshConnection]
+                ) -> dict[str, dict[str, str]]:
+    """Preflight of every host at once, before anything starts anywhere: reachable, host key known,
+    authenticated, every tool of the scenario present. Raises EnvironmentProblem naming each host's lack and
+    its fix; returns each host's findings (kernel, CPUs, tool versions...) for the run's fingerprint."""
+    reports = host_preflight.check_hosts(place.hosts, connect, tools)
+    wanted = {f"tool {t.command}" for t in tools}
+    lacking = []
+    for r in reports:
+        for c in r.checks:
+            # root is not needed yet: nothing on a host's interfaces is changed by this version
+            if not c.ok and c.name != "privileges" and (c.needed or c.name in wanted):
+                lacking.append(f"{r.host.name}: {c.name}: {c.detail}" + (f" -> {c.fix}" if c.fix else ""))
+    if lacking:
+        raise EnvironmentProblem("the hosts cannot run this scenario (nothing was started on any host):\n  "
+                                 + "\n  ".join(lacking))
+    return {r.host.name: {c.name: c.detail for c in r.checks} for r in reports}
+
+
+@dataclass
+class HostsBench(DumbbellBench):
+    """The lab's bench with real hosts for endpoints: one variant (the hosts as they are), no links to
+    shape, servers in a work directory of the run's on each host."""
+
+    place: Placement | None = None
+    connect: Callable[[InventoryHost], SshConnection] | None = None
+    host_facts: dict[str, dict[str, str]] = field(default_factory=dict)
+    remote_workdir: str = ""
+
+    @classmethod
+    def for_hosts(cls, run_prefix: str, configs: list[Configuration], place: Placement,
+                  connect: Callable[[InventoryHost], SshConnection],
+                  host_facts: dict[str, dict[str, str]]) -> "HostsBench":
+        return cls(run_prefix, senders=len(place.senders), pin_cpus=False, variants=[(BARE, len(place.senders))],
+                   configs=list(configs), place=place, connect=connect, host_facts=host_facts,
+                   remote_workdir=f"/tmp/{run_prefix}")
+
+    def setup(self) -> None:
+        import shutil
+
+        registry = Registry()
+        registry.add(f"work directory {self.workdir}", lambda: shutil.rmtree(self.workdir, ignore_errors=True))
+        self.lab = Lab(self.run_prefix, registry)
+        ip_version = self.configs[0].scenario.lab.ip_version
+        for host in self.place.hosts:
+            conn = self.connect(host)
+            registry.add(f"ssh connection to {host.name}", conn.close)
+            self._make_workdir(conn, registry)
+            address = self.place.addresses[host.name]
+            node = SshNode(host.name, conn, registry, ipv4=address if ip_version == 4 else "",
+                           ipv6=address if ip_version == 6 else "", facts=self.host_facts.get(host.name))
+            self.lab.hosts[host.name] = node
+        self.lab.groups[BARE] = Group(BARE, "", None, self.place.receiver.name, [h.name for h in self.place.senders])
+        self.lab.bringup_s[BARE] = 0.0
+        # No link is shaped on a host (module docstring): the manager is never given one, so it only watches
+        # the trial's processes with their deadlines, as in the lab.
+        self.links = LinkManager(self.lab, registry, self.workdir, self.run_prefix)
+        self.start_servers()
+
+    def _make_workdir(self, conn: SshConnection, registry: Registry) -> None:
+        # mkdir (not -p) with mode 0700, so only this user can use it; what was there already is taken only
+        # when it is a real directory of this user's (hosts that share /tmp, as the tests' namespaces do),
+        # never a planted symlink. Registered before it is made: removing what does not exist is harmless.
+        path = self.remote_workdir
+        registry.add(f"work directory {path} on {conn.host.name}", lambda: _remove_dir(conn, path))
+        done = conn.run(["sh", "-c", 'mkdir -m 0700 -- "$1" || { [ -d "$1" ] && [ ! -L "$1" ] && [ -O "$1" ]; }',
+                         "sh", path])
+        if done.returncode != 0:
+            raise HostError(f"{conn.where()}: cannot make the run's work directory {path}: "
+                                     f"{done.stderr.strip() or f'exit status {done.returncode}'}",
+                                     "if a killed run left it, `vnetbench clean` on that host removes it "
+                                     f"(or `rm -r {shlex.quote(path)}` there)")
+
+    @property
+    def server_workdir(self) -> str:
+        return self.remote_workdir
+
+    def prepare(self, config: Configuration) -> list[dict[str, Any]]:
+        return []  # nothing to change on a host (checked when the run was planned)
+
+    def environment_state(self, config: Configuration) -> dict[str, Any]:
+        group = self.group(config)
+        used = [group.receiver, *group.senders[:config.active_senders]]
+        return {"environment": {"variant": "hosts", "env": "bare",
+                                "hosts": {n: {"address": self.place.addresses[n], **self.host_facts.get(n, {})}
+                                          for n in used},
+                                "offload": "the hosts' own settings"}}
+
+
+def _remove_dir(conn: SshConnection, path: str) -> None:
+    """Remove the run's directory on the host (a HostError when the host is gone: teardown reports it and goes
+    on with the others). A server stopped a moment ago may still be writing there until its wrapper's SIGKILL,
+    2 s after the SIGTERM: one more try after that."""
+    for attempt in range(2):
+        done = conn.run(["rm", "-rf", "--", path], timeout=30)
+        if done.returncode == 0:
+            return
+        if attempt == 0:
+            time.sleep(2.5)
+    raise HostError(f"{conn.where()}: could not remove {path}: {done.stderr.strip()}", f"rm -r {shlex.quote(path)} there")

@@ -1,0 +1,207 @@
+"""`vnetbench run SCENARIO --hosts INVENTORY` against real SSH servers (dropbear, tests/sshlab.py), each a
+"host" in a network namespace of its own, with a management link to the controller and a data link between
+them, as machines with a management network beside the network under test::
+
+    root namespace (the controller: vnetbench, ssh)
+      198.18.204.1/30 ══ vnbtest-ssh-<pid>-1 "server-a": eth0 198.18.204.2, dropbear :22
+      198.18.204.5/30 ══ vnbtest-ssh-<pid>-2 "client-1": eth0 198.18.204.6, dropbear :22
+                         server-a data0 198.18.205.1/30 ══ client-1 data0 198.18.205.2/30
+
+The workloads run on the hosts over SSH and cross the data link; nothing is built, and nothing of the run's
+is left on a host afterwards.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import sshlab
+from helpers import ROOT, cli, run_id_of, stored_run_id
+from vnetbench.store.db import Store
+
+pytestmark = pytest.mark.lab
+
+SERVER_DATA, CLIENT_DATA = "198.18.205.1", "198.18.205.2"
+
+
+class Hosts:
+    def __init__(self, tmp: Path, net: sshlab.SshLab):
+        self.tmp, self.net = tmp, net
+        pub = sshlab.keypair(tmp / "id_run")
+        self.ns_a = net.namespace("198.18.204.1/30", "198.18.204.2")
+        self.ns_b = net.namespace("198.18.204.5/30", "198.18.204.6")
+        # The data link, between the two hosts only: the controller never sends on it.
+        sshlab.sh("ip", "link", "add", "data0", "netns", self.ns_a, "type", "veth", "peer", "name", "data0",
+                  "netns", self.ns_b)
+        for ns, addr in ((self.ns_a, SERVER_DATA), (self.ns_b, CLIENT_DATA)):
+            sshlab.sh("ip", "-n", ns, "addr", "add", f"{addr}/30", "dev", "data0")
+            sshlab.sh("ip", "-n", ns, "link", "set", "data0", "up")
+        self.a = net.server(self.ns_a, "198.18.204.2", 22, {"root": [pub]})
+        self.b = net.server(self.ns_b, "198.18.204.6", 22, {"root": [pub]})
+        # A third host, on the management network only, whose sessions find no sockperf.
+        ns_c = net.namespace("198.18.204.9/30", "198.18.204.10")
+        self.c = net.server(ns_c, "198.18.204.10", 22, {"root": [pub]}, hidden=(shutil.which("sockperf"),))
+        known = tmp / "known_hosts"
+        known.write_text("".join(s.known_hosts_line() + "\n" for s in (self.a, self.b, self.c)))
+        self.ssh_config = tmp / "ssh_config"
+        self.ssh_config.write_text(f"Host *\n  UserKnownHostsFile {known}\n  GlobalKnownHostsFile /dev/null\n"
+                                   "  IdentityAgent none\n  IdentitiesOnly yes\n")
+        self.inventory = tmp / "inventory.yml"
+        self.inventory.write_text(
+            "all:\n  vars:\n    ansible_user: root\n"
+            f"    ansible_ssh_private_key_file: {tmp / 'id_run'}\n"
+            "  children:\n    servers:\n      hosts:\n        server-a:\n          ansible_host: 198.18.204.2\n"
+            "    clients:\n      hosts:\n        client-1:\n          ansible_host: 198.18.204.6\n"
+            "    lacking:\n      hosts:\n        client-2:\n          ansible_host: 198.18.204.10\n")
+
+    def pids(self) -> dict[str, list[str]]:
+        """Every process in each host's namespace but its dropbear, as 'pid command'."""
+        found = {}
+        for ns, server in ((self.ns_a, self.a), (self.ns_b, self.b)):
+            out = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout.split()
+            found[ns] = [f"{p} {_cmdline(p)}" for p in out if "dropbear" not in _cmdline(p)
+                         and "unshare" not in _cmdline(p) and _cmdline(p)]
+        return found
+
+
+def _cmdline(pid: str) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return ""
+
+
+@pytest.fixture(scope="module")
+def hosts(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("hosts")
+    net = sshlab.SshLab(tmp)
+    try:
+        yield Hosts(tmp, net)
+    finally:
+        net.close()
+
+
+SCENARIO = f"""
+name = "on-hosts"
+[lab]
+bottleneck = "unlimited"
+senders = 1
+[hosts]
+receiver = "servers"
+senders = ["clients"]
+addresses = {{ "server-a" = "{SERVER_DATA}", "client-1" = "{CLIENT_DATA}" }}
+[matrix]
+load = [{{proto = "tcp"}}, {{proto = "udp", offered = "50Mbit"}}]
+[workload.stream]
+tool = "iperf3"
+duration = "2s"
+omit = "0s"
+[workload.probe]
+tool = "ping"
+interval = "10ms"
+during = "stream"
+[workload.rr]
+tool = "sockperf"
+proto = "udp"
+payload = 64
+duration = "1s"
+[repeat]
+repetitions = 2
+warmup = false
+"""
+
+
+def _run(hosts: Hosts, tmp_path: Path, *extra: str, check: bool = True, text: str = SCENARIO):
+    scenario = tmp_path / "s.toml"
+    scenario.write_text(text)
+    return cli("run", str(scenario), "--db", str(tmp_path / "r.db"), "--no-progress", "--hosts",
+               str(hosts.inventory), "--ssh-config", str(hosts.ssh_config), *extra, check=check, timeout=300)
+
+
+def test_a_scenario_runs_on_the_hosts_over_their_data_link(hosts, tmp_path):
+    proc = _run(hosts, tmp_path)
+    run_id = run_id_of(proc)
+    with Store(tmp_path / "r.db") as store:
+        trials = store.trials(run_id)
+        assert len(trials) == 2 * 2 and all(t["status"] == "ok" for t in trials), \
+            [t["reason"] for t in trials if t["status"] != "ok"]
+        values = store.values(run_id)
+        configs = {c["labels"]["proto"]: c for c in store.configurations(run_id)}
+        udp, tcp = values[configs["udp"]["key"]], values[configs["tcp"]["key"]]
+        # iperf3 paces UDP at the offered rate: all of it arrives over an idle veth
+        assert all(x == pytest.approx(50, rel=0.05) for x in udp["throughput.rx_mbps"]), udp["throughput.rx_mbps"]
+        assert all(x > 500 for x in tcp["throughput.rx_mbps"]), tcp["throughput.rx_mbps"]
+        # ping and sockperf measured the data link between two namespaces: well under a millisecond
+        assert all(0 < x < 2 for x in tcp["rtt.p50_ms"]) and all(0 < x < 2000 for x in tcp["rr.p50_us"])
+        # the commands ran on the hosts, through ssh, to the data addresses
+        raw = trials[0]["raw"]["command"]
+        assert all(cmd.startswith("ssh ") for cmd in raw.values()), raw
+        assert any(SERVER_DATA in cmd for cmd in raw.values())
+        run = store.run(run_id)
+        fp = run["fingerprint"]
+        assert set(fp["hosts"]) == {"server-a", "client-1"} and fp["inventory"] == str(hosts.inventory)
+        assert fp["hosts"]["server-a"]["tool iperf3"].startswith("iperf 3")
+        state = configs["tcp"]["lab_state"]["environment"]
+        assert state["variant"] == "hosts" and state["hosts"]["server-a"]["address"] == SERVER_DATA
+    # nothing of the run's is left on the hosts: no process, no work directory
+    assert hosts.pids() == {hosts.ns_a: [], hosts.ns_b: []}
+    assert not Path(f"/tmp/vnb-{run_id[:6]}").exists()
+
+
+def test_a_host_without_a_tool_stops_the_run_before_anything_starts(hosts, tmp_path):
+    text = SCENARIO.replace('senders = ["clients"]', 'senders = ["lacking"]').replace(', "client-1" = "198.18.205.2"', "")
+    proc = _run(hosts, tmp_path, check=False, text=text)
+    said = " ".join(proc.stderr.split())
+    assert proc.returncode == 2 and "Traceback" not in said, said
+    assert "the hosts cannot run this scenario (nothing was started on any host)" in said
+    assert "client-2: tool sockperf: missing (needed by scenarios using it) -> apt-get install sockperf" in said
+    assert "server-a" not in said.split("started on any host")[1]  # only what is lacking is named
+    assert not stored_run_id(tmp_path / "r.db")
+    assert hosts.pids() == {hosts.ns_a: [], hosts.ns_b: []}
+
+
+def test_bad_placements_are_named_before_any_connection(hosts, tmp_path):
+    cases = [
+        (SCENARIO.replace('receiver = "servers"', 'receiver = "nobody"'), "no host or group named 'nobody'"),
+        (SCENARIO.replace('receiver = "servers"', 'receiver = "all"'), "hosts.receiver = 'all' names 2 hosts"),
+        (SCENARIO.replace('bottleneck = "unlimited"', 'bottleneck = "100Mbit"'),
+         "link conditions on a remote host's interfaces are not applied by this version: bottleneck (rate"),
+        (SCENARIO.replace('senders = 1', 'senders = 1\nenv = "container"'), "lab.env = 'container' needs the local lab"),
+        (SCENARIO.replace('"client-1" = ', '"nobody" = '), "hosts.addresses names 'nobody', which is no endpoint"),
+    ]
+    for text, needle in cases:
+        proc = _run(hosts, tmp_path, check=False, text=text)
+        said = " ".join(proc.stderr.split())
+        assert proc.returncode == 2 and needle in said and "Traceback" not in said, (needle, said)
+    assert not (tmp_path / "r.db").exists() or not stored_run_id(tmp_path / "r.db")
+    without = cli("run", str(tmp_path / "s.toml"), "--db", str(tmp_path / "r.db"), check=False)
+    assert without.returncode == 2 and "run it with --hosts INVENTORY" in " ".join(without.stderr.split())
+
+
+def test_a_killed_controller_leaves_no_process_on_the_hosts(hosts, tmp_path):
+    """kill -9 of vnetbench mid-trial: its ssh clients go with it (their input closes), and each host's
+    wrapper ends what the run started there."""
+    scenario = tmp_path / "s.toml"
+    scenario.write_text(SCENARIO.replace('duration = "2s"', 'duration = "30s"'))
+    db = tmp_path / "r.db"
+    proc = subprocess.Popen([sys.executable, "-m", "vnetbench", "run", str(scenario), "--db", str(db),
+                             "--no-progress", "--hosts", str(hosts.inventory), "--ssh-config", str(hosts.ssh_config)],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    deadline = time.monotonic() + 60
+    while not any("iperf3 -c" in p for ps in hosts.pids().values() for p in ps):
+        assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
+        time.sleep(0.1)
+    os.killpg(proc.pid, signal.SIGKILL)  # the controller and its ssh clients, as a closed terminal would
+    proc.wait(10)
+    deadline = time.monotonic() + 10  # the wrapper's SIGTERM at once, SIGKILL 2 s later
+    while any(hosts.pids().values()) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert hosts.pids() == {hosts.ns_a: [], hosts.ns_b: []}

@@ -1,0 +1,137 @@
+"""`run --hosts`: the scenario's [hosts] table resolved against an inventory, and what a host run cannot do,
+named before any connection is made; the commands a host node runs."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from vnetbench.errors import ScenarioError
+from vnetbench.hosts import inventory
+from vnetbench.hosts.inventory import InventoryHost
+from vnetbench.hosts.node import WRAPPER, SshNode
+from vnetbench.hosts.ssh import SshConnection
+from vnetbench.lab import engines
+from vnetbench.lab.teardown import Registry
+from vnetbench.runner import hosts_bench
+from vnetbench.scenario import load as L
+from vnetbench.scenario import plan as P
+
+INVENTORY = """all:
+  children:
+    servers:
+      hosts:
+        server-a: {ansible_host: 198.18.204.2}
+        server-b: {ansible_host: 198.18.204.3}
+    clients:
+      hosts:
+        client-1: {ansible_host: 198.18.204.6}
+        client-2: {ansible_host: "2001:2::6"}
+"""
+
+SCENARIO = """name = "h"
+[lab]
+bottleneck = "unlimited"
+senders = 1
+[hosts]
+receiver = "server-a"
+senders = "clients"
+[workload.stream]
+tool = "iperf3"
+[workload.rr]
+tool = "sockperf"
+"""
+
+
+def place(tmp_path: Path, text: str = SCENARIO, *overrides: str) -> hosts_bench.Placement:
+    (tmp_path / "inv.yml").write_text(INVENTORY)
+    (tmp_path / "s.toml").write_text(text)
+    configs = P.expand(L.load(str(tmp_path / "s.toml"), list(overrides)))
+    return hosts_bench.placement(configs, inventory.load(tmp_path / "inv.yml"), "s.toml")
+
+
+def test_endpoints_are_placed_by_host_or_group_with_their_addresses(tmp_path):
+    p = place(tmp_path)
+    assert p.receiver.name == "server-a" and [h.name for h in p.senders] == ["client-1"]  # as many as used
+    assert p.addresses == {"server-a": "198.18.204.2", "client-1": "198.18.204.6"}
+    given = place(tmp_path, SCENARIO.replace('senders = "clients"',
+                                             'senders = "clients"\naddresses = { "server-a" = "198.18.205.1" }'))
+    assert given.addresses["server-a"] == "198.18.205.1"  # a data-plane address beside SSH's
+
+
+@pytest.mark.parametrize("change,needle", [
+    (("[hosts]\nreceiver = \"server-a\"\nsenders = \"clients\"\n", ""), "needs a [hosts] table in the scenario"),
+    (('receiver = "server-a"', 'receiver = "servers"'), "hosts.receiver = 'servers' names 2 hosts"),
+    (('receiver = "server-a"', 'receiver = "nobody"'), "no host or group named 'nobody'"),
+    (('senders = "clients"', 'senders = ["server-a"]'), "hosts.senders includes the receiver 'server-a'"),
+    (('senders = 1', 'senders = 3'), "the scenario uses 3 senders but hosts.senders names 2"),
+    (('senders = "clients"', 'senders = "clients"\naddresses = { "x" = "198.18.0.1" }'),
+     "hosts.addresses names 'x', which is no endpoint"),
+    (('senders = 1', 'senders = 1\nenv = "container"'), "lab.env = 'container' needs the local lab"),
+    (('senders = 1', 'senders = 1\noffload = "off"'), "lab.offload = 'off' would change the hosts' NICs"),
+    (('bottleneck = "unlimited"', 'bottleneck = "1Gbit"'),
+     "link conditions on a remote host's interfaces are not applied by this version: bottleneck (buffer, rate)"),
+    (('senders = 1', 'senders = 1\ndelay = "5ms"'), "bottleneck (delay)"),
+    (('senders = 1', 'senders = 1\nip_version = 6'), "server-a's address 198.18.204.2 is IPv4 but lab.ip_version = 6"),
+])
+def test_what_a_host_run_cannot_do_is_named_before_connecting(tmp_path, change, needle):
+    text = SCENARIO.replace(*change)
+    if "ip_version = 6" in text:
+        text = text.replace('[workload.rr]\ntool = "sockperf"\n', "")  # Debian's sockperf speaks IPv4 only
+    with pytest.raises(ScenarioError) as e:
+        place(tmp_path, text)
+    assert needle in str(e.value)
+
+
+def test_an_address_is_checked_as_an_ip_in_the_scenario(tmp_path):
+    from vnetbench.errors import ScenarioError as E
+
+    with pytest.raises(E, match=r"hosts.addresses.server-a = 'not an ip' is not an IP address"):
+        place(tmp_path, SCENARIO.replace('senders = "clients"', 'senders = "clients"\naddresses = { "server-a" = "not an ip" }'))
+
+
+def test_the_hosts_need_every_workload_tool_and_ss(tmp_path):
+    (tmp_path / "s.toml").write_text(SCENARIO)
+    configs = P.expand(L.load(str(tmp_path / "s.toml")))
+    assert [t.command for t in hosts_bench.needed_tools(configs)] == ["ss", "iperf3", "sockperf"]
+
+
+def test_a_host_node_runs_each_command_through_the_wrapper_as_literal_arguments(tmp_path):
+    conn = SshConnection(InventoryHost("h", "198.18.0.10", user="bench", port=2222))
+    try:
+        node = SshNode("h", conn, Registry(), ipv4="198.18.0.10")
+        argv = node.command(["iperf3", "-c", "$(id)", "a b"])
+        assert argv[0] == "ssh" and argv[-2] == "198.18.0.10"
+        # the host's login shell gets: sh -c WRAPPER vnb-exec iperf3 -c '$(id)' 'a b', each one word
+        remote = argv[-1]
+        assert remote.startswith("sh -c ") and remote.endswith(" vnb-exec iperf3 -c '$(id)' 'a b'")
+        # the wrapper is the containers' one, with the host's PATH for its helpers
+        assert WRAPPER == engines.EXEC_WRAPPER.replace("/bin/setsid", "setsid").replace(
+            "/bin/taskset", "taskset").replace("/bin/sh -c", "sh -c").replace("in the container", "on this host")
+    finally:
+        conn.close()
+
+
+def test_the_wrapper_runs_a_command_and_ends_it_when_its_input_closes(tmp_path):
+    """What a host's sh does with the wrapper, run here: the exit status comes back; a command still running
+    when the client goes (its input closes) is ended with its process group."""
+    read_end, write_end = os.pipe()  # held open while it runs, as SshNode.run does
+    try:
+        done = subprocess.run(["sh", "-c", WRAPPER, "vnb-exec", "sh", "-c", "echo hi; exit 3"], capture_output=True,
+                              text=True, timeout=10, stdin=read_end)
+        missing = subprocess.run(["sh", "-c", WRAPPER, "vnb-exec", "no-such-tool-vnb"], capture_output=True,
+                                 text=True, timeout=10, stdin=read_end)
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+    assert (done.returncode, done.stdout) == (3, "hi\n")
+    assert missing.returncode == 127 and "no-such-tool-vnb: command not found on this host" in missing.stderr
+    marker = tmp_path / "still-running"
+    proc = subprocess.Popen(["sh", "-c", WRAPPER, "vnb-exec", "sh", "-c", f"sleep 30; touch {marker}"],
+                            stdin=subprocess.PIPE, start_new_session=True)
+    proc.stdin.close()  # the ssh client went
+    assert proc.wait(timeout=10) == 128 + 15  # SIGTERM, from the wrapper's watcher
+    assert not marker.exists()
