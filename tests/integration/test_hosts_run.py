@@ -142,7 +142,7 @@ def test_a_scenario_runs_on_the_hosts_over_their_data_link(hosts, tmp_path):
         # ping and sockperf measured the data link between two namespaces: well under a millisecond
         assert all(0 < x < 2 for x in tcp["rtt.p50_ms"]) and all(0 < x < 2000 for x in tcp["rr.p50_us"])
         # the commands ran on the hosts, through ssh, to the data addresses
-        raw = trials[0]["raw"]["command"]
+        raw = store.trials(run_id, with_raw=True)[0]["raw"]["command"]
         assert all(cmd.startswith("ssh ") for cmd in raw.values()), raw
         assert any(SERVER_DATA in cmd for cmd in raw.values())
         run = store.run(run_id)
@@ -171,9 +171,9 @@ def test_a_host_without_a_tool_stops_the_run_before_anything_starts(hosts, tmp_p
 def test_bad_placements_are_named_before_any_connection(hosts, tmp_path):
     cases = [
         (SCENARIO.replace('receiver = "servers"', 'receiver = "nobody"'), "no host or group named 'nobody'"),
-        (SCENARIO.replace('receiver = "servers"', 'receiver = "all"'), "hosts.receiver = 'all' names 2 hosts"),
+        (SCENARIO.replace('receiver = "servers"', 'receiver = "all"'), "hosts.receiver = 'all' names 3 hosts (server-a, client-1, client-2); name one"),
         (SCENARIO.replace('bottleneck = "unlimited"', 'bottleneck = "100Mbit"'),
-         "link conditions on a remote host's interfaces are not applied by this version: bottleneck (rate"),
+         "link conditions on a remote host's interfaces are not applied by this version: bottleneck (buffer, rate)"),
         (SCENARIO.replace('senders = 1', 'senders = 1\nenv = "container"'), "lab.env = 'container' needs the local lab"),
         (SCENARIO.replace('"client-1" = ', '"nobody" = '), "hosts.addresses names 'nobody', which is no endpoint"),
     ]
@@ -196,7 +196,7 @@ def test_a_killed_controller_leaves_no_process_on_the_hosts(hosts, tmp_path):
                              "--no-progress", "--hosts", str(hosts.inventory), "--ssh-config", str(hosts.ssh_config)],
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     deadline = time.monotonic() + 60
-    while not any("iperf3 -c" in p for ps in hosts.pids().values() for p in ps):
+    while not any("iperf3 --client" in p for ps in hosts.pids().values() for p in ps):
         assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
         time.sleep(0.1)
     os.killpg(proc.pid, signal.SIGKILL)  # the controller and its ssh clients, as a closed terminal would
