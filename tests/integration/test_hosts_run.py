@@ -149,6 +149,10 @@ def test_a_scenario_runs_on_the_hosts_over_their_data_link(hosts, tmp_path):
         fp = run["fingerprint"]
         assert set(fp["hosts"]) == {"server-a", "client-1"} and fp["inventory"] == str(hosts.inventory)
         assert fp["hosts"]["server-a"]["tool iperf3"].startswith("iperf 3")
+        # one clock for every "host" here: the offset is within the half round trip that bounds it
+        for name in ("server-a", "client-1"):
+            clock = fp["hosts"][name]["clock"]
+            assert 0 < clock["uncertainty_ms"] < 100 and abs(clock["offset_ms"]) <= clock["uncertainty_ms"] + 0.001, clock
         state = configs["tcp"]["lab_state"]["environment"]
         assert state["variant"] == "hosts" and state["hosts"]["server-a"]["address"] == SERVER_DATA
     # nothing of the run's is left on the hosts: no process, no work directory

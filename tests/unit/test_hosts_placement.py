@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -135,3 +136,37 @@ def test_the_wrapper_runs_a_command_and_ends_it_when_its_input_closes(tmp_path):
     proc.stdin.close()  # the ssh client went
     assert proc.wait(timeout=10) == 128 + 15  # SIGTERM, from the wrapper's watcher
     assert not marker.exists()
+
+
+class LocalHost:
+    """A host whose clock is `ahead` seconds ahead of this one's: its `date` answered by a local process
+    (the transport is not what is tested here; the arithmetic and the choice of sample are)."""
+
+    def __init__(self, ahead: float, text: str | None = None):
+        self.ahead, self.text = ahead, text
+
+    def run(self, argv, **kw):
+        code = f"print({self.text!r})" if self.text else f"import time; print(repr(time.time() + {self.ahead}))"
+        return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=10)
+
+
+def test_a_hosts_clock_offset_is_measured_within_half_a_round_trip():
+    for ahead in (0.0, 5.0, -2.5):
+        clock = hosts_bench.clock_offset(LocalHost(ahead), samples=4)
+        assert clock["samples"] == 4 and 0 < clock["uncertainty_ms"] < 1000
+        assert abs(clock["offset_ms"] - ahead * 1e3) <= clock["uncertainty_ms"] + 0.001, clock
+    odd = hosts_bench.clock_offset(LocalHost(0, text="1732550000.N"))
+    assert odd["offset_ms"] is None and "a date without %N?" in odd["note"]
+
+
+def test_one_way_delays_are_untrusted_when_the_clocks_are_known_loosely():
+    from vnetbench.runner.fingerprint import ONE_WAY_TRUST_MS, clock_note
+
+    tight = {"hosts": {"a": {"clock": {"offset_ms": 0.2, "uncertainty_ms": 0.3}}}}
+    assert clock_note(tight) is None and clock_note({}) is None
+    loose = {"hosts": {"a": {"clock": {"offset_ms": 0.2, "uncertainty_ms": 0.3}},
+                       "b": {"clock": {"offset_ms": -12.34, "uncertainty_ms": 4.0}},
+                       "c": {"clock": {"offset_ms": None, "uncertainty_ms": None, "note": "no %N"}}}}
+    assert clock_note(loose) == ("One-way delays between hosts are untrusted: clock offsets to the controller "
+                                 "b -12.3 ms ± 4.0; c not measured (no %N) "
+                                 f"(trusted within {ONE_WAY_TRUST_MS:g} ms); round trips are unaffected.")

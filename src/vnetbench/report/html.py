@@ -59,7 +59,7 @@ from vnetbench.report import plotly_bundle
 from vnetbench.report.html_model import Entry, ReportModel, fmt_num, fmt_value
 from vnetbench.report.relative import software_guest_note
 from vnetbench.runner.machine_load import describe as describe_machine_load, machine_note
-from vnetbench.runner.fingerprint import left_out_note
+from vnetbench.runner.fingerprint import run_notes
 from vnetbench.units import utc_text
 
 __all__ = ["write_report", "render_report"]
@@ -255,7 +255,7 @@ def _what_ran(m: ReportModel) -> str:
                                                  for a in axes]))
     for r in m.runs:
         fp = r.record.get("fingerprint") or {}
-        for note in (software_guest_note(r.configurations), machine_note(fp), left_out_note(fp)):
+        for note in (software_guest_note(r.configurations), machine_note(fp), *run_notes(fp)):
             if note:
                 out.append(f'<p class="note warn">{e(note)}</p>')
     out.append(_fingerprint(m))

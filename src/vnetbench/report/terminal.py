@@ -18,7 +18,7 @@ from rich.text import Text
 
 from vnetbench.metrics import HEADLINE, METRICS
 from vnetbench.runner.machine_load import machine_note
-from vnetbench.runner.fingerprint import left_out_note
+from vnetbench.runner.fingerprint import run_notes
 from vnetbench.units import utc_text
 from vnetbench.stats import IMPROVED, INCONCLUSIVE, REGRESSED, UNCHANGED, summarize
 from vnetbench.stats.summary import UNSTABLE_CV, min_n_for_median_ci
@@ -259,7 +259,7 @@ def show(store: Store, run_id: str, console: Console, metrics: list[str] | None 
                   f"{run['status']}  trials ok {len(trials) - len(failed)}, failed {len(failed)}")
     if run["status"] in ("interrupted", "failed") and run.get("status_reason"):
         console.print(f"  [yellow]{run['status']}:[/] {escape(str(run['status_reason']))}")
-    for note in (machine_note(run["fingerprint"]), left_out_note(run["fingerprint"])):
+    for note in (machine_note(run["fingerprint"]), *run_notes(run["fingerprint"])):
         if note:
             console.print(f"[yellow]{escape(note)}[/]")
     fp = run["fingerprint"]

@@ -85,3 +85,32 @@ def left_out_note(fp: dict[str, Any]) -> str | None:
         return None
     return ("Left out on this machine (marked if_available): " + "; ".join(
         f"{e.get('environment')} ({e.get('configurations')} configuration{'s' if e.get('configurations') != 1 else ''}): {e.get('reason')}" for e in left) + ".")
+
+
+#: One-way delays compare two hosts' clocks: beyond this bound on their offset they are not reported as trusted.
+ONE_WAY_TRUST_MS = 1.0
+
+
+def clock_note(fp: dict[str, Any]) -> str | None:
+    """For a run on hosts: a warning when the hosts' clocks are known to the controller's only within more than
+    ONE_WAY_TRUST_MS, so one-way delays (irtt's send and receive delays) between them are not to be trusted."""
+    loose = {}
+    for name, facts in (fp.get("hosts") or {}).items():
+        clock = facts.get("clock") if isinstance(facts, dict) else None
+        if not isinstance(clock, dict):
+            continue
+        offset, bound = clock.get("offset_ms"), clock.get("uncertainty_ms")
+        if offset is None or bound is None:
+            loose[name] = "not measured" + (f" ({clock['note']})" if clock.get("note") else "")
+        elif abs(offset) + bound > ONE_WAY_TRUST_MS:
+            loose[name] = f"{offset:+.1f} ms ± {bound:.1f}"
+    if not loose:
+        return None
+    return ("One-way delays between hosts are untrusted: clock offsets to the controller "
+            + "; ".join(f"{n} {v}" for n, v in loose.items())
+            + f" (trusted within {ONE_WAY_TRUST_MS:g} ms); round trips are unaffected.")
+
+
+def run_notes(fp: dict[str, Any]) -> list[str]:
+    """What `show` and the report say about a run from its fingerprint, beside the machine's load."""
+    return [n for n in (left_out_note(fp), clock_note(fp)) if n]

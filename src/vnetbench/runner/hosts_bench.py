@@ -150,7 +150,36 @@ def check_hosts(place: Placement, tools: list[Tool], connect: Callable[[Inventor
     if lacking:
         raise EnvironmentProblem("the hosts cannot run this scenario (nothing was started on any host):\n  "
                                  + "\n  ".join(lacking))
-    return {r.host.name: {c.name: c.detail for c in r.checks} for r in reports}
+    found: dict[str, dict[str, Any]] = {r.host.name: {c.name: c.detail for c in r.checks} for r in reports}
+    for host in place.hosts:
+        with connect(host) as conn:
+            found[host.name]["clock"] = clock_offset(conn)
+    return found
+
+
+CLOCK_SAMPLES = 8
+
+
+def clock_offset(conn: SshConnection, samples: int = CLOCK_SAMPLES) -> dict[str, Any]:
+    """The host's clock minus the controller's, as NTP estimates it: the host's time is read between two
+    local readings t0 and t1, so it is (t0 + t1) / 2 give or take half the round trip; the sample with the
+    shortest round trip bounds it best. Over SSH a round trip is a few ms (a channel, a fork on the host),
+    which is the stored `uncertainty_ms`; one-way delays need clocks far closer than that (PTP, or NTP on the
+    hosts' own network), which this measures only the upper bound of."""
+    best: tuple[float, float] | None = None
+    for _ in range(samples):
+        t0 = time.time()
+        done = conn.run(["date", "+%s.%N"])
+        t1 = time.time()
+        try:
+            remote = float(done.stdout.strip())
+        except ValueError:
+            return {"offset_ms": None, "uncertainty_ms": None,
+                    "note": f"`date +%s.%N` printed {done.stdout.strip()[:40]!r} (a date without %N?)"}
+        if best is None or t1 - t0 < best[1]:
+            best = (remote - (t0 + t1) / 2, t1 - t0)
+    offset, rtt = best
+    return {"offset_ms": round(offset * 1e3, 3), "uncertainty_ms": round(rtt / 2 * 1e3, 3), "samples": samples}
 
 
 @dataclass
