@@ -24,6 +24,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
@@ -49,7 +50,13 @@ WORKLOADS = {
 }
 
 
-def measure(name: str, table: str, seconds: int, trials: int) -> tuple[list[float], list[float]]:
+def local_bench(configs: list) -> DumbbellBench:
+    return DumbbellBench.for_configs(f"vnb-bw{os.getpid() % 10000}", configs)
+
+
+def measure(name: str, table: str, seconds: int, trials: int,
+            make_bench: Callable[[list], DumbbellBench] = local_bench) -> tuple[list[float], list[float]]:
+    """(overhead of each trial, its latency floor) for one tool on the bench `make_bench` gives (the lab's)."""
     text = (f'name = "bench-workloads"\n[lab]\nsenders = 1\nbottleneck = "unlimited"\n[repeat]\nwarmup = false\n'
             f'[workload.w]\n{table.format(s=seconds)}\n')
     with tempfile.TemporaryDirectory() as tmp:
@@ -57,7 +64,7 @@ def measure(name: str, table: str, seconds: int, trials: int) -> tuple[list[floa
         path.write_text(text)
         configs = plan.expand(load.load(str(path)))
         config = configs[0]
-        bench = DumbbellBench.for_configs(f"vnb-bw{os.getpid() % 10000}", configs)
+        bench = make_bench(configs)
         store = Store(Path(tmp) / "b.db")
         store.create_run("bench", "w", "bench", text, "h", [], 1, {})
         store.add_configuration("bench", config.key, config.labels, config.params(), config.expected)

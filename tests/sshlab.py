@@ -175,3 +175,55 @@ class SshLab:
             subprocess.run(["ip", "netns", "del", ns], capture_output=True)
         for home in self.homes:
             shutil.rmtree(home, ignore_errors=True)
+
+
+class DataHosts:
+    """Three hosts for `run --hosts` (tests and bench/remote.py): server-a and client-1 with a data link
+    between them beside their management links, and client-2 (management only) whose sessions find no sockperf."""
+
+    SERVER_DATA, CLIENT_DATA = "198.18.205.1", "198.18.205.2"
+
+    def __init__(self, tmp: Path, net: SshLab):
+        self.tmp, self.net = tmp, net
+        pub = keypair(tmp / "id_run")
+        self.ns_a = net.namespace("198.18.204.1/30", "198.18.204.2")
+        self.ns_b = net.namespace("198.18.204.5/30", "198.18.204.6")
+        # The data link, between the two hosts only: the controller never sends on it.
+        sh("ip", "link", "add", "data0", "netns", self.ns_a, "type", "veth", "peer", "name", "data0",
+                  "netns", self.ns_b)
+        for ns, addr in ((self.ns_a, self.SERVER_DATA), (self.ns_b, self.CLIENT_DATA)):
+            sh("ip", "-n", ns, "addr", "add", f"{addr}/30", "dev", "data0")
+            sh("ip", "-n", ns, "link", "set", "data0", "up")
+        self.a = net.server(self.ns_a, "198.18.204.2", 22, {"root": [pub]})
+        self.b = net.server(self.ns_b, "198.18.204.6", 22, {"root": [pub]})
+        # A third host, on the management network only, whose sessions find no sockperf.
+        ns_c = net.namespace("198.18.204.9/30", "198.18.204.10")
+        self.c = net.server(ns_c, "198.18.204.10", 22, {"root": [pub]}, hidden=(shutil.which("sockperf"),))
+        known = tmp / "known_hosts"
+        known.write_text("".join(s.known_hosts_line() + "\n" for s in (self.a, self.b, self.c)))
+        self.ssh_config = tmp / "ssh_config"
+        self.ssh_config.write_text(f"Host *\n  UserKnownHostsFile {known}\n  GlobalKnownHostsFile /dev/null\n"
+                                   "  IdentityAgent none\n  IdentitiesOnly yes\n")
+        self.inventory = tmp / "inventory.yml"
+        self.inventory.write_text(
+            "all:\n  vars:\n    ansible_user: root\n"
+            f"    ansible_ssh_private_key_file: {tmp / 'id_run'}\n"
+            "  children:\n    servers:\n      hosts:\n        server-a:\n          ansible_host: 198.18.204.2\n"
+            "    clients:\n      hosts:\n        client-1:\n          ansible_host: 198.18.204.6\n"
+            "    lacking:\n      hosts:\n        client-2:\n          ansible_host: 198.18.204.10\n")
+
+    def pids(self) -> dict[str, list[str]]:
+        """Every process in each host's namespace but its dropbear, as 'pid command'."""
+        found = {}
+        for ns, server in ((self.ns_a, self.a), (self.ns_b, self.b)):
+            out = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout.split()
+            found[ns] = [f"{p} {_cmdline(p)}" for p in out if "dropbear" not in _cmdline(p)
+                         and "unshare" not in _cmdline(p) and _cmdline(p)]
+        return found
+
+
+def _cmdline(pid: str) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return ""

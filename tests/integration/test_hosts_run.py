@@ -14,7 +14,6 @@ is left on a host afterwards.
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -29,54 +28,7 @@ from vnetbench.store.db import Store
 
 pytestmark = pytest.mark.lab
 
-SERVER_DATA, CLIENT_DATA = "198.18.205.1", "198.18.205.2"
-
-
-class Hosts:
-    def __init__(self, tmp: Path, net: sshlab.SshLab):
-        self.tmp, self.net = tmp, net
-        pub = sshlab.keypair(tmp / "id_run")
-        self.ns_a = net.namespace("198.18.204.1/30", "198.18.204.2")
-        self.ns_b = net.namespace("198.18.204.5/30", "198.18.204.6")
-        # The data link, between the two hosts only: the controller never sends on it.
-        sshlab.sh("ip", "link", "add", "data0", "netns", self.ns_a, "type", "veth", "peer", "name", "data0",
-                  "netns", self.ns_b)
-        for ns, addr in ((self.ns_a, SERVER_DATA), (self.ns_b, CLIENT_DATA)):
-            sshlab.sh("ip", "-n", ns, "addr", "add", f"{addr}/30", "dev", "data0")
-            sshlab.sh("ip", "-n", ns, "link", "set", "data0", "up")
-        self.a = net.server(self.ns_a, "198.18.204.2", 22, {"root": [pub]})
-        self.b = net.server(self.ns_b, "198.18.204.6", 22, {"root": [pub]})
-        # A third host, on the management network only, whose sessions find no sockperf.
-        ns_c = net.namespace("198.18.204.9/30", "198.18.204.10")
-        self.c = net.server(ns_c, "198.18.204.10", 22, {"root": [pub]}, hidden=(shutil.which("sockperf"),))
-        known = tmp / "known_hosts"
-        known.write_text("".join(s.known_hosts_line() + "\n" for s in (self.a, self.b, self.c)))
-        self.ssh_config = tmp / "ssh_config"
-        self.ssh_config.write_text(f"Host *\n  UserKnownHostsFile {known}\n  GlobalKnownHostsFile /dev/null\n"
-                                   "  IdentityAgent none\n  IdentitiesOnly yes\n")
-        self.inventory = tmp / "inventory.yml"
-        self.inventory.write_text(
-            "all:\n  vars:\n    ansible_user: root\n"
-            f"    ansible_ssh_private_key_file: {tmp / 'id_run'}\n"
-            "  children:\n    servers:\n      hosts:\n        server-a:\n          ansible_host: 198.18.204.2\n"
-            "    clients:\n      hosts:\n        client-1:\n          ansible_host: 198.18.204.6\n"
-            "    lacking:\n      hosts:\n        client-2:\n          ansible_host: 198.18.204.10\n")
-
-    def pids(self) -> dict[str, list[str]]:
-        """Every process in each host's namespace but its dropbear, as 'pid command'."""
-        found = {}
-        for ns, server in ((self.ns_a, self.a), (self.ns_b, self.b)):
-            out = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout.split()
-            found[ns] = [f"{p} {_cmdline(p)}" for p in out if "dropbear" not in _cmdline(p)
-                         and "unshare" not in _cmdline(p) and _cmdline(p)]
-        return found
-
-
-def _cmdline(pid: str) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
-    except OSError:
-        return ""
+SERVER_DATA, CLIENT_DATA = sshlab.DataHosts.SERVER_DATA, sshlab.DataHosts.CLIENT_DATA
 
 
 @pytest.fixture(scope="module")
@@ -84,7 +36,7 @@ def hosts(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("hosts")
     net = sshlab.SshLab(tmp)
     try:
-        yield Hosts(tmp, net)
+        yield sshlab.DataHosts(tmp, net)
     finally:
         net.close()
 
@@ -119,7 +71,7 @@ warmup = false
 """
 
 
-def _run(hosts: Hosts, tmp_path: Path, *extra: str, check: bool = True, text: str = SCENARIO):
+def _run(hosts: sshlab.DataHosts, tmp_path: Path, *extra: str, check: bool = True, text: str = SCENARIO):
     scenario = tmp_path / "s.toml"
     scenario.write_text(text)
     return cli("run", str(scenario), "--db", str(tmp_path / "r.db"), "--no-progress", "--hosts",

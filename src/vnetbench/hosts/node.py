@@ -10,7 +10,6 @@ lab's teardown killed it, the controller died) the command and everything it sta
 
 from __future__ import annotations
 
-import os
 import subprocess
 from typing import Any, Sequence
 
@@ -45,13 +44,3 @@ class SshNode(RunsCommands):
         """The local argv that starts ``argv`` on the host and ends it when this argv's process ends."""
         return self.conn.command(["sh", "-c", WRAPPER, "vnb-exec", *map(str, argv)])
 
-    def run(self, argv: Sequence[str], timeout: float = 10.0, pin: bool = False) -> subprocess.CompletedProcess:
-        # Through the wrapper as well, its input held open until the command ends: a command that outlives
-        # its timeout ends on the host when the local client is killed, not some time later.
-        read_end, write_end = os.pipe()
-        try:
-            return subprocess.run(self.command(argv, pin), capture_output=True, text=True, timeout=timeout,
-                                  stdin=read_end)
-        finally:
-            os.close(read_end)
-            os.close(write_end)

@@ -8,6 +8,7 @@ registered with the lab's teardown registry the moment it exists.
 from __future__ import annotations
 
 import ipaddress
+import os
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -173,8 +174,19 @@ class RunsCommands:
         return proc
 
     def run(self, argv: Sequence[str], timeout: float = 10.0, pin: bool = False) -> subprocess.CompletedProcess:
-        return subprocess.run(self.command(argv, pin), capture_output=True, text=True, timeout=timeout,
-                              stdin=subprocess.DEVNULL)
+        if self.stdin_of_started != subprocess.PIPE:
+            return subprocess.run(self.command(argv, pin), capture_output=True, text=True, timeout=timeout,
+                                  stdin=subprocess.DEVNULL)
+        # A command that ends when its input closes gets a pipe whose write end stays here until it ends:
+        # subprocess.run would close a PIPE at once, and the command with it. A timeout kills the client,
+        # which ends the command on its node as well.
+        read_end, write_end = os.pipe()
+        try:
+            return subprocess.run(self.command(argv, pin), capture_output=True, text=True, timeout=timeout,
+                                  stdin=read_end)
+        finally:
+            os.close(read_end)
+            os.close(write_end)
 
 
 @dataclass

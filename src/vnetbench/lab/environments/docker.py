@@ -82,17 +82,6 @@ class EngineHost(RunsCommands):
         cpus = str(self.cpu) if pin and self.cpu is not None else None
         return engines.exec_argv(self.engine, self.container.name, argv, cpus)
 
-    def run(self, argv: Sequence[str], timeout: float = 10.0, pin: bool = False) -> subprocess.CompletedProcess:
-        # The input pipe's write end stays here until the command ends: subprocess.run would close a PIPE
-        # at once, and the command with it. A timeout kills the client, which ends the command as well.
-        read_end, write_end = os.pipe()
-        try:
-            return subprocess.run(self.command(argv, pin), capture_output=True, text=True, timeout=timeout,
-                                  stdin=read_end)
-        finally:
-            os.close(read_end)
-            os.close(write_end)
-
 
 class EngineEnvironment(NamespaceEnvironment):
     """Endpoints as containers of a real engine: its `kind` names the engine (engines.DEFAULT_URLS) as well."""
