@@ -170,3 +170,17 @@ def test_one_way_delays_are_untrusted_when_the_clocks_are_known_loosely():
     assert clock_note(loose) == ("One-way delays between hosts are untrusted: clock offsets to the controller "
                                  "b -12.3 ms ± 4.0; c not measured (no %N) "
                                  f"(trusted within {ONE_WAY_TRUST_MS:g} ms); round trips are unaffected.")
+
+
+def test_plan_names_the_hosts_and_shapes_nothing_that_is_unlimited(tmp_path):
+    import json
+
+    from helpers import cli
+
+    (tmp_path / "s.toml").write_text(SCENARIO)
+    planned = json.loads(cli("plan", str(tmp_path / "s.toml"), "--json").stdout)
+    assert planned["hosts"] == {"receiver": "server-a", "senders": ["clients"], "addresses": {}}
+    if os.geteuid() == 0:  # the backends are chosen only where the kernel can be probed
+        assert planned["links"]["choice"] == {}
+    shown = " ".join(cli("plan", str(tmp_path / "s.toml")).stdout.split())
+    assert "endpoints on real hosts (vnetbench run ... --hosts INVENTORY): receiver server-a, senders clients" in shown

@@ -582,6 +582,10 @@ def plan_view(plan: Any, console: Console, rows: int = 20) -> None:
     console.print("environments: " + ", ".join(
         escape(e["variant"]) + (" [green]ok[/]" if not e["problems"] else " [red]cannot be built[/]")
         for e in plan.environments))
+    if plan.hosts:
+        console.print(f"endpoints on real hosts (vnetbench run ... --hosts INVENTORY): receiver "
+                      f"{escape(plan.hosts['receiver'])}, senders {escape(', '.join(plan.hosts['senders']))}; "
+                      "the hosts are checked over SSH when the run starts")
     for e in plan.left_out:
         console.print(f"[yellow]left out here[/] (if_available): {escape(e['environment'])}, "
                       f"{e['configurations']} configuration{'s' if e['configurations'] != 1 else ''}: {escape(e['reason'])}", soft_wrap=True)

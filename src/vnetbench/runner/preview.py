@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vnetbench.errors import EnvironmentProblem, VnetbenchError
+from vnetbench.impair.model import lab_links
 from vnetbench.lab import environments
 from vnetbench.runner.bench import variant_of
 from vnetbench.runner.run import leave_out_unavailable, tools_by_variant, wanted_congestion_controls, workload_tools
@@ -52,6 +53,7 @@ class Plan:
     links: dict[str, Any]  # choice per link, or why it is not known
     problems: list[str] = field(default_factory=list)  # what stops `run` on this machine
     left_out: list[dict[str, Any]] = field(default_factory=list)  # if_available environments this machine lacks
+    hosts: dict[str, Any] | None = None  # the scenario's [hosts] placement (run --hosts INVENTORY)
 
     @property
     def trials(self) -> tuple[int, int]:
@@ -75,7 +77,7 @@ class Plan:
             "estimated_s": {"min": round(self.wall_s[0]), "max": round(self.wall_s[1]),
                             "setup": round(self.setup_s, 1), "per_trial_overhead": TRIAL_OVERHEAD_S},
             "tools": self.tools, "environments": self.environments, "links": self.links,
-            "problems": self.problems, "left_out": self.left_out,
+            "problems": self.problems, "left_out": self.left_out, "hosts": self.hosts,
         }
 
 
@@ -115,9 +117,12 @@ def _links(configs: list[Configuration], root: bool) -> dict[str, Any]:
                                         "needs root (vnetbench doctor, as root, lists them)"}
     n = max((c.active_senders for c in configs), default=1)
     try:
-        return {"choice": links.check_configs(configs, n_senders=n), "note": ""}
+        choice = links.check_configs(configs, n_senders=n)
     except VnetbenchError as e:
         return {"choice": None, "note": "", "problem": str(e)}
+    # a link with nothing to emulate in any configuration (bottleneck = "unlimited") gets no backend at all
+    shaped = {name for c in configs for name, spec in lab_links(c.scenario.lab).items() if spec.needs()}
+    return {"choice": {k: v for k, v in choice.items() if k in shaped}, "note": ""}
 
 
 def _congestion_controls(configs: list[Configuration]) -> list[str]:
@@ -152,4 +157,5 @@ def make_plan(loaded: LoadedScenario, max_configurations: int = MAX_CONFIGURATIO
         problems.append("vnetbench run needs root (it builds network namespaces): run it with sudo")
     return Plan(scenario=loaded.scenario.name, source=loaded.source, configurations=planned,
                 repetitions=repetitions, warmup=rep.warmup, setup_s=setup, tools=tools, environments=envs,
-                links=link_info, problems=list(dict.fromkeys(problems)), left_out=left_out)
+                links=link_info, problems=list(dict.fromkeys(problems)), left_out=left_out,
+                hosts=loaded.scenario.hosts.model_dump() if loaded.scenario.hosts else None)
