@@ -14,6 +14,7 @@ dropbear rather than OpenSSH's sshd: Debian's openssh-server package starts a sy
 
 from __future__ import annotations
 
+import itertools
 import os
 import pwd
 import shutil
@@ -26,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 PREFIX = f"vnbtest-ssh-{os.getpid()}"
+_SERIAL = itertools.count(1)
 
 
 def sh(*argv: str, **kw) -> subprocess.CompletedProcess:
@@ -82,7 +84,9 @@ class SshLab:
 
     def namespace(self, root_addr: str, ns_addr: str) -> str:
         """A namespace joined to the root namespace by a veth: root_addr (with prefix) here, ns_addr there."""
-        self.n += 1
+        # Numbered across every SshLab of the process: a namespace's removal is finished by the kernel
+        # asynchronously, so the root end of a veth of a lab just closed can still hold its name for a moment.
+        self.n = next(_SERIAL)
         name = f"{PREFIX}-{self.n}"
         sh("ip", "netns", "add", name)
         self.namespaces.append(name)  # registered before anything else can fail

@@ -239,7 +239,9 @@ def cmd_clean(args: argparse.Namespace) -> int:
         engine_left, engine_errors = engine_leftovers()
         for e in engine_errors:
             err.print(f"[yellow]not checked:[/] {escape(e)}", soft_wrap=True)
-        left = leftovers() + cgroup_leftovers() + engine_left
+        from vnetbench.lab.clean import file_leftovers
+
+        left = leftovers() + cgroup_leftovers() + engine_left + [str(p) for p in file_leftovers()]
         if left:
             err.print(f"[red]left behind by a run:[/] {', '.join(left)} (remove with `vnetbench clean`)")
             return 1
@@ -255,13 +257,16 @@ def cmd_clean(args: argparse.Namespace) -> int:
     if report.engine_objects:
         out.print(f"{verb} {len(report.engine_objects)} container engine objects ({', '.join(report.engine_objects)})",
                   soft_wrap=True)
-    if not report.namespaces and not report.cgroups and not report.engine_objects:
-        out.print(f"nothing to clean: no {prefix}* namespaces, cgroups or labelled containers and networks")
+    if not report.namespaces and not report.cgroups and not report.engine_objects and not report.files:
+        out.print(f"nothing to clean: no {prefix}* namespaces, cgroups, work directories or labelled containers "
+                  "and networks")
     elif report.namespaces:
         out.print(f"{verb} {len(report.namespaces)} namespaces ({', '.join(report.namespaces)}) and "
                   f"{len(report.processes)} processes in them")
     if report.cgroups:
         out.print(f"{verb} {len(report.cgroups)} cgroups ({', '.join(report.cgroups)})")
+    if report.files:
+        out.print(f"{verb} {len(report.files)} work directories ({', '.join(report.files)})", soft_wrap=True)
     for e in report.errors:
         err.print(f"[red]could not remove[/] {e}")
     return 1 if report.errors else 0

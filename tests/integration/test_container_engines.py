@@ -81,8 +81,11 @@ def pair(engine_host):
         assert not engines.cni_state(prefix), "CNI's bookkeeping of the network left behind"
 
 
+_SCRATCH = tempfile.TemporaryDirectory(prefix="vnbtest-")  # removed when the test process ends
+
+
 def _scratch(name: str) -> tuple[Path, Path]:
-    d = Path(tempfile.mkdtemp(prefix="vnbtest-"))
+    d = Path(tempfile.mkdtemp(dir=_SCRATCH.name))
     return d / f"{name}.out", d / f"{name}.err"
 
 

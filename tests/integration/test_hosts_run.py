@@ -14,9 +14,11 @@ is left on a host afterwards.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -161,3 +163,17 @@ def test_a_killed_controller_leaves_no_process_on_the_hosts(hosts, tmp_path):
     while any(hosts.pids().values()) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert hosts.pids() == {hosts.ns_a: [], hosts.ns_b: []}
+    # On the controller: the run's work directory and its ssh control directories (their masters still up,
+    # idle) are what `vnetbench clean` removes; on the hosts, the run's work directory stays until
+    # `clean --hosts` exists (here the hosts share this /tmp).
+    run_id = stored_run_id(db)
+    control = [p for p in Path(tempfile.gettempdir()).glob(f"vnb-ssh-{proc.pid}-*")]
+    assert control and list(Path(tempfile.gettempdir()).glob(f"vnetbench-vnb-{run_id[:6]}-*"))
+    cleaned = cli("clean")
+    assert "work directories" in cleaned.stdout
+    assert not any(p.exists() for p in control) and not list(Path(tempfile.gettempdir()).glob(f"vnetbench-vnb-{run_id[:6]}-*"))
+    assert not [p for p in Path("/proc").iterdir() if p.name.isdigit() and any(
+        sshlab._cmdline(p.name).startswith(f"ssh: {c}/") for c in control)], "an ssh master outlived clean"
+    remote = Path(f"/tmp/vnb-{run_id[:6]}")
+    assert remote.is_dir()
+    shutil.rmtree(remote)

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from helpers import ROOT, cli, run_id_of
-from vnetbench.lab.clean import cgroup_leftovers, leftovers
+from vnetbench.lab.clean import cgroup_leftovers, file_leftovers, leftovers
 from vnetbench.store.db import Store
 
 pytestmark = pytest.mark.lab
@@ -81,6 +81,7 @@ def test_random_kills_leave_nothing_and_resume_completes(tmp_path):
             assert not leftovers(), f"{where}: left {leftovers()} after {how}"
         cli("clean")
         assert not leftovers() and not cgroup_leftovers(), f"{where}: clean left {leftovers() + cgroup_leftovers()}"
+        assert not file_leftovers(), f"{where}: clean left {file_leftovers()}"  # the run's work directory
         assert not our_processes(), f"{where}: processes left: {our_processes()}"
 
         runs = Store(db).runs() if db.exists() else []

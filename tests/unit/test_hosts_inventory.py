@@ -109,3 +109,14 @@ def test_home_is_not_written(tmp_path):
         del env[k]
     subprocess.run([sys.executable, "-c", code], check=True, env=env, timeout=60)
     assert not (tmp_path / ".ansible").exists()
+
+
+def test_a_process_killed_after_reading_an_inventory_leaves_no_ansible_temp_dir(tmp_path):
+    """Ansible removes its local temp directory at exit; a vnetbench killed with SIGKILL mid-run never exits."""
+    source = FIXTURES / "hosts.yml"
+    code = ("import os, sys; from vnetbench.hosts.inventory import load; load(sys.argv[1]); "
+            "print(os.getpid(), flush=True); os.kill(os.getpid(), 9)")
+    proc = subprocess.run([sys.executable, "-c", code, str(source)], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "TMPDIR": str(tmp_path)})
+    assert proc.returncode == -9 and proc.stdout.strip().isdigit(), proc.stderr
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(f"ansible-local-{proc.stdout.strip()}")]

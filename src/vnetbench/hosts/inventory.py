@@ -141,6 +141,19 @@ def _yaml_position(path: Path, plugin: str) -> str:
     return ""
 
 
+def _drop_ansible_local_temp() -> None:
+    """Ansible makes a local temp directory (ansible-local-PID...) on first use and removes it at exit; a
+    vnetbench killed with SIGKILL (a run is long) would leave it. Reading the inventory is all vnetbench asks
+    of Ansible, so it goes now (Ansible's own clean-up at exit then finds nothing)."""
+    import shutil
+
+    from ansible import constants
+
+    local = getattr(constants, "DEFAULT_LOCAL_TMP", None)
+    if local and Path(local).name.startswith("ansible-local-"):
+        shutil.rmtree(local, ignore_errors=True)
+
+
 def load(path: str | Path) -> Inventory:
     path = Path(path)
     if not path.is_file():
@@ -203,4 +216,5 @@ def load(path: str | Path) -> Inventory:
             vars={**{k: _plain(v) for k, v in raw.items() if k not in _MAGIC}, **conn},
         )
     groups = {name: tuple(h.name for h in g.get_hosts()) for name, g in manager.groups.items()}
+    _drop_ansible_local_temp()
     return Inventory(path=path, hosts=hosts, groups=groups)

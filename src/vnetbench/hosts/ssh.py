@@ -24,6 +24,7 @@ Host keys are always checked: StrictHostKeyChecking=yes by default, ``accept-new
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import shutil
@@ -40,6 +41,7 @@ from vnetbench.lab.nodes import RunsCommands
 SSH_FAILED = 255  # ssh's own exit status when it, not the remote command, failed
 CONTROL_PERSIST_S = 60  # an idle master outlives a crashed controller by at most this long
 SUDO = ("sudo", "-n", "--")  # -n: fail at once instead of prompting for a password nobody will type
+CONTROL_DIR_PREFIX = "vnb-ssh-"  # + the owner's pid, in the temp dir; `vnetbench clean` removes a dead owner's
 
 
 class HostKeyUnknown(HostError):
@@ -89,7 +91,9 @@ class SshConnection(RunsCommands):
         self.ssh = ssh
         # mkdtemp makes it 0700: nobody else can reach (or plant) the control socket. %C (a hash of the
         # local host, remote host, port and user) keeps socket paths short whatever the host name is.
-        self.control_dir = Path(tempfile.mkdtemp(prefix="vnb-ssh-"))
+        # Named with this process's id, so `vnetbench clean` can tell the directory (and its master) of a
+        # vnetbench that was killed from one in use.
+        self.control_dir = Path(tempfile.mkdtemp(prefix=f"{CONTROL_DIR_PREFIX}{os.getpid()}-"))
         self._privileges: Privileges | None = None
 
     # ------------------------------------------------------------------ the ssh command line

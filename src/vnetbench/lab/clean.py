@@ -13,7 +13,10 @@ engine's, ``*.foreign``) is unmounted; its processes are never signalled.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
+import stat
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +33,7 @@ class CleanReport:
     cgroups: list[str] = field(default_factory=list)
     engine_objects: list[str] = field(default_factory=list)  # "docker container NAME", "docker network NAME"
     errors: list[str] = field(default_factory=list)
+    files: list[str] = field(default_factory=list)  # work and SSH control directories, in the temp directory
     live: list[runlock.LiveRun] = field(default_factory=list)  # runs still measuring: left alone
 
 
@@ -112,6 +116,7 @@ def clean(prefix: str = netns.PREFIX, dry_run: bool = False, images: bool = Fals
         if not netns.is_foreign(name):  # an engine's namespace: its processes are not ours
             report.processes.extend(netns.pids(name))
     report.cgroups = [c for c in cgroup_leftovers(prefix) if ours(Path(c).name)]
+    report.files = [str(p) for p in file_leftovers(prefix, skip=tuple(live))]
     if dry_run:
         return report
     for sig in (signal.SIGTERM, signal.SIGKILL):
@@ -134,7 +139,63 @@ def clean(prefix: str = netns.PREFIX, dry_run: bool = False, images: bool = Fals
             cgroups.remove_dir(Path(path))
         except OSError as e:
             report.errors.append(f"{path}: {e}")
+    for path in report.files:
+        for pid in _control_masters(Path(path)):  # their connection goes with them; the host keeps nothing
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        try:
+            shutil.rmtree(path)
+        except OSError as e:
+            report.errors.append(f"{path}: {e}")
     return report
+
+
+def file_leftovers(prefix: str = netns.PREFIX, skip: tuple[str, ...] = ()) -> list[Path]:
+    """Directories a killed run left in the temp directory: its work directory (servers' and trials' files,
+    named WORKDIR_PREFIX + its run prefix), unless its run is in `skip` (measuring now); and, when every run
+    is cleaned, the SSH control directories (hosts/ssh.py, named with their owner's pid) of a vnetbench
+    that is gone. Only real directories of this user's."""
+    from vnetbench.hosts.ssh import CONTROL_DIR_PREFIX
+    from vnetbench.runner.bench import WORKDIR_PREFIX
+
+    tmp = Path(tempfile.gettempdir())
+    found = []
+    for path in tmp.glob(f"{WORKDIR_PREFIX}{prefix}*"):
+        run = path.name[len(WORKDIR_PREFIX):]
+        if _own_dir(path) and not any(run.startswith(p) for p in skip):
+            found.append(path)
+    if prefix == netns.PREFIX:
+        for path in tmp.glob(f"{CONTROL_DIR_PREFIX}*"):
+            owner = path.name[len(CONTROL_DIR_PREFIX):].partition("-")[0]
+            if owner.isdigit() and _alive(int(owner)):
+                continue  # in use (a pid reused by another process keeps it too: left, not wrongly removed)
+            if _own_dir(path):
+                found.append(path)
+    return sorted(found)
+
+
+def _control_masters(path: Path) -> list[int]:
+    """ssh masters still serving a control directory whose vnetbench is gone (their title names the socket)."""
+    needle = f"{path}/".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if (entry / "cmdline").read_bytes().startswith(b"ssh: " + needle):
+                    found.append(int(entry.name))
+            except OSError:
+                pass
+    return found
+
+
+def _own_dir(path: Path) -> bool:
+    try:
+        st = path.lstat()
+    except OSError:
+        return False
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid()
 
 
 def _alive(pid: int) -> bool:

@@ -35,6 +35,7 @@ from vnetbench.workloads import registry
 from vnetbench.workloads.base import Measurement, ServerSpec, Started, ToolFailed, TrialContext, TrialHosts
 
 SERVER_READY_TIMEOUT = 5.0
+WORKDIR_PREFIX = "vnetbench-"  # + the run's prefix (vnb-<id>-): a run's local work directory, in the temp dir
 GUEST_READY_TIMEOUT = 60.0
 
 
@@ -56,7 +57,7 @@ class DumbbellBench:
     pin_cpus: bool = True
     variants: list[tuple[Variant, int]] | None = None  # (environment, senders); None: one bare variant
     lab: Lab | None = None
-    workdir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="vnetbench-")))
+    workdir: Path = None  # type: ignore[assignment]  # made in __post_init__, named after the run
     _shaping: dict[str, tuple] = field(default_factory=dict)  # receiver -> installed (rate, buffer, qdisc, shape)
     _qdiscs: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # receiver -> kernel's view
     _offload: dict[Variant, list[dict[str, Any]]] = field(default_factory=dict)  # variant -> read-back
@@ -67,6 +68,12 @@ class DumbbellBench:
     links: LinkManager | None = None  # link conditions (impair/): tbf/htb, netem or the userspace emulator
     keep_dir: Path | None = None  # where evidence of a variant that did not come up (console logs) is kept
     _unavailable: dict[Variant, tuple[str, dict[str, Any]]] = field(default_factory=dict)  # -> reason, raw
+
+    def __post_init__(self) -> None:
+        if self.workdir is None:
+            # Named after the run (WORKDIR_PREFIX + its prefix), so `vnetbench clean` finds it when a killed run
+            # could not remove it; teardown removes it otherwise.
+            self.workdir = Path(tempfile.mkdtemp(prefix=f"{WORKDIR_PREFIX}{self.run_prefix}-"))
 
     @classmethod
     def for_configs(cls, run_prefix: str, configs: list[Configuration], pin_cpus: bool = True) -> "DumbbellBench":

@@ -1,0 +1,52 @@
+"""`vnetbench clean` and the temp directory: what a killed run left there (its work directory, the SSH
+control directory of a vnetbench that is gone) is found and removed; what is in use, or not ours, is not."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+
+import pytest
+
+from vnetbench.lab import clean
+
+
+@pytest.fixture
+def tmp(tmp_path, monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    return tmp_path
+
+
+def dead_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def test_leftover_directories_are_told_from_those_in_use(tmp):
+    killed = tmp / "vnetbench-vnb-abc123-k2j3"  # a killed run's work directory
+    measuring = tmp / "vnetbench-vnb-live00-x9"  # the run measuring now
+    gone = tmp / f"vnb-ssh-{dead_pid()}-q1"  # a killed vnetbench's ssh control directory
+    in_use = tmp / f"vnb-ssh-{os.getpid()}-q2"  # this process's
+    for d in (killed, measuring, gone, in_use):
+        d.mkdir()
+    (gone / "socket-left").write_text("")
+    planted = tmp / "vnetbench-vnb-zzz999-p"  # a symlink someone planted: never followed, never removed
+    planted.symlink_to(tmp / "elsewhere")
+    (tmp / "elsewhere").mkdir()
+    (tmp / "vnetbench-other").mkdir()  # not a run's
+    assert clean.file_leftovers(skip=("vnb-live00-",)) == sorted([killed, gone])
+    assert clean.file_leftovers(prefix="vnb-abc123-") == [killed]  # one run: its work directory only
+    assert clean.file_leftovers(prefix="vnb-live00-", skip=()) == [measuring]
+
+
+def test_clean_removes_them_and_says_so(tmp):
+    killed = tmp / "vnetbench-vnb-abc123-k2j3"
+    (killed / "p0-r0").mkdir(parents=True)
+    (killed / "p0-r0" / "stream.out").write_text("{}")
+    report = clean.clean(dry_run=True)
+    assert report.files == [str(killed)] and killed.exists()
+    report = clean.clean()
+    assert report.files == [str(killed)] and not killed.exists() and not report.errors
