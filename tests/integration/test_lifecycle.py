@@ -298,3 +298,27 @@ def test_a_second_run_is_refused_while_one_measures_and_runs_beside_it_when_allo
     assert second_id in {r["run_id"] for r in store.run(first_id)["fingerprint"]["machine_load"][0]["concurrent_runs"]}
     assert "This run shared the machine" in report.read_text()
     assert "This run shared the machine" in cli("show", first_id, "--db", str(db)).stdout
+
+
+def test_a_namespace_removed_under_a_run_fails_its_trials_with_the_reason(tmp_path, no_leftovers):
+    """Hardening issue: a vanished namespace (someone's `ip netns del`, or a `vnetbench clean` from another
+    shell) is one clear reason per trial, never a traceback, and the run goes on and ends; teardown then finds
+    it gone without complaint. A sender's: every trial starts its clients there anew (a receiver's namespace
+    outlives its name while its servers hold it)."""
+    db = tmp_path / "r.db"
+    proc = start_run(db, "--set", "repetitions=3")
+    wait_for(lambda: ok_trials(db) >= 1, timeout=60, what="the first trial")
+    sender = next(n for n in run_namespaces(db) if n.endswith("-s1"))
+    subprocess.run(["ip", "netns", "del", sender], check=True)
+    out, err = proc.communicate(timeout=180)
+    assert "Traceback" not in err and "Traceback" not in out, err[-3000:]
+    assert proc.returncode == 0, (proc.returncode, err[-2000:])
+    with Store(db) as store:
+        run = store.runs()[-1]
+        trials = store.trials(run["id"])
+    failed = [t for t in trials if t["status"] != "ok"]
+    assert run["status"] == "completed" and len(trials) == 4 * 3 and failed, [t["status"] for t in trials]
+    # every trial after the removal failed, each saying where
+    assert all(sender in str(t["reason"]) for t in failed), [t["reason"] for t in failed][:3]
+    assert trials[-1]["status"] != "ok"
+    assert not run_namespaces(db) and not our_processes()

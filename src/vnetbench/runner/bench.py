@@ -327,7 +327,7 @@ class DumbbellBench:
                 for metric, value in link_metrics(link_counters):
                     measurement.add(metric, value)
             except ToolFailed as e:
-                status, reason = "failed", str(e)
+                status, reason = "failed", _with_what_failed_said(str(e), runs)
         shutil.rmtree(tmp, ignore_errors=True)
         if status != "ok":
             # A client that died mid-test can leave its server waiting; start clean.
@@ -373,6 +373,20 @@ class DumbbellBench:
                 if name in companions and s.stopped_by_runner:
                     _stop(s)
         return "ok", None
+
+
+def _with_what_failed_said(reason: str, runs: list[tuple[str, Started]]) -> str:
+    """The reason a trial failed, with the last line each process that exited badly wrote on standard error
+    when the reason does not quote it already: a tool that never started (its namespace gone, a host that
+    dropped) has nothing to parse, and only its node's command channel says why."""
+    for name, s in runs:
+        for label, proc in s.procs.items():
+            if proc.returncode in (0, None):
+                continue
+            lines = [line for line in s.error_text(label, 1000).splitlines() if line.strip()]
+            if lines and lines[-1].strip() not in reason:
+                reason += f"; {name} on {label} exited {proc.returncode}: {lines[-1].strip()}"
+    return reason
 
 
 def _shift(s: Started, seconds: float) -> None:
