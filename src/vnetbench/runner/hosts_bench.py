@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ipaddress
 import shlex
+import shutil
 import socket
 import time
 from dataclasses import dataclass, field
@@ -25,7 +26,7 @@ from vnetbench.errors import EnvironmentProblem, HostError, ScenarioError
 from vnetbench.hosts import preflight as host_preflight
 from vnetbench.hosts.inventory import Inventory, InventoryHost
 from vnetbench.hosts.node import SshNode
-from vnetbench.hosts.ssh import HostAccess, SshConnection  # noqa: F401  (HostAccess: run's argument)
+from vnetbench.hosts.ssh import SshConnection
 from vnetbench.impair.links import LinkManager
 from vnetbench.impair.model import lab_links
 from vnetbench.lab.environments import Variant
@@ -201,8 +202,6 @@ class HostsBench(DumbbellBench):
                    remote_workdir=f"/tmp/{run_prefix}")
 
     def setup(self) -> None:
-        import shutil
-
         registry = Registry()
         registry.add(f"work directory {self.workdir}", lambda: shutil.rmtree(self.workdir, ignore_errors=True))
         self.lab = Lab(self.run_prefix, registry)
