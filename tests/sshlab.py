@@ -182,22 +182,36 @@ class SshLab:
 
 
 class DataHosts:
-    """Three hosts for `run --hosts` (tests and bench/remote.py): server-a and client-1 with a data link
-    between them beside their management links, and client-2 (management only) whose sessions find no sockperf."""
+    """Three hosts for `run --hosts` (tests and bench/remote.py): server-a and client-1 with a data network
+    between them beside their management links, and client-2 (management only) whose sessions find no
+    sockperf. The data network is routed through a namespace of its own, as a switch or router between real
+    machines: packets reach a host from a wire, not straight from the other host's socket (across a bare
+    veth the kernel keeps the sender's socket on a packet, and a queue on the receiver's ingress would push
+    back on the sender as a local one does). server-a lets vnetbench change data0 (link conditions)."""
 
-    SERVER_DATA, CLIENT_DATA = "198.18.205.1", "198.18.205.2"
+    SERVER_DATA, CLIENT_DATA = "198.18.205.1", "198.18.205.6"
+    SHAPED = "data0"
 
     def __init__(self, tmp: Path, net: SshLab):
         self.tmp, self.net = tmp, net
         pub = keypair(tmp / "id_run")
         self.ns_a = net.namespace("198.18.204.1/30", "198.18.204.2")
         self.ns_b = net.namespace("198.18.204.5/30", "198.18.204.6")
-        # The data link, between the two hosts only: the controller never sends on it.
-        sh("ip", "link", "add", "data0", "netns", self.ns_a, "type", "veth", "peer", "name", "data0",
-                  "netns", self.ns_b)
-        for ns, addr in ((self.ns_a, self.SERVER_DATA), (self.ns_b, self.CLIENT_DATA)):
-            sh("ip", "-n", ns, "addr", "add", f"{addr}/30", "dev", "data0")
+        # The data network, between the two hosts only (the controller never sends on it): a router between
+        # server-a (198.18.205.0/30) and client-1 (198.18.205.4/30).
+        self.router = f"{PREFIX}-{next(_SERIAL)}"
+        sh("ip", "netns", "add", self.router)
+        net.namespaces.append(self.router)
+        sh("ip", "netns", "exec", self.router, "sysctl", "-qw", "net.ipv4.ip_forward=1")
+        sh("ip", "-n", self.router, "link", "set", "lo", "up")
+        for ns, mine, theirs, port, other in ((self.ns_a, self.SERVER_DATA, "198.18.205.2", "ra", "198.18.205.4/30"),
+                                              (self.ns_b, self.CLIENT_DATA, "198.18.205.5", "rb", "198.18.205.0/30")):
+            sh("ip", "link", "add", "data0", "netns", ns, "type", "veth", "peer", "name", port, "netns", self.router)
+            sh("ip", "-n", ns, "addr", "add", f"{mine}/30", "dev", "data0")
             sh("ip", "-n", ns, "link", "set", "data0", "up")
+            sh("ip", "-n", self.router, "addr", "add", f"{theirs}/30", "dev", port)
+            sh("ip", "-n", self.router, "link", "set", port, "up")
+            sh("ip", "-n", ns, "route", "add", other, "via", theirs)
         self.a = net.server(self.ns_a, "198.18.204.2", 22, {"root": [pub]})
         self.b = net.server(self.ns_b, "198.18.204.6", 22, {"root": [pub]})
         # A third host, on the management network only, whose sessions find no sockperf.
@@ -209,12 +223,24 @@ class DataHosts:
         self.ssh_config.write_text(f"Host *\n  UserKnownHostsFile {known}\n  GlobalKnownHostsFile /dev/null\n"
                                    "  IdentityAgent none\n  IdentitiesOnly yes\n")
         self.inventory = tmp / "inventory.yml"
-        self.inventory.write_text(
-            "all:\n  vars:\n    ansible_user: root\n"
-            f"    ansible_ssh_private_key_file: {tmp / 'id_run'}\n"
-            "  children:\n    servers:\n      hosts:\n        server-a:\n          ansible_host: 198.18.204.2\n"
-            "    clients:\n      hosts:\n        client-1:\n          ansible_host: 198.18.204.6\n"
-            "    lacking:\n      hosts:\n        client-2:\n          ansible_host: 198.18.204.10\n")
+        self.inventory.write_text(self.inventory_text())
+
+    def inventory_text(self, shape: str = SHAPED) -> str:
+        """The inventory, with server-a's vnetbench_shape_interfaces = `shape` (none when empty)."""
+        opt_in = f"          vnetbench_shape_interfaces: [{shape}]\n" if shape else ""
+        return ("all:\n  vars:\n    ansible_user: root\n"
+                f"    ansible_ssh_private_key_file: {self.tmp / 'id_run'}\n"
+                "  children:\n    servers:\n      hosts:\n        server-a:\n          ansible_host: 198.18.204.2\n"
+                f"{opt_in}"
+                "    clients:\n      hosts:\n        client-1:\n          ansible_host: 198.18.204.6\n"
+                "    lacking:\n      hosts:\n        client-2:\n          ansible_host: 198.18.204.10\n")
+
+    def steering(self) -> dict[str, list[str]]:
+        """What link conditions leave on server-a: IFBs, and qdiscs on its data0 besides its own noqueue."""
+        ifbs = sh("ip", "-n", self.ns_a, "-o", "link", "show", "type", "ifb").stdout.split("\n")
+        qdiscs = sh("tc", "-n", self.ns_a, "qdisc", "show", "dev", "data0").stdout.splitlines()
+        return {"ifbs": [line.split(":")[1].strip().split("@")[0] for line in ifbs if line.strip()],
+                "qdiscs": [q for q in qdiscs if not q.startswith("qdisc noqueue")]}
 
     def pids(self) -> dict[str, list[str]]:
         """Every process in each host's namespace but its dropbear, as 'pid command'."""

@@ -231,6 +231,8 @@ def cmd_report(args: argparse.Namespace) -> int:
 def cmd_clean(args: argparse.Namespace) -> int:
     from vnetbench.lab.clean import clean, leftovers
 
+    if args.hosts:
+        return _clean_hosts(args)
     if args.check:
         from vnetbench.lab.clean import cgroup_leftovers
 
@@ -271,6 +273,37 @@ def cmd_clean(args: argparse.Namespace) -> int:
         err.print(f"[red]could not remove[/] {e}")
     return 1 if report.errors else 0
 
+
+def _clean_hosts(args: argparse.Namespace) -> int:
+    """`clean --hosts INVENTORY`: what killed runs left on the inventory's hosts (their work directories, the
+    steering of link conditions), removed; --check and --dry-run only say what is there."""
+    from vnetbench import runlock
+    from vnetbench.hosts.clean import clean_hosts
+    from vnetbench.lab.netns import run_prefix
+
+    if args.run or args.images:
+        raise VnetbenchError("--run and --images are for this machine's leftovers; `clean --hosts` cleans every "
+                             "run's on the hosts")
+    access = _host_access(args)
+    hosts = list(access.inventory.hosts.values())
+    live = runlock.live_runs()
+    skip = tuple(run_prefix(r.run_id) for r in live)
+    for run in live:
+        out.print(f"left alone: what {escape(run.describe())} uses on the hosts", soft_wrap=True)
+    reports = clean_hosts(hosts, access.connect, skip, dry_run=args.dry_run or args.check)
+    verb = "left behind" if args.check else "would remove" if args.dry_run else "removed"
+    found = False
+    for r in reports:
+        items = r.found.items() if r.found else []
+        found = found or bool(items)
+        if items:
+            out.print(f"{escape(r.host)}: {verb} {', '.join(map(escape, items))}", soft_wrap=True)
+        for e in r.errors:
+            err.print(f"[red]{escape(r.host)}:[/] {escape(e)}", soft_wrap=True)
+    if not found and not any(r.errors for r in reports):
+        out.print(f"nothing of vnetbench's is left on {len(hosts)} hosts of {escape(str(access.inventory.path))}",
+                  soft_wrap=True)
+    return 1 if any(r.errors for r in reports) or (args.check and found) else 0
 
 
 def _ssh_options(sp: argparse.ArgumentParser) -> None:
@@ -374,6 +407,10 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--run", metavar="RUN_ID", help="only what this run left (its full id or first 6 characters)")
     sp.add_argument("--images", action="store_true",
                     help="also remove the tools images vnetbench built in container engines (rebuilt when needed)")
+    sp.add_argument("--hosts", metavar="INVENTORY",
+                    help="clean the hosts of an Ansible inventory over SSH instead of this machine: work "
+                         "directories and link-condition steering (IFBs, clsact qdiscs) of killed runs")
+    _ssh_options(sp)
     sp.set_defaults(func=cmd_clean)
 
     register_analysis(sub)  # compare, baseline, history

@@ -5,7 +5,7 @@ them, as machines with a management network beside the network under test::
     root namespace (the controller: vnetbench, ssh)
       198.18.204.1/30 ══ vnbtest-ssh-<pid>-1 "server-a": eth0 198.18.204.2, dropbear :22
       198.18.204.5/30 ══ vnbtest-ssh-<pid>-2 "client-1": eth0 198.18.204.6, dropbear :22
-                         server-a data0 198.18.205.1/30 ══ client-1 data0 198.18.205.2/30
+                         server-a data0 198.18.205.1/30 ══ router ══ client-1 data0 198.18.205.6/30
 
 The workloads run on the hosts over SSH and cross the data link; nothing is built, and nothing of the run's
 is left on a host afterwards.
@@ -14,7 +14,6 @@ is left on a host afterwards.
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -22,10 +21,11 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import sshlab
-from helpers import ROOT, cli, run_id_of, stored_run_id
+from helpers import ROOT, cli, full_queue_delay_bounds, run_id_of, saturated_udp_loss_bounds, stored_run_id
 from vnetbench.store.db import Store
 
 pytestmark = pytest.mark.lab
@@ -115,7 +115,7 @@ def test_a_scenario_runs_on_the_hosts_over_their_data_link(hosts, tmp_path):
 
 
 def test_a_host_without_a_tool_stops_the_run_before_anything_starts(hosts, tmp_path):
-    text = SCENARIO.replace('senders = ["clients"]', 'senders = ["lacking"]').replace(', "client-1" = "198.18.205.2"', "")
+    text = SCENARIO.replace('senders = ["clients"]', 'senders = ["lacking"]').replace(f', "client-1" = "{CLIENT_DATA}"', "")
     proc = _run(hosts, tmp_path, check=False, text=text)
     said = " ".join(proc.stderr.split())
     assert proc.returncode == 2 and "Traceback" not in said, said
@@ -130,8 +130,8 @@ def test_bad_placements_are_named_before_any_connection(hosts, tmp_path):
     cases = [
         (SCENARIO.replace('receiver = "servers"', 'receiver = "nobody"'), "no host or group named 'nobody'"),
         (SCENARIO.replace('receiver = "servers"', 'receiver = "all"'), "hosts.receiver = 'all' names 3 hosts (server-a, client-1, client-2); name one"),
-        (SCENARIO.replace('bottleneck = "unlimited"', 'bottleneck = "100Mbit"'),
-         "link conditions on a remote host's interfaces are not applied by this version: bottleneck (buffer, rate)"),
+        (SCENARIO.replace('senders = 1\n', 'senders = 1\n[lab.link.s1]\nforward = { rate = "50Mbit" }\n'),
+         "puts link conditions on client-1 (s1: forward: rate 50Mbit)"),
         (SCENARIO.replace('senders = 1', 'senders = 1\nenv = "container"'), "lab.env = 'container' needs the local lab"),
         (SCENARIO.replace('"client-1" = ', '"nobody" = '), "hosts.addresses names 'nobody', which is no endpoint"),
     ]
@@ -144,36 +144,114 @@ def test_bad_placements_are_named_before_any_connection(hosts, tmp_path):
     assert without.returncode == 2 and "run it with --hosts INVENTORY" in " ".join(without.stderr.split())
 
 
-def test_a_killed_controller_leaves_no_process_on_the_hosts(hosts, tmp_path):
+def test_a_killed_controller_leaves_no_process_on_the_hosts_and_clean_hosts_removes_the_rest(hosts, tmp_path):
     """kill -9 of vnetbench mid-trial: its ssh clients go with it (their input closes), and each host's
-    wrapper ends what the run started there."""
+    wrapper ends what the run started there; what the run made there (its work directory, the steering of its
+    bottleneck on server-a) is what `clean --hosts` removes, and nothing of anyone else's."""
     scenario = tmp_path / "s.toml"
-    scenario.write_text(SCENARIO.replace('duration = "2s"', 'duration = "30s"'))
+    scenario.write_text(SCENARIO.replace('duration = "2s"', 'duration = "30s"')
+                        .replace('bottleneck = "unlimited"', 'bottleneck = "200Mbit"'))
     db = tmp_path / "r.db"
+    # Someone else's IFB on server-a, named like vnetbench's but not of a run's form: clean leaves it.
+    sshlab.sh("ip", "-n", hosts.ns_a, "link", "add", "vnb-mine", "type", "ifb")
     proc = subprocess.Popen([sys.executable, "-m", "vnetbench", "run", str(scenario), "--db", str(db),
                              "--no-progress", "--hosts", str(hosts.inventory), "--ssh-config", str(hosts.ssh_config)],
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
-    deadline = time.monotonic() + 60
-    while not any("iperf3 --client" in p for ps in hosts.pids().values() for p in ps):
-        assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
-        time.sleep(0.1)
-    os.killpg(proc.pid, signal.SIGKILL)  # the controller and its ssh clients, as a closed terminal would
-    proc.wait(10)
-    deadline = time.monotonic() + 10  # the wrapper's SIGTERM at once, SIGKILL 2 s later
-    while any(hosts.pids().values()) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert hosts.pids() == {hosts.ns_a: [], hosts.ns_b: []}
-    # On the controller: the run's work directory and its ssh control directories (their masters still up,
-    # idle) are what `vnetbench clean` removes; on the hosts, the run's work directory stays until
-    # `clean --hosts` exists (here the hosts share this /tmp).
-    run_id = stored_run_id(db)
-    control = [p for p in Path(tempfile.gettempdir()).glob(f"vnb-ssh-{proc.pid}-*")]
-    assert control and list(Path(tempfile.gettempdir()).glob(f"vnetbench-vnb-{run_id[:6]}-*"))
-    cleaned = cli("clean")
-    assert "work directories" in cleaned.stdout
-    assert not any(p.exists() for p in control) and not list(Path(tempfile.gettempdir()).glob(f"vnetbench-vnb-{run_id[:6]}-*"))
-    assert not [p for p in Path("/proc").iterdir() if p.name.isdigit() and any(
-        sshlab._cmdline(p.name).startswith(f"ssh: {c}/") for c in control)], "an ssh master outlived clean"
-    remote = Path(f"/tmp/vnb-{run_id[:6]}")
-    assert remote.is_dir()
-    shutil.rmtree(remote)
+    try:
+        deadline = time.monotonic() + 60
+        while not any("iperf3 --client" in p for ps in hosts.pids().values() for p in ps):
+            assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
+            time.sleep(0.1)
+        os.killpg(proc.pid, signal.SIGKILL)  # the controller and its ssh clients, as a closed terminal would
+        proc.wait(10)
+        deadline = time.monotonic() + 10  # the wrapper's SIGTERM at once, SIGKILL 2 s later
+        while any(hosts.pids().values()) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert hosts.pids() == {hosts.ns_a: [], hosts.ns_b: []}
+        # On the controller: the run's work directory and its ssh control directories (their masters still
+        # up, idle) are what `vnetbench clean` removes.
+        run_id = stored_run_id(db)
+        prefix = f"vnb-{run_id[:6]}"
+        control = [p for p in Path(tempfile.gettempdir()).glob(f"vnb-ssh-{proc.pid}-*")]
+        assert control and list(Path(tempfile.gettempdir()).glob(f"vnetbench-{prefix}-*"))
+        cleaned = cli("clean")
+        assert "work directories" in cleaned.stdout
+        assert not any(p.exists() for p in control) and not list(Path(tempfile.gettempdir()).glob(f"vnetbench-{prefix}-*"))
+        assert not [p for p in Path("/proc").iterdir() if p.name.isdigit() and any(
+            sshlab._cmdline(p.name).startswith(f"ssh: {c}/") for c in control)], "an ssh master outlived clean"
+        # On the hosts (which share this /tmp): the run's work directory, and server-a's steering.
+        remote = Path(f"/tmp/{prefix}")
+        assert remote.is_dir()
+        left = hosts.steering()
+        assert sorted(left["ifbs"]) == sorted([f"{prefix}-i", "vnb-mine"]) and "clsact" in " ".join(left["qdiscs"])
+        ssh = ("--hosts", str(hosts.inventory), "--ssh-config", str(hosts.ssh_config))
+        check = cli("clean", "--check", *ssh, check=False)
+        assert check.returncode == 1 and f"server-a: left behind {prefix}-i (IFB), clsact qdisc on data0, " \
+            f"/tmp/{prefix} (work directory)" in " ".join(check.stdout.split()), check.stdout
+        removed = cli("clean", *ssh)
+        assert f"server-a: removed {prefix}-i (IFB), clsact qdisc on data0" in " ".join(removed.stdout.split())
+        assert hosts.steering() == {"ifbs": ["vnb-mine"], "qdiscs": []} and not remote.exists()
+        again = cli("clean", "--check", *ssh)
+        assert "nothing of vnetbench's is left on 3 hosts" in " ".join(again.stdout.split())
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        subprocess.run(["ip", "-n", hosts.ns_a, "link", "del", "vnb-mine"], capture_output=True)
+
+
+CONGESTION = (ROOT / "src" / "vnetbench" / "scenario" / "builtin" / "congestion.toml").read_text() + f"""
+[hosts]
+receiver = "server-a"
+senders = ["client-1"]
+addresses = {{ "server-a" = "{SERVER_DATA}", "client-1" = "{CLIENT_DATA}" }}
+"""
+
+
+def test_congestion_on_the_hosts_obeys_the_physics_of_its_bottleneck(hosts, tmp_path):
+    """The built-in congestion study with a [hosts] table: its bottleneck (100 Mbit/s, 500 kB: a full queue
+    delays by 40 ms) on server-a's data0, steered by the run; UDP at twice the rate loses half, and the ping
+    probe waits a full queue, as in the lab (tests/integration/test_congestion_physics.py)."""
+    scenario = tmp_path / "congestion-hosts.toml"
+    scenario.write_text(CONGESTION)
+    proc = cli("run", str(scenario), "--db", str(tmp_path / "r.db"), "--no-progress", "--hosts",
+               str(hosts.inventory), "--ssh-config", str(hosts.ssh_config), "--set", "lab.senders=1",
+               "--set", "ratios=[0.6, 2.0]", "--set", 'matrix.proto=["udp"]', "--set", "duration=3s",
+               "--set", "workload.stream.omit=1s", "--set", "repetitions=3", "--set", "repeat.warmup=false",
+               timeout=300)
+    run_id = run_id_of(proc)
+    with Store(tmp_path / "r.db") as store:
+        trials = store.trials(run_id)
+        assert len(trials) == 6 and all(t["status"] == "ok" for t in trials), [t["reason"] for t in trials]
+        by_ratio = {c["labels"]["ratio"]: (c, store.values(run_id)[c["key"]]) for c in store.configurations(run_id)}
+    config, saturated = by_ratio[2.0]
+    low, high = saturated_udp_loss_bounds(2.0)
+    assert low <= float(np.median(saturated["udp.loss_ratio"])) <= high, saturated["udp.loss_ratio"]
+    low, high = full_queue_delay_bounds(40.0)
+    assert low <= float(np.median(saturated["rtt.p50_ms"])) <= high, saturated["rtt.p50_ms"]
+    # the queue's own drops, counted on the host, are the loss
+    assert float(np.median(saturated["bottleneck.drops"])) > 1000
+    _, idle = by_ratio[0.6]
+    assert float(np.median(idle["udp.loss_ratio"])) < 0.01 and float(np.median(idle["rtt.p50_ms"])) < 4
+    # what was installed, as server-a's kernel reported it: a tbf on the run's IFB, nothing on data0 itself
+    tbf = [q for q in config["lab_state"]["qdiscs"] if q["kind"] == "tbf"]
+    assert len(tbf) == 1 and tbf[0]["host"] == "server-a" and tbf[0]["dev"] == f"vnb-{run_id[:6]}-i"
+    link = config["lab_state"]["links"]["bottleneck"]
+    assert link["backend"] == "tbf" and link["directions"]["forward"]["interface"] == "data0"
+    assert link["directions"]["forward"]["side"] == "ingress"
+    # and nothing of it is left
+    assert hosts.steering() == {"ifbs": [], "qdiscs": []}
+
+
+def test_an_interface_the_inventory_did_not_opt_in_is_refused_and_left_alone(hosts, tmp_path):
+    other = tmp_path / "inventory.yml"
+    other.write_text(hosts.inventory_text(shape="eth1"))
+    scenario = tmp_path / "s.toml"
+    scenario.write_text(SCENARIO.replace('bottleneck = "unlimited"', 'bottleneck = "100Mbit"'))
+    proc = cli("run", str(scenario), "--db", str(tmp_path / "r.db"), "--no-progress", "--hosts", str(other),
+               "--ssh-config", str(hosts.ssh_config), check=False)
+    said = " ".join(proc.stderr.split())
+    assert proc.returncode == 2 and "Traceback" not in said, said
+    assert "the other endpoints are reached through data0, and vnetbench_shape_interfaces lets vnetbench change " \
+           "only eth1" in said
+    assert not stored_run_id(tmp_path / "r.db")
+    assert hosts.steering() == {"ifbs": [], "qdiscs": []}

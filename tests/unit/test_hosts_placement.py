@@ -74,8 +74,12 @@ def test_endpoints_are_placed_by_host_or_group_with_their_addresses(tmp_path):
     (('senders = 1', 'senders = 1\nenv = "container"'), "lab.env = 'container' needs the local lab"),
     (('senders = 1', 'senders = 1\noffload = "off"'), "lab.offload = 'off' would change the hosts' NICs"),
     (('bottleneck = "unlimited"', 'bottleneck = "1Gbit"'),
-     "link conditions on a remote host's interfaces are not applied by this version: bottleneck (buffer, rate)"),
-    (('senders = 1', 'senders = 1\ndelay = "5ms"'), "bottleneck (delay)"),
+     "puts link conditions on server-a (bottleneck: forward: rate 1Gbit, buffer 500kB), and "),
+    (('senders = 1', 'senders = 1\ndelay = "5ms"'), "add `vnetbench_shape_interfaces: [IFACE]`"),
+    (('senders = 1', 'senders = 1\nbackend = "userspace"\ndelay = "5ms"'),
+     "backend = 'userspace': the emulator runs in the local lab only"),
+    (('senders = 1', 'senders = 1\nbottleneck_schedule = "10Mbit/1s 20Mbit/1s"'),
+     "only the userspace emulator does (in the local lab)"),
     (('senders = 1', 'senders = 1\nip_version = 6'), "server-a's address 198.18.204.2 is IPv4 but lab.ip_version = 6"),
 ])
 def test_what_a_host_run_cannot_do_is_named_before_connecting(tmp_path, change, needle):

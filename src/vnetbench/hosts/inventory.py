@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,6 +43,13 @@ _MAGIC = frozenset({
 
 CONNECTION_VARS = ("ansible_host", "ansible_user", "ansible_port", "ansible_ssh_private_key_file")
 
+#: The host variable that lets vnetbench change a host's interfaces (link conditions, hosts/shaping.py):
+#: the interfaces it may add its steering to. Without it nothing on a host's interfaces is changed. It lives
+#: in the inventory, the user's own file, not in the scenario: a scenario from someone else cannot opt in.
+SHAPE_VAR = "vnetbench_shape_interfaces"
+# A Linux interface name: 1-15 bytes, no "/", ":" or white space (dev_valid_name), nor "." or "..".
+_IFNAME = re.compile(r"^(?!\.{1,2}$)[^/:\s]{1,15}$")
+
 
 class InventoryError(ScenarioError):
     """An inventory that cannot be used as written: the message names the file, the key and what to do."""
@@ -58,6 +66,7 @@ class InventoryHost:
     private_key_file: str | None = None  # ansible_ssh_private_key_file, with ~ expanded
     groups: tuple[str, ...] = ()
     vars: dict[str, Any] = field(default_factory=dict, compare=False)
+    shape_interfaces: tuple[str, ...] = ()  # SHAPE_VAR: the interfaces vnetbench may put link conditions on
 
 
 @dataclass
@@ -154,6 +163,22 @@ def _drop_ansible_local_temp() -> None:
         shutil.rmtree(local, ignore_errors=True)
 
 
+def _shape_interfaces(path: Path, host: str, value: Any) -> tuple[str, ...]:
+    """SHAPE_VAR as a tuple of interface names: a YAML list, or one name or a comma-separated string (INI)."""
+    if value is None or value == "" or value == []:
+        return ()
+    items = value.split(",") if isinstance(value, str) else value
+    if not isinstance(items, list) or not all(isinstance(i, str) for i in items):
+        raise InventoryError(f"{path}: host {host}: {SHAPE_VAR} = {value!r}: give a list of interface names, "
+                             f"e.g. {SHAPE_VAR}: [eth1]")
+    names = tuple(dict.fromkeys(i.strip() for i in items))
+    bad = [n for n in names if not _IFNAME.match(n)]
+    if bad:
+        raise InventoryError(f"{path}: host {host}: {SHAPE_VAR} names {', '.join(map(repr, bad))}, which is no "
+                             "interface name (1-15 characters, no '/', ':' or spaces)")
+    return names
+
+
 def load(path: str | Path) -> Inventory:
     path = Path(path)
     if not path.is_file():
@@ -206,6 +231,7 @@ def load(path: str | Path) -> Inventory:
                 raise InventoryError(f"{path}: host {h.name}: ansible_port = {port!r} is not a TCP port; "
                                      f"give a number from 1 to 65535") from None
         key_file = conn.get("ansible_ssh_private_key_file")
+        shape = _shape_interfaces(path, h.name, _plain(raw.get(SHAPE_VAR)))
         hosts[h.name] = InventoryHost(
             name=h.name,
             address=str(conn.get("ansible_host") or h.name),
@@ -214,6 +240,7 @@ def load(path: str | Path) -> Inventory:
             private_key_file=os.path.expanduser(str(key_file)) if key_file else None,
             groups=tuple(g.name for g in h.get_groups() if g.name != "all"),
             vars={**{k: _plain(v) for k, v in raw.items() if k not in _MAGIC}, **conn},
+            shape_interfaces=shape,
         )
     groups = {name: tuple(h.name for h in g.get_hosts()) for name, g in manager.groups.items()}
     _drop_ansible_local_temp()

@@ -20,7 +20,7 @@ from typing import Callable, Sequence
 from vnetbench.doctor import QDISC_FIXES, TOOLS
 from vnetbench.errors import HostError
 from vnetbench.hosts.inventory import InventoryHost
-from vnetbench.hosts.ssh import (AuthenticationRefused, HostKeyChanged, HostKeyUnknown, SshConnection,
+from vnetbench.hosts.ssh import (SBIN_PATH, AuthenticationRefused, HostKeyChanged, HostKeyUnknown, SshConnection,
                                  Unreachable)
 from vnetbench.workloads.base import IP, SS, TASKSET, Tool
 
@@ -30,9 +30,7 @@ NEEDED_TOOLS = frozenset({IP.command, SS.command, TASKSET.command})
 QDISC_MODULES = ("netem", "tbf", "htb")
 FAN_OUT = 16  # hosts checked at once
 
-# sshd gives non-root users a short PATH (often /usr/bin:/bin); tools in sbin are still the host's tools.
-_PATH = 'PATH="$PATH:/usr/local/sbin:/usr/sbin:/sbin"; export PATH; '
-_WHICH = _PATH + 'for t in "$@"; do printf "%s\\t%s\\n" "$t" "$(command -v -- "$t")"; done'
+_WHICH = SBIN_PATH + 'for t in "$@"; do printf "%s\\t%s\\n" "$t" "$(command -v -- "$t")"; done'
 _QDISCS = ('k=$(uname -r); cfg=$(zcat /proc/config.gz 2>/dev/null || cat "/boot/config-$k" 2>/dev/null); '
            'for m in "$@"; do M=$(printf %s "$m" | tr a-z A-Z); '
            'c=$(printf "%s\\n" "$cfg" | grep -- "^CONFIG_NET_SCH_$M=" | cut -d= -f2); '

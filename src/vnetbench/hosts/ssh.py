@@ -40,6 +40,8 @@ from vnetbench.lab.nodes import RunsCommands
 
 SSH_FAILED = 255  # ssh's own exit status when it, not the remote command, failed
 CONTROL_PERSIST_S = 60  # an idle master outlives a crashed controller by at most this long
+# sshd gives non-root users a short PATH (often /usr/bin:/bin); tools in sbin (ip, tc) are still the host's.
+SBIN_PATH = 'PATH="$PATH:/usr/local/sbin:/usr/sbin:/sbin"; export PATH; '
 SUDO = ("sudo", "-n", "--")  # -n: fail at once instead of prompting for a password nobody will type
 CONTROL_DIR_PREFIX = "vnb-ssh-"  # + the owner's pid, in the temp dir; `vnetbench clean` removes a dead owner's
 
@@ -270,6 +272,11 @@ class SshConnection(RunsCommands):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def with_sbin(argv: Sequence[str]) -> list[str]:
+    """`argv` run with sbin on its PATH (for ip and tc, whatever PATH the host's sshd gives)."""
+    return ["sh", "-c", SBIN_PATH + 'exec "$@"', "sh", *argv]
 
 
 def remote_command(argv: Sequence[str]) -> str:

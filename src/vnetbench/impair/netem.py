@@ -96,34 +96,52 @@ def netem_args(cond: LinkConditions, mtu: int = 1500, seed: int | None = None) -
     return args
 
 
+def tc_prefix(ns: str) -> list[str]:
+    """`tc` in namespace `ns`; "" for the namespace the command runs in (a real host's own)."""
+    return ["tc", "-n", ns] if ns else ["tc"]
+
+
 def commands(ns: str, dev: str, cond: LinkConditions, shaper: str = "tbf", mtu: int = 1500,
              seed: int | None = None) -> list[list[str]]:
     """Every tc command that puts `cond` on the egress of `dev` in namespace `ns`
     (after clear_command). A plain direction gets none."""
     if cond.is_plain():
         return []
-    tc = ["tc", "-n", ns]
+    tc = tc_prefix(ns)
     out = [tc + ["qdisc", "add", "dev", dev, "root", "handle", "1:", *netem_args(cond, mtu, seed)]]
     if cond.rate:
-        rate = f"{int(cond.rate)}bit"
-        burst = str(burst_bytes(cond.rate, mtu))
-        limit = str(int(cond.buffer_bytes() or 1000 * (mtu + 14)))
-        overhead = ["overhead", str(cond.overhead)] if cond.overhead else []
-        if shaper == "tbf":
-            out.append(tc + ["qdisc", "add", "dev", dev, "parent", "1:1", "handle", "10:", "tbf", "rate", rate,
-                             "burst", burst, "limit", limit, *overhead])
-        elif shaper == "htb":
-            out.append(tc + ["qdisc", "add", "dev", dev, "parent", "1:1", "handle", "10:", "htb", "default", "1"])
-            out.append(tc + ["class", "add", "dev", dev, "parent", "10:", "classid", "10:1", "htb", "rate", rate,
-                             "ceil", rate, "burst", burst, "cburst", burst, *overhead])
-            out.append(tc + ["qdisc", "add", "dev", dev, "parent", "10:1", "handle", "11:", "bfifo", "limit", limit])
-        else:
-            raise ValueError(f"unknown shaper {shaper!r}; expected tbf or htb")
+        out += shaper_commands(ns, dev, cond, shaper, mtu, parent=["parent", "1:1"], handle="10:")
     return out
 
 
+def shaper_commands(ns: str, dev: str, cond: LinkConditions, shaper: str = "tbf", mtu: int = 1500,
+                    parent: list[str] | None = None, handle: str = "1:") -> list[list[str]]:
+    """The tc commands of a rate and drop-tail buffer on `dev` (tbf, or htb with a bfifo), at `parent`
+    (default: the root), from tc-tbf(8) and tc-htb(8): the same qdiscs lab/ installs through netlink
+    (impair/tc.py), for where only a tc binary can reach (under netem, on a real host)."""
+    if not cond.rate:
+        return []
+    tc = tc_prefix(ns)
+    at = parent or ["root"]
+    rate = f"{int(cond.rate)}bit"
+    burst = str(burst_bytes(cond.rate, mtu))
+    limit = str(int(cond.buffer_bytes() or 1000 * (mtu + 14)))
+    overhead = ["overhead", str(cond.overhead)] if cond.overhead else []
+    if shaper == "tbf":
+        return [tc + ["qdisc", "add", "dev", dev, *at, "handle", handle, "tbf", "rate", rate, "burst", burst,
+                      "limit", limit, *overhead]]
+    if shaper == "htb":
+        major = handle.rstrip(":")
+        child = f"{int(major, 16) + 1:x}:"
+        return [tc + ["qdisc", "add", "dev", dev, *at, "handle", handle, "htb", "default", "1"],
+                tc + ["class", "add", "dev", dev, "parent", handle, "classid", f"{major}:1", "htb", "rate", rate,
+                      "ceil", rate, "burst", burst, "cburst", burst, *overhead],
+                tc + ["qdisc", "add", "dev", dev, "parent", f"{major}:1", "handle", child, "bfifo", "limit", limit]]
+    raise ValueError(f"unknown shaper {shaper!r}; expected tbf or htb")
+
+
 def clear_command(ns: str, dev: str) -> list[str]:
-    return ["tc", "-n", ns, "qdisc", "del", "dev", dev, "root"]
+    return [*tc_prefix(ns), "qdisc", "del", "dev", dev, "root"]
 
 
 def tc_supports_seed(version_text: str) -> bool:

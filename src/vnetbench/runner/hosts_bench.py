@@ -6,10 +6,10 @@ each (:mod:`vnetbench.hosts.ssh`), and every workload runs there through :class:
 What a run leaves on a host is registered before it is made and removed at teardown: the run's work
 directory (servers' files), and every process, which ends with its local ssh client.
 
-This step measures the path between the hosts as it is: link conditions and offload changes on a remote
-host's interfaces (opt-in per host, with the previous qdisc restored) are not done yet, and a scenario that
-asks for them is refused before anything starts, as is one that needs the local lab (an `env` other than
-bare).
+Link conditions go on a host's interface only where the inventory opts it in (``vnetbench_shape_interfaces``),
+steered into IFBs of the run's so that the interface's own qdisc and the host's other traffic are untouched
+(:mod:`vnetbench.hosts.shaping`). Offload changes on a remote host, and environments that need the local lab
+(an `env` other than bare), are refused before anything starts.
 """
 
 from __future__ import annotations
@@ -24,18 +24,20 @@ from typing import Any, Callable
 
 from vnetbench.errors import EnvironmentProblem, HostError, ScenarioError
 from vnetbench.hosts import preflight as host_preflight
+from vnetbench.hosts import shaping
 from vnetbench.hosts.inventory import Inventory, InventoryHost
 from vnetbench.hosts.node import SshNode
 from vnetbench.hosts.ssh import SshConnection
+from vnetbench.impair import backends as B
 from vnetbench.impair.links import LinkManager
-from vnetbench.impair.model import lab_links
+from vnetbench.impair.model import LinkSpec, lab_links
 from vnetbench.lab.environments import Variant
 from vnetbench.lab.teardown import Registry
 from vnetbench.lab.topology import Group, Lab
 from vnetbench.runner.bench import DumbbellBench
 from vnetbench.scenario.plan import Configuration
 from vnetbench.workloads import registry as workloads
-from vnetbench.workloads.base import SS, Tool
+from vnetbench.workloads.base import SS, TC, Tool
 
 BARE = Variant("bare")
 
@@ -47,10 +49,23 @@ class Placement:
     receiver: InventoryHost
     senders: list[InventoryHost]
     addresses: dict[str, str]  # host name -> the address workloads use (resolved to an IP)
+    ip_version: int = 4
+    shaped: dict[str, dict[str, LinkSpec]] = field(default_factory=dict)  # host -> its links with conditions
+    # Found by check_hosts, once connected: the interface each shaped host's conditions go on, and the backend
+    # (tbf, htb, netem) each link's conditions are made with there.
+    interfaces: dict[str, shaping.InterfaceFacts] = field(default_factory=dict)
+    backends: dict[str, str] = field(default_factory=dict)
 
     @property
     def hosts(self) -> list[InventoryHost]:
         return [self.receiver, *self.senders]
+
+    def peers(self, host: str) -> list[str]:
+        """The addresses whose traffic with `host` its link carries: the senders' for the receiver, the
+        receiver's for a sender."""
+        if host == self.receiver.name:
+            return [self.addresses[s.name] for s in self.senders]
+        return [self.addresses[self.receiver.name]]
 
 
 def placement(configs: list[Configuration], inventory: Inventory, source: str) -> Placement:
@@ -84,8 +99,13 @@ def placement(configs: list[Configuration], inventory: Inventory, source: str) -
             raise ScenarioError(f"{source} [configuration {c.label_text}]: with --hosts, " + "; ".join(problems))
     ip_version = configs[0].scenario.lab.ip_version
     chosen = [receivers[0], *senders[:needed]]
+    shaped = shaping.links_by_host(configs, receivers[0].name, [h.name for h in senders[:needed]])
+    for host in chosen:
+        problem = shaping.opt_in_problem(host, inventory.path, shaped[host.name]) if host.name in shaped else None
+        if problem:
+            raise ScenarioError(f"{source}: {problem}")
     addresses = {h.name: _ip_of(h, spec.addresses.get(h.name), ip_version, source) for h in chosen}
-    return Placement(receivers[0], senders[:needed], addresses)
+    return Placement(receivers[0], senders[:needed], addresses, ip_version, shaped)
 
 
 def _lab_problems(config: Configuration) -> list[str]:
@@ -97,12 +117,10 @@ def _lab_problems(config: Configuration) -> list[str]:
     if lab.offload != "on":
         problems.append(f"lab.offload = {lab.offload!r} would change the hosts' NICs, which this version does not "
                         "do on a remote host: keep the hosts' own offload settings (remove offload)")
-    asked = {name: sorted(spec.needs()) for name, spec in lab_links(lab).items() if spec.needs()}
-    if asked:
-        what = ", ".join(f"{name} ({', '.join(needs)})" for name, needs in asked.items())
-        problems.append(f"link conditions on a remote host's interfaces are not applied by this version: {what}; "
-                        "set lab.bottleneck = \"unlimited\" and no [lab.link] conditions to measure the hosts' "
-                        "path as it is")
+    for name, spec in lab_links(lab).items():
+        problem = shaping.lab_only_problem(name, spec)
+        if problem:
+            problems.append(problem)
     return problems
 
 
@@ -129,32 +147,55 @@ def _ip_of(host: InventoryHost, given: str | None, ip_version: int, source: str)
 def needed_tools(configs: list[Configuration]) -> list[Tool]:
     """What the hosts must have: every workload's binaries, and ss (servers are checked listening with it)."""
     tools = [SS]
+    if any(not spec.is_plain() for c in configs for spec in lab_links(c.scenario.lab).values()):
+        tools.append(TC)  # link conditions: tc on the hosts that carry them
     for c in configs:
         for w in c.scenario.active.values():
             tools.extend(workloads.of(w).requires)
     return list(dict.fromkeys(tools))
 
 
-def check_hosts(place: Placement, tools: list[Tool], connect: Callable[[InventoryHost], SshConnection]
-                ) -> dict[str, dict[str, str]]:
+def check_hosts(place: Placement, tools: list[Tool], connect: Callable[[InventoryHost], SshConnection],
+                shaper: str = "tbf") -> dict[str, dict[str, str]]:
     """Preflight of every host at once, before anything starts anywhere: reachable, host key known,
-    authenticated, every tool of the scenario present. Raises EnvironmentProblem naming each host's lack and
-    its fix; returns each host's findings (kernel, CPUs, tool versions...) for the run's fingerprint."""
+    authenticated, every tool of the scenario present; where link conditions go, root, the qdiscs they need
+    and the opted-in interface toward the peers (recorded in `place`). Raises EnvironmentProblem naming each
+    host's lack and its fix; returns each host's findings (kernel, CPUs, tool versions...) for the run's
+    fingerprint."""
     reports = host_preflight.check_hosts(place.hosts, connect, tools)
     wanted = {f"tool {t.command}" for t in tools}
     lacking = []
     for r in reports:
+        shaped = r.host.name in place.shaped
         for c in r.checks:
-            # root is not needed yet: nothing on a host's interfaces is changed by this version
-            if not c.ok and c.name != "privileges" and (c.needed or c.name in wanted):
+            # root only where link conditions are made: nothing else changes anything on a host
+            needed = c.name != "privileges" or shaped
+            if not c.ok and needed and (c.needed or c.name in wanted):
                 lacking.append(f"{r.host.name}: {c.name}: {c.detail}" + (f" -> {c.fix}" if c.fix else ""))
+        if shaped and not lacking:
+            qdiscs = {kind: None if ok else detail for kind, ok, detail in
+                      ((c.name.split()[1], c.ok, c.detail) for c in r.checks if c.name.startswith("qdisc "))}
+            for name, spec in place.shaped[r.host.name].items():
+                try:
+                    place.backends[name] = shaping.host_backend(name, spec, qdiscs, shaper, f"{r.host.name}: ")
+                except (HostError, EnvironmentProblem, ScenarioError) as e:
+                    lacking.append(str(e))
     if lacking:
         raise EnvironmentProblem("the hosts cannot run this scenario (nothing was started on any host):\n  "
                                  + "\n  ".join(lacking))
     found: dict[str, dict[str, Any]] = {r.host.name: {c.name: c.detail for c in r.checks} for r in reports}
     for host in place.hosts:
         with connect(host) as conn:
+            if host.name in place.shaped:
+                try:
+                    place.interfaces[host.name] = shaping.interface_facts(conn, place.peers(host.name))
+                    found[host.name]["shaped interface"] = place.interfaces[host.name].record()
+                except HostError as e:
+                    lacking.append(str(e))
             found[host.name]["clock"] = clock_offset(conn)
+    if lacking:
+        raise EnvironmentProblem("the hosts cannot run this scenario (nothing was started on any host):\n  "
+                                 + "\n  ".join(lacking))
     return found
 
 
@@ -206,19 +247,23 @@ class HostsBench(DumbbellBench):
         registry.add(f"work directory {self.workdir}", lambda: shutil.rmtree(self.workdir, ignore_errors=True))
         self.lab = Lab(self.run_prefix, registry)
         ip_version = self.configs[0].scenario.lab.ip_version
+        host_links: dict[str, shaping.HostLink] = {}
         for host in self.place.hosts:
             conn = self.connect(host)
             registry.add(f"ssh connection to {host.name}", conn.close)
             self._make_workdir(conn, registry)
+            for link_name in self.place.shaped.get(host.name, {}):
+                host_links[link_name] = shaping.HostLink(
+                    link_name, conn, self.place.interfaces[host.name], self.place.peers(host.name), ip_version,
+                    self.run_prefix, registry, host_upstream=link_name != "bottleneck")
             address = self.place.addresses[host.name]
             node = SshNode(host.name, conn, registry, ipv4=address if ip_version == 4 else "",
                            ipv6=address if ip_version == 6 else "", facts=self.host_facts.get(host.name))
             self.lab.hosts[host.name] = node
         self.lab.groups[BARE] = Group(BARE, "", None, self.place.receiver.name, [h.name for h in self.place.senders])
         self.lab.bringup_s[BARE] = 0.0
-        # No link is shaped on a host (module docstring): the manager is never given one, so it only watches
-        # the trial's processes with their deadlines, as in the lab.
-        self.links = LinkManager(self.lab, registry, self.workdir, self.run_prefix)
+        self.links = HostLinkManager(self.lab, registry, self.workdir, self.run_prefix, auto=dict(self.place.backends),
+                                     host_links=host_links)
         self.start_servers()
 
     def _make_workdir(self, conn: SshConnection, registry: Registry) -> None:
@@ -240,7 +285,12 @@ class HostsBench(DumbbellBench):
         return self.remote_workdir
 
     def prepare(self, config: Configuration) -> list[dict[str, Any]]:
-        return []  # nothing to change on a host (checked when the run was planned)
+        """The configuration's link conditions on the hosts that carry them (nothing on the others); the
+        qdiscs as the hosts' kernels report them."""
+        group = self.group(config)
+        state = self.links.apply(config, group.receiver, group.senders[:config.active_senders])
+        self.lab_state = state["qdiscs"]
+        return self.lab_state
 
     def environment_state(self, config: Configuration) -> dict[str, Any]:
         group = self.group(config)
@@ -249,6 +299,33 @@ class HostsBench(DumbbellBench):
                                 "hosts": {n: {"address": self.place.addresses[n], **self.host_facts.get(n, {})}
                                           for n in used},
                                 "offload": "the hosts' own settings"}}
+
+
+@dataclass
+class HostLinkManager(LinkManager):
+    """The lab's link manager with each link's conditions made on the host that carries it
+    (:class:`vnetbench.hosts.shaping.HostLinkBackend`); the backends were chosen by check_hosts from what
+    each host's kernel has (`auto`), and a link without conditions in any configuration has no host link:
+    nothing on its host is touched."""
+
+    host_links: dict[str, shaping.HostLink] = field(default_factory=dict)
+
+    def plan(self, configs: list) -> None:
+        pass  # chosen per host by check_hosts, before anything started
+
+    def _name_of(self, name: str, spec: LinkSpec, lab: Any) -> str:
+        return self.auto.get(name) or (spec.backend if spec.backend != "auto" else lab.qdisc)
+
+    def _backend(self, name: str, host: str, backend_name: str, shaper: str) -> B.Backend:
+        current = self.backends.get(host)
+        wanted = shaping.HostLinkBackend(self.host_links.get(name), backend_name, shaper)
+        if current is not None and (current.name, current.shaper) == (wanted.name, wanted.shaper):
+            return current
+        if current is not None:
+            current.clear()
+            self._records.pop(host, None)
+        self.backends[host] = wanted
+        return wanted
 
 
 def _remove_dir(conn: SshConnection, path: str) -> None:

@@ -158,7 +158,8 @@ def execute(loaded: LoadedScenario, store: Store, *, resume_run_id: str | None =
         # Where each endpoint runs, checked against the scenario, then every host over SSH, all before
         # anything is stored or started anywhere.
         place = hosts_bench.placement(configs, hosts.inventory, loaded.source)
-        host_facts = hosts_bench.check_hosts(place, hosts_bench.needed_tools(configs), hosts.connect)
+        host_facts = hosts_bench.check_hosts(place, hosts_bench.needed_tools(configs), hosts.connect,
+                                             shaper=configs[0].scenario.lab.qdisc)
         left_out = []
     rep = loaded.scenario.repeat
 

@@ -1,0 +1,132 @@
+"""What killed runs left on real hosts, for `vnetbench clean --hosts INVENTORY`.
+
+A run's processes on a host end with their ssh clients (hosts/node.py), so what can stay after a kill -9 of
+the controller is what the run made: its work directory (``/tmp/<run prefix>``) and its link conditions'
+steering (hosts/shaping.py): IFBs named ``<run prefix>-i``/``-e``, and a clsact qdisc on an interface the
+inventory opted in whose every filter sends to such an IFB (or has none: a run killed between adding the qdisc
+and its filters). Everything is found by those names, so nothing of anyone else's is touched; what runs of
+this machine that are measuring now use is left alone.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from vnetbench.hosts.ssh import SshConnection, with_sbin
+from vnetbench.impair import netem
+from vnetbench.lab.netns import PREFIX
+
+SIDES = ("ingress", "egress")
+
+
+_OURS = re.compile(rf"^{re.escape(PREFIX)}[0-9a-f]{{6}}-[ie]$")
+_WORKDIR = re.compile(rf"^/tmp/{re.escape(PREFIX)}[0-9a-f]{{6}}$")
+
+
+@dataclass
+class HostLeftovers:
+    host: str
+    ifbs: list[str] = field(default_factory=list)
+    clsacts: list[str] = field(default_factory=list)  # interfaces
+    workdirs: list[str] = field(default_factory=list)
+
+    def items(self) -> list[str]:
+        return ([f"{i} (IFB)" for i in self.ifbs] + [f"clsact qdisc on {i}" for i in self.clsacts]
+                + [f"{w} (work directory)" for w in self.workdirs])
+
+
+_FIND_WORKDIRS = f'for d in /tmp/{PREFIX}??????; do [ -d "$d" ] && [ ! -L "$d" ] && [ -O "$d" ] && echo "$d"; done; true'
+
+
+def leftovers(conn: SshConnection, skip: tuple[str, ...] = ()) -> HostLeftovers:
+    """What runs of vnetbench's left on the host: IFBs and work directories named with its prefix (but those
+    of runs in `skip`, measuring now), and clsact qdiscs on the opted-in interfaces whose every filter sends to
+    one of those IFBs (or that have none: a run killed between adding the qdisc and its filters)."""
+    found = HostLeftovers(conn.host.name)
+    done = conn.run(with_sbin(["ip", "-j", "link", "show", "type", "ifb"]))
+    try:
+        names = [link["ifname"] for link in json.loads(done.stdout or "[]")]
+    except (ValueError, LookupError, TypeError):
+        names = []
+    found.ifbs = [n for n in names if _OURS.match(n) and not n.startswith(skip)]
+    for dev in conn.host.shape_interfaces:
+        shown = conn.run(with_sbin(["tc", "-j", "qdisc", "show", "dev", dev]), root=True)
+        if not any(q.get("kind") == "clsact" for q in netem.parse_show(shown.stdout)):
+            continue
+        if all(_steering_only(_filters(conn, dev, side), skip) for side in SIDES):
+            found.clsacts.append(dev)
+    listed = conn.run(["sh", "-c", _FIND_WORKDIRS])
+    found.workdirs = [d for d in listed.stdout.split() if _WORKDIR.match(d) and not d[5:].startswith(skip)]
+    return found
+
+
+def _filters(conn: SshConnection, dev: str, side: str) -> list[dict[str, Any]]:
+    done = conn.run(with_sbin(["tc", "-j", "filter", "show", "dev", dev, side]), root=True)
+    try:
+        return list(json.loads(done.stdout or "[]"))
+    except ValueError:
+        return [{"unparsed": done.stdout[:200]}]
+
+
+def _steering_only(filters: list[dict[str, Any]], skip: tuple[str, ...]) -> bool:
+    """Whether every filter is a u32 (or its hash table) whose actions only redirect to an IFB of a run of
+    vnetbench's that is not measuring: the only filters vnetbench makes. Anything else is someone else's."""
+    for f in filters:
+        if f.get("kind") != "u32":
+            return False
+        for action in (f.get("options") or {}).get("actions", []):
+            to = action.get("to_dev", "")
+            if action.get("kind") != "mirred" or not _OURS.match(to) or to.startswith(skip):
+                return False
+    return True
+
+
+def remove(conn: SshConnection, left: HostLeftovers) -> list[str]:
+    """Remove what `leftovers` found; returns what could not be removed."""
+    errors = []
+
+    def run(argv: list[str], what: str, root: bool = True) -> None:
+        done = conn.run(with_sbin(argv), root=root)
+        if done.returncode != 0:
+            errors.append(f"{conn.host.name}: {what}: {done.stderr.strip()[:200]}")
+
+    for dev in left.clsacts:
+        run(["tc", "qdisc", "del", "dev", dev, "clsact"], f"clsact qdisc on {dev}")
+    for ifb in left.ifbs:
+        run(["ip", "link", "del", "dev", ifb], ifb)
+    for d in left.workdirs:
+        run(["rm", "-rf", "--", d], d, root=False)
+    return errors
+
+
+
+@dataclass
+class HostCleanReport:
+    host: str
+    found: HostLeftovers | None = None
+    errors: list[str] = field(default_factory=list)
+
+
+def clean_hosts(hosts: list, connect: Any, skip: tuple[str, ...] = (), dry_run: bool = False) -> list[HostCleanReport]:
+    """Every host at once: what killed runs left (see `leftovers`), removed unless `dry_run`. A host that
+    cannot be reached is named with the reason, and the others are still cleaned."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from vnetbench.errors import HostError
+
+    def one(host: Any) -> HostCleanReport:
+        report = HostCleanReport(host.name)
+        try:
+            with connect(host) as conn:
+                report.found = leftovers(conn, skip)
+                if not dry_run:
+                    report.errors = remove(conn, report.found)
+        except HostError as e:
+            report.errors.append(f"{host.name}: {e}")
+        return report
+
+    with ThreadPoolExecutor(max_workers=min(16, max(1, len(hosts)))) as pool:
+        return list(pool.map(one, hosts))
