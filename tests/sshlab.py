@@ -169,6 +169,14 @@ class SshLab:
                     os.killpg(s.proc.pid, signal.SIGKILL)
                     s.proc.wait(5)
         for ns in self.namespaces:
+            # The run lock file vnetbench made for this "host" (hosts/lock.py: named after its network
+            # namespace, which goes now): a real host keeps its lock file, as lock files are kept.
+            try:
+                inode = os.stat(f"/run/netns/{ns}").st_ino
+                for d in ("/run/lock", "/tmp"):
+                    Path(f"{d}/vnetbench-net{inode}.lock").unlink(missing_ok=True)
+            except OSError:
+                pass
             # dropbear's per-connection children: started by this test, in this test's namespace.
             pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout.split()
             for pid in pids:

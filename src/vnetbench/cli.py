@@ -298,9 +298,11 @@ def _clean_hosts(args: argparse.Namespace) -> int:
         found = found or bool(items)
         if items:
             out.print(f"{escape(r.host)}: {verb} {', '.join(map(escape, items))}", soft_wrap=True)
+        if r.busy:
+            out.print(f"{escape(r.host)}: left alone: {escape(r.busy)}", soft_wrap=True)
         for e in r.errors:
             err.print(f"[red]{escape(r.host)}:[/] {escape(e)}", soft_wrap=True)
-    if not found and not any(r.errors for r in reports):
+    if not found and not any(r.errors or r.busy for r in reports):
         out.print(f"nothing of vnetbench's is left on {len(hosts)} hosts of {escape(str(access.inventory.path))}",
                   soft_wrap=True)
     return 1 if any(r.errors for r in reports) or (args.check and found) else 0

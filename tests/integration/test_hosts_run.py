@@ -186,8 +186,9 @@ def test_a_killed_controller_leaves_no_process_on_the_hosts_and_clean_hosts_remo
         assert sorted(left["ifbs"]) == sorted([f"{prefix}-i", "vnb-mine"]) and "clsact" in " ".join(left["qdiscs"])
         ssh = ("--hosts", str(hosts.inventory), "--ssh-config", str(hosts.ssh_config))
         check = cli("clean", "--check", *ssh, check=False)
-        assert check.returncode == 1 and f"server-a: left behind {prefix}-i (IFB), clsact qdisc on data0, " \
-            f"/tmp/{prefix} (work directory)" in " ".join(check.stdout.split()), check.stdout
+        said = " ".join(check.stdout.split())
+        assert check.returncode == 1 and f"server-a: left behind {prefix}-i (IFB), clsact qdisc on data0, " in said
+        assert f"/tmp/{prefix} (work directory)" in said and "vnb-mine" not in said, said
         removed = cli("clean", *ssh)
         assert f"server-a: removed {prefix}-i (IFB), clsact qdisc on data0" in " ".join(removed.stdout.split())
         assert hosts.steering() == {"ifbs": ["vnb-mine"], "qdiscs": []} and not remote.exists()
@@ -255,3 +256,46 @@ def test_an_interface_the_inventory_did_not_opt_in_is_refused_and_left_alone(hos
            "only eth1" in said
     assert not stored_run_id(tmp_path / "r.db")
     assert hosts.steering() == {"ifbs": [], "qdiscs": []}
+
+
+def test_one_run_measures_on_a_host_at_a_time_and_ctrl_c_restores_the_host(hosts, tmp_path):
+    """A second run on the same hosts, even one allowed to share this machine, is refused naming the first;
+    `clean --hosts` leaves the hosts of a measuring run alone; Ctrl-C ends the first run with its steering
+    removed and its hosts' locks let go."""
+    scenario = tmp_path / "s.toml"
+    scenario.write_text(SCENARIO.replace('duration = "2s"', 'duration = "30s"')
+                        .replace('bottleneck = "unlimited"', 'bottleneck = "200Mbit"'))
+    ssh = ("--hosts", str(hosts.inventory), "--ssh-config", str(hosts.ssh_config))
+    first = subprocess.Popen([sys.executable, "-m", "vnetbench", "run", str(scenario), "--db", str(tmp_path / "a.db"),
+                              "--no-progress", *ssh], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not any("iperf3 --client" in p for ps in hosts.pids().values() for p in ps):
+            assert time.monotonic() < deadline and first.poll() is None, first.communicate()
+            time.sleep(0.1)
+        run_id = stored_run_id(tmp_path / "a.db")
+        second = cli("run", str(scenario), "--db", str(tmp_path / "b.db"), "--no-progress", "--allow-concurrent",
+                     *ssh, check=False)
+        said = " ".join(second.stderr.split())
+        assert second.returncode == 2 and "Traceback" not in said, said
+        assert f"server-a is measuring for another vnetbench run: run {run_id} (scenario 'on-hosts') from " in said
+        assert f"pid {first.pid}, started " in said and "(nothing was started on any host)" in said
+        assert not stored_run_id(tmp_path / "b.db")
+        busy = cli("clean", *ssh)
+        text = " ".join(busy.stdout.split())
+        assert "server-a: left alone: server-a is measuring for another vnetbench run" in text, text
+        assert "client-1: left alone" in text and "removed" not in text
+        assert Path(f"/tmp/vnb-{run_id[:6]}").is_dir() and hosts.steering()["ifbs"] == [f"vnb-{run_id[:6]}-i"]
+        os.killpg(first.pid, signal.SIGINT)  # Ctrl-C at a terminal
+        out, err = first.communicate(timeout=60)
+        assert first.returncode == 130, err.decode()
+    finally:
+        if first.poll() is None:
+            os.killpg(first.pid, signal.SIGKILL)
+    with Store(tmp_path / "a.db") as store:
+        assert store.run(run_id)["status"] == "interrupted"
+    assert hosts.steering() == {"ifbs": [], "qdiscs": []} and not Path(f"/tmp/vnb-{run_id[:6]}").exists()
+    assert hosts.pids() == {hosts.ns_a: [], hosts.ns_b: []}
+    free = cli("clean", "--check", *ssh)  # takes every host's lock: the first run let go of them
+    assert "nothing of vnetbench's is left on 3 hosts" in " ".join(free.stdout.split())

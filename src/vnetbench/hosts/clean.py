@@ -11,6 +11,7 @@ this machine that are measuring now use is left alone.
 from __future__ import annotations
 
 import json
+import os
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -108,24 +109,37 @@ class HostCleanReport:
     host: str
     found: HostLeftovers | None = None
     errors: list[str] = field(default_factory=list)
+    busy: str = ""  # a run is measuring there (it holds the host's lock): left alone
 
 
 def clean_hosts(hosts: list, connect: Any, skip: tuple[str, ...] = (), dry_run: bool = False) -> list[HostCleanReport]:
-    """Every host at once: what killed runs left (see `leftovers`), removed unless `dry_run`. A host that
-    cannot be reached is named with the reason, and the others are still cleaned."""
+    """Every host at once: what killed runs left (see `leftovers`), removed unless `dry_run`, each while
+    holding the host's run lock (hosts/lock.py): a host where a run is measuring, from any controller, is left
+    alone and said so. A host that cannot be reached is named with the reason; the others are still cleaned."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from vnetbench.errors import HostError
+    from vnetbench.errors import EnvironmentProblem, HostError
+    from vnetbench.hosts.lock import lock_hosts
 
     def one(host: Any) -> HostCleanReport:
         report = HostCleanReport(host.name)
+        try:
+            locks = lock_hosts([host], connect, f"vnetbench clean --hosts, pid {os.getpid()}")
+        except EnvironmentProblem as e:
+            report.busy = str(e)
+            return report
+        except HostError as e:
+            report.errors.append(str(e))
+            return report
         try:
             with connect(host) as conn:
                 report.found = leftovers(conn, skip)
                 if not dry_run:
                     report.errors = remove(conn, report.found)
         except HostError as e:
-            report.errors.append(f"{host.name}: {e}")
+            report.errors.append(str(e))
+        finally:
+            locks.release()
         return report
 
     with ThreadPoolExecutor(max_workers=min(16, max(1, len(hosts)))) as pool:

@@ -37,7 +37,7 @@ from vnetbench.lab.topology import Group, Lab
 from vnetbench.runner.bench import DumbbellBench
 from vnetbench.scenario.plan import Configuration
 from vnetbench.workloads import registry as workloads
-from vnetbench.workloads.base import SS, TC, Tool
+from vnetbench.workloads.base import FLOCK, SS, TC, Tool
 
 BARE = Variant("bare")
 
@@ -145,8 +145,9 @@ def _ip_of(host: InventoryHost, given: str | None, ip_version: int, source: str)
 
 
 def needed_tools(configs: list[Configuration]) -> list[Tool]:
-    """What the hosts must have: every workload's binaries, and ss (servers are checked listening with it)."""
-    tools = [SS]
+    """What the hosts must have: every workload's binaries, ss (servers are checked listening with it) and
+    flock (each host's run lock, hosts/lock.py)."""
+    tools = [SS, FLOCK]
     if any(not spec.is_plain() for c in configs for spec in lab_links(c.scenario.lab).values()):
         tools.append(TC)  # link conditions: tc on the hosts that carry them
     for c in configs:
@@ -158,10 +159,10 @@ def needed_tools(configs: list[Configuration]) -> list[Tool]:
 def check_hosts(place: Placement, tools: list[Tool], connect: Callable[[InventoryHost], SshConnection],
                 shaper: str = "tbf") -> dict[str, dict[str, str]]:
     """Preflight of every host at once, before anything starts anywhere: reachable, host key known,
-    authenticated, every tool of the scenario present; where link conditions go, root, the qdiscs they need
-    and the opted-in interface toward the peers (recorded in `place`). Raises EnvironmentProblem naming each
-    host's lack and its fix; returns each host's findings (kernel, CPUs, tool versions...) for the run's
-    fingerprint."""
+    authenticated, every tool of the scenario present; where link conditions go, root and the qdiscs they need
+    (the backend of each link, recorded in `place`). Raises EnvironmentProblem naming each host's lack and its
+    fix; returns each host's findings (kernel, CPUs, tool versions...) for the run's fingerprint. What
+    depends on the hosts' state (interfaces, clocks) is `survey_hosts`, once the run holds their locks."""
     reports = host_preflight.check_hosts(place.hosts, connect, tools)
     wanted = {f"tool {t.command}" for t in tools}
     lacking = []
@@ -183,7 +184,15 @@ def check_hosts(place: Placement, tools: list[Tool], connect: Callable[[Inventor
     if lacking:
         raise EnvironmentProblem("the hosts cannot run this scenario (nothing was started on any host):\n  "
                                  + "\n  ".join(lacking))
-    found: dict[str, dict[str, Any]] = {r.host.name: {c.name: c.detail for c in r.checks} for r in reports}
+    return {r.host.name: {c.name: c.detail for c in r.checks} for r in reports}
+
+
+def survey_hosts(place: Placement, connect: Callable[[InventoryHost], SshConnection],
+                 found: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Once the run holds the hosts' locks (what another run has made there is not this run's to judge):
+    the interface each shaped host's conditions go on, checked (opted in, no clsact of someone else's), and
+    every host's clock offset. Raises EnvironmentProblem naming each problem; returns `found` with both."""
+    lacking = []
     for host in place.hosts:
         with connect(host) as conn:
             if host.name in place.shaped:

@@ -32,6 +32,7 @@ from vnetbench.lab.netns import run_prefix
 from vnetbench.lab.teardown import interruptible, interruption_behind
 from vnetbench.runlock import RunLock
 from vnetbench.hosts.ssh import HostAccess
+from vnetbench.hosts.lock import HostLocks, holder_line, lock_hosts
 from vnetbench.runner import fingerprint, hosts_bench
 from vnetbench.runner.machine_load import LoadMonitor
 from vnetbench.lab import environments
@@ -166,7 +167,11 @@ def execute(loaded: LoadedScenario, store: Store, *, resume_run_id: str | None =
     run_id = resume_run_id or new_run_id()
     # Before anything is stored or built: one run measures on this machine at a time (runlock.py).
     lock = RunLock(run_id, scenario=loaded.scenario.name, db=str(store.path)).acquire(allow_concurrent)
+    host_locks = HostLocks()
     try:
+        if hosts is not None:  # and on each host: one run measures there at a time, whatever its controller
+            host_locks = lock_hosts(place.hosts, hosts.connect, holder_line(run_id, loaded.scenario.name))
+            host_facts = hosts_bench.survey_hosts(place, hosts.connect, host_facts)
         if resume_run_id:
             store.reopen_run(run_id)
             fp = store.run(run_id)["fingerprint"]
@@ -193,6 +198,7 @@ def execute(loaded: LoadedScenario, store: Store, *, resume_run_id: str | None =
         for c in configs:
             store.add_configuration(run_id, c.key, c.labels, c.params(), c.expected)
     except BaseException:
+        host_locks.release()
         lock.release()
         raise
     if left_out:
@@ -232,6 +238,7 @@ def execute(loaded: LoadedScenario, store: Store, *, resume_run_id: str | None =
             console.print("[red]teardown problems:[/] " + "; ".join(errors) + " (run `vnetbench clean`)")
         fp["machine_load"] = [*fp.get("machine_load", []), monitor.stop()]  # one entry per session (resumes)
         _store_end(store, run_id, status, reason, fp, console)
+        host_locks.release()
         lock.release()
     return RunSummary(run_id, status, tally.ok, tally.failed, tally.failures)
 

@@ -71,6 +71,7 @@ class Tool:
 IPERF3 = Tool("iperf3", "iperf3")
 PING = Tool("ping", "iputils-ping", ("-V",))
 TASKSET = Tool("taskset", "util-linux", ("--version",))
+FLOCK = Tool("flock", "util-linux", ("--version",))
 IP = Tool("ip", "iproute2", ("-V",))
 SS = Tool("ss", "iproute2", ("-V",))
 ETHTOOL = Tool("ethtool", "ethtool", ("--version",))
