@@ -68,6 +68,8 @@ class Server:
     host_public_key: str
     proc: subprocess.Popen
     log: Path
+    argv: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
 
     def known_hosts_line(self) -> str:
         target = self.address if self.port == 22 else f"[{self.address}]:{self.port}"
@@ -144,11 +146,27 @@ class SshLab:
                 "sh", "-c", script, "sh", str(len(binds) // 2), *binds,
                 "/usr/sbin/dropbear", "-F", "-E", "-s", "-m", "-r", str(d / "host_key"), "-p", f"{address}:{port}",
                 "-P", str(d / "dropbear.pid")]
-        with open(log, "wb") as out:
-            proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                                    start_new_session=True)
-        server = Server(ns, address, port, public, proc, log)
+        server = Server(ns, address, port, public, None, log, argv, env)  # type: ignore[arg-type]
         self.servers.append(server)
+        return self.start(server)
+
+    def crash(self, server: Server) -> None:
+        """The host goes down: its sshd and every process in its namespace are killed at once."""
+        pids = subprocess.run(["ip", "netns", "pids", server.ns], capture_output=True, text=True).stdout.split()
+        for pid in pids:
+            try:
+                os.kill(int(pid), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        server.proc.wait(10)
+
+    def start(self, server: Server) -> Server:
+        """(Re)start the server's dropbear, with its host key: a host that comes back."""
+        with open(server.log, "ab") as out:
+            proc = subprocess.Popen(server.argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    env=server.env, start_new_session=True)
+        server.proc = proc
+        address, port, log = server.address, server.port, server.log
         deadline = time.monotonic() + 10
         while True:  # listening, checked, not slept on
             try:

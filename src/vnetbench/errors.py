@@ -40,3 +40,7 @@ class HostError(VnetbenchError):
         super().__init__(f"{message}; {fix}" if fix else message)
         self.reason = message
         self.fix = fix
+
+
+class HostsGone(EnvironmentProblem):
+    """A host of a `run --hosts` dropped out and did not come back in time: the run stops, resumable."""

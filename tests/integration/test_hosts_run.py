@@ -299,3 +299,78 @@ def test_one_run_measures_on_a_host_at_a_time_and_ctrl_c_restores_the_host(hosts
     assert hosts.pids() == {hosts.ns_a: [], hosts.ns_b: []}
     free = cli("clean", "--check", *ssh)  # takes every host's lock: the first run let go of them
     assert "nothing of vnetbench's is left on 3 hosts" in " ".join(free.stdout.split())
+
+
+def _start_run(hosts: sshlab.DataHosts, tmp_path: Path, text: str, db: str = "r.db") -> subprocess.Popen:
+    scenario = tmp_path / "s.toml"
+    scenario.write_text(text)
+    return subprocess.Popen([sys.executable, "-m", "vnetbench", "run", str(scenario), "--db", str(tmp_path / db),
+                             "--no-progress", "--hosts", str(hosts.inventory), "--ssh-config", str(hosts.ssh_config)],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+
+
+def _crash_client_mid_stream(hosts: sshlab.DataHosts, proc: subprocess.Popen) -> None:
+    deadline = time.monotonic() + 60
+    while not any("iperf3 --client" in p for p in hosts.pids()[hosts.ns_b]):
+        assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
+        time.sleep(0.1)
+    hosts.net.crash(hosts.b)  # client-1 goes down: its sshd and everything the run had there
+
+
+def test_a_host_that_drops_out_fails_its_trial_and_the_run_waits_for_it(hosts, tmp_path):
+    text = (SCENARIO.replace("repetitions = 2", "repetitions = 3").replace('duration = "2s"', 'duration = "3s"')
+            .replace('bottleneck = "unlimited"', 'bottleneck = "200Mbit"')
+            .replace("[hosts]\n", '[hosts]\nwait_for_host = "60s"\n'))
+    proc = _start_run(hosts, tmp_path, text)
+    try:
+        _crash_client_mid_stream(hosts, proc)
+        time.sleep(3)
+        hosts.net.start(hosts.b)  # and comes back
+        out, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 0, err
+    run_id = run_id_of(subprocess.CompletedProcess(proc.args, 0, out, err))
+    with Store(tmp_path / "r.db") as store:
+        trials = store.trials(run_id)
+        failed = [t for t in trials if t["status"] != "ok"]
+        assert len(trials) == 6 and len(failed) == 1, [t["reason"] for t in failed]
+        assert failed[0]["reason"].startswith("client-1 dropped out: unreachable, connection refused"), \
+            failed[0]["reason"]
+        assert store.run(run_id)["status"] == "completed"
+    # the trials after it ran on the same conditions, made again on server-a, and nothing is left
+    assert hosts.steering() == {"ifbs": [], "qdiscs": []} and not Path(f"/tmp/vnb-{run_id[:6]}").exists()
+    assert hosts.pids() == {hosts.ns_a: [], hosts.ns_b: []}
+
+
+def test_a_host_that_stays_away_stops_the_run_which_resumes_when_it_is_back(hosts, tmp_path):
+    text = (SCENARIO.replace("repetitions = 2", "repetitions = 3").replace('duration = "2s"', 'duration = "3s"')
+            .replace("[hosts]\n", '[hosts]\nwait_for_host = "1s"\n'))
+    proc = _start_run(hosts, tmp_path, text)
+    try:
+        _crash_client_mid_stream(hosts, proc)
+        out, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        hosts.net.start(hosts.b)
+    said = " ".join(err.split())
+    run_id = stored_run_id(tmp_path / "r.db")
+    assert proc.returncode == 2 and "Traceback" not in said, said
+    assert "client-1 dropped out and did not answer again within 1 s (hosts.wait_for_host)" in said, said
+    assert f"finish the run with `vnetbench run --resume {run_id} --hosts {hosts.inventory}`" in said
+    with Store(tmp_path / "r.db") as store:
+        assert store.run(run_id)["status"] == "interrupted"
+        stored = len(store.trials(run_id))
+        assert 1 <= stored < 6
+    resumed = cli("run", "--resume", run_id, "--db", str(tmp_path / "r.db"), "--no-progress", "--hosts",
+                  str(hosts.inventory), "--ssh-config", str(hosts.ssh_config), timeout=300)
+    with Store(tmp_path / "r.db") as store:
+        trials = store.trials(run_id)
+        assert len(trials) == 6 and sum(t["status"] == "ok" for t in trials) == 5, [t["reason"] for t in trials]
+        assert store.run(run_id)["status"] == "completed"
+    assert run_id_of(resumed) == run_id
+    assert hosts.pids() == {hosts.ns_a: [], hosts.ns_b: []}
+    assert not Path(f"/tmp/vnb-{run_id[:6]}").exists()

@@ -60,9 +60,22 @@ class HostLocks:
 
     held: dict[str, tuple[SshConnection, subprocess.Popen]] = field(default_factory=dict)
     files: dict[str, str] = field(default_factory=dict)  # host -> the lock file there
+    hosts: dict[str, InventoryHost] = field(default_factory=dict)
+    connect: Callable[[InventoryHost], SshConnection] | None = None
+    who: str = ""
 
-    def release(self) -> None:
-        for conn, proc in self.held.values():
+    def retake(self, names: list[str]) -> None:
+        """Take these hosts' locks again: they dropped out, and their holders went with their sessions."""
+        self.release(names)
+        again = lock_hosts([self.hosts[n] for n in names], self.connect, self.who)
+        self.held.update(again.held)
+        self.files.update(again.files)
+
+    def release(self, names: list[str] | None = None) -> None:
+        for name in list(self.held if names is None else names):
+            if name not in self.held:
+                continue
+            conn, proc = self.held.pop(name)
             if proc.stdin:
                 proc.stdin.close()  # the wrapper on the host ends the holder; its trap removes the owner file
             try:
@@ -74,14 +87,13 @@ class HostLocks:
                 if stream:
                     stream.close()
             conn.close()
-        self.held.clear()
 
 
 def lock_hosts(hosts: list[InventoryHost], connect: Callable[[InventoryHost], SshConnection],
                who: str) -> HostLocks:
     """Take every host's lock, or none: a host that another run holds is named with that run, and the locks
     taken already are let go. Raises EnvironmentProblem (taken) or HostError (the lock could not be tried)."""
-    locks = HostLocks()
+    locks = HostLocks(hosts={h.name: h for h in hosts}, connect=connect, who=who)
     try:
         for host in hosts:
             conn = connect(host)

@@ -238,6 +238,18 @@ class HostLink:
         self.steered.add(side)
         return ifb
 
+    def reset(self) -> None:
+        """Whatever of this run's steering is on the host now removed (a host that restarted has none), to be
+        made again by the next `steer`; the teardown registered already stays."""
+        dev = self.interface.name
+        if self._clsact:
+            self.run(["tc", "qdisc", "del", "dev", dev, "clsact"], check=False)
+            self._clsact = False
+        for ifb in self._made:
+            self.run(["ip", "link", "del", "dev", ifb], check=False)
+        self._made.clear()
+        self.steered.clear()
+
     def _restore(self) -> None:
         """The interface as it was: the clsact qdisc (its filters with it) first, so that nothing is sent to
         an IFB that is gone, then the IFBs; the interface's qdiscs are compared with what they were."""

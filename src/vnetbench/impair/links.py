@@ -240,6 +240,10 @@ class LinkManager:
         self.backends[host] = backend
         return backend
 
+    def forget(self) -> None:
+        """Apply every link's conditions again at the next configuration (what was applied may be gone)."""
+        self._records.clear()
+
     # ---------------------------------------------------------------- trials
 
     def start_trial(self, seconds: float) -> None:

@@ -334,6 +334,9 @@ class DumbbellBench:
             self.start_servers([group])
         return TrialOutcome(status, reason, started, ended, measurement, raw)
 
+    def after_trial(self, outcome: TrialOutcome) -> None:
+        """Called once a trial is stored: nothing to do in the lab (real hosts wait for one that dropped out)."""
+
     def _run_phase(self, ctx: TrialContext, lead: str, companions: list[str],
                    runs: list[tuple[str, Started]]) -> tuple[str, str | None]:
         """Start `lead`, then each companion once the lead's warm-up is over, and wait for them all

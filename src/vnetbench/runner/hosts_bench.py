@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from vnetbench.errors import EnvironmentProblem, HostError, ScenarioError
+from vnetbench.errors import EnvironmentProblem, HostError, HostsGone, ScenarioError
 from vnetbench.hosts import preflight as host_preflight
 from vnetbench.hosts import shaping
 from vnetbench.hosts.inventory import Inventory, InventoryHost
@@ -34,10 +34,11 @@ from vnetbench.impair.model import LinkSpec, lab_links
 from vnetbench.lab.environments import Variant
 from vnetbench.lab.teardown import Registry
 from vnetbench.lab.topology import Group, Lab
-from vnetbench.runner.bench import DumbbellBench
+from vnetbench.runner.bench import DumbbellBench, TrialOutcome
+
 from vnetbench.scenario.plan import Configuration
 from vnetbench.workloads import registry as workloads
-from vnetbench.workloads.base import FLOCK, SS, TC, Tool
+from vnetbench.workloads.base import FLOCK, SS, TC, Measurement, Tool
 
 BARE = Variant("bare")
 
@@ -242,6 +243,11 @@ class HostsBench(DumbbellBench):
     connect: Callable[[InventoryHost], SshConnection] | None = None
     host_facts: dict[str, dict[str, str]] = field(default_factory=dict)
     remote_workdir: str = ""
+    wait_for_host: float = 30.0
+    # Called with the names of hosts that dropped out and came back (the run's locks there went with their
+    # sessions): takes them again, or raises.
+    relock: Callable[[list[str]], None] | None = None
+    _dropped: dict[str, str] = field(default_factory=dict)  # host -> why, after the last failed trial
 
     @classmethod
     def for_hosts(cls, run_prefix: str, configs: list[Configuration], place: Placement,
@@ -249,7 +255,7 @@ class HostsBench(DumbbellBench):
                   host_facts: dict[str, dict[str, str]]) -> "HostsBench":
         return cls(run_prefix, senders=len(place.senders), pin_cpus=False, variants=[(BARE, len(place.senders))],
                    configs=list(configs), place=place, connect=connect, host_facts=host_facts,
-                   remote_workdir=f"/tmp/{run_prefix}")
+                   remote_workdir=f"/tmp/{run_prefix}", wait_for_host=configs[0].scenario.hosts.wait_for_host)
 
     def setup(self) -> None:
         registry = Registry()
@@ -293,6 +299,55 @@ class HostsBench(DumbbellBench):
     def server_workdir(self) -> str:
         return self.remote_workdir
 
+    # ---------------------------------------------------------------- a host that drops out
+
+    def run_trial(self, config: Configuration, trial_tag: str) -> TrialOutcome:
+        """The lab's trial; when it fails, whether a host dropped out is asked, and the reason says so."""
+        try:
+            outcome = super().run_trial(config, trial_tag)
+        except HostError as e:  # a host went while its servers were restarted after the trial
+            now = time.time()
+            outcome = TrialOutcome("failed", str(e), now, now, Measurement(), {})
+        if outcome.status != "ok":
+            self._dropped = self.unreachable()
+            if self._dropped:
+                gone = "; ".join(f"{h} dropped out: {why}" for h, why in self._dropped.items())
+                outcome.reason = f"{gone}; the trial: {outcome.reason}"
+        return outcome
+
+    def unreachable(self) -> dict[str, str]:
+        """host -> why, for each host that does not answer over ssh now."""
+        out = {}
+        for name, node in self.lab.hosts.items():
+            try:
+                node.conn.run(["true"], timeout=node.conn.connect_timeout + 5)
+            except HostError as e:
+                out[name] = e.reason.removeprefix(f"{node.conn.where()}: ")
+        return out
+
+    def after_trial(self, outcome: TrialOutcome) -> None:
+        """After a trial a host dropped out of: wait up to wait_for_host for every host to answer again, then
+        take its lock again, and bring back what the run had there (work directory, servers, link
+        conditions); raises HostsGone when a host stays away."""
+        if not self._dropped:
+            return
+        dropped, self._dropped = self._dropped, {}
+        deadline = time.monotonic() + self.wait_for_host
+        while True:
+            away = self.unreachable()
+            if not away:
+                break
+            if time.monotonic() >= deadline:
+                raise HostsGone(f"{', '.join(away)} dropped out and did not answer again within "
+                                f"{self.wait_for_host:g} s (hosts.wait_for_host): {'; '.join(away.values())}")
+            time.sleep(min(2.0, max(0.1, deadline - time.monotonic())))
+        if self.relock is not None:
+            self.relock(sorted(dropped))
+        for name in dropped:
+            self._make_workdir(self.lab.hosts[name].conn, self.lab.registry)
+        self.links.forget()  # a host that restarted lost its qdiscs: every link's conditions again
+        self.start_servers()
+
     def prepare(self, config: Configuration) -> list[dict[str, Any]]:
         """The configuration's link conditions on the hosts that carry them (nothing on the others); the
         qdiscs as the hosts' kernels report them."""
@@ -324,6 +379,13 @@ class HostLinkManager(LinkManager):
 
     def _name_of(self, name: str, spec: LinkSpec, lab: Any) -> str:
         return self.auto.get(name) or (spec.backend if spec.backend != "auto" else lab.qdisc)
+
+    def forget(self) -> None:
+        """After a host dropped out: what the run made there may be gone (a restart) or still there (a lost
+        session); either way it is removed and made again at the next configuration."""
+        for link in self.host_links.values():
+            link.reset()
+        super().forget()
 
     def _backend(self, name: str, host: str, backend_name: str, shaper: str) -> B.Backend:
         current = self.backends.get(host)

@@ -26,7 +26,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from vnetbench.errors import EnvironmentProblem, ScenarioError, StoreError
+from vnetbench.errors import EnvironmentProblem, HostsGone, ScenarioError, StoreError
 from vnetbench.impair import links
 from vnetbench.lab.netns import run_prefix
 from vnetbench.lab.teardown import interruptible, interruption_behind
@@ -212,6 +212,7 @@ def execute(loaded: LoadedScenario, store: Store, *, resume_run_id: str | None =
         bench = DumbbellBench.for_configs(run_prefix(run_id), configs, pin_cpus=lab_spec.pin_cpus)
     else:
         bench = hosts_bench.HostsBench.for_hosts(run_prefix(run_id), configs, place, hosts.connect, host_facts)
+        bench.relock = host_locks.retake
     bench.keep_dir = store.path.parent / "vnetbench-logs" / run_id  # next to the results it explains
     monitor = LoadMonitor(netns_prefix=run_prefix(run_id), run_id=run_id).start()
     tally = _Tally()
@@ -225,6 +226,10 @@ def execute(loaded: LoadedScenario, store: Store, *, resume_run_id: str | None =
                     _run_adaptive(configs, rep, store, run_id, trial, bar, resumed=bool(resume_run_id))
                 else:
                     _run_fixed(configs, rep, store, run_id, trial, bar, resumed=bool(resume_run_id))
+    except HostsGone as e:
+        status, reason = "interrupted", (f"{e}; when it answers again, finish the run with `vnetbench run --resume "
+                                         f"{run_id} --hosts {hosts.inventory.path if hosts else 'INVENTORY'}`")
+        raise HostsGone(reason) from None
     except BaseException as e:
         stop = interruption_behind(e)  # the stop itself, or as C code handed it back (an ImportError)
         if stop is not None:
@@ -235,7 +240,8 @@ def execute(loaded: LoadedScenario, store: Store, *, resume_run_id: str | None =
     finally:
         errors = bench.teardown()
         if errors:
-            console.print("[red]teardown problems:[/] " + "; ".join(errors) + " (run `vnetbench clean`)")
+            clean = f"vnetbench clean --hosts {hosts.inventory.path}" if hosts else "vnetbench clean"
+            console.print("[red]teardown problems:[/] " + "; ".join(errors) + f" (run `{clean}`)")
         fp["machine_load"] = [*fp.get("machine_load", []), monitor.stop()]  # one entry per session (resumes)
         _store_end(store, run_id, status, reason, fp, console)
         host_locks.release()
@@ -306,6 +312,7 @@ class _TrialRunner:
             self.on_trial(slot, outcome.status)
         self.done += 1
         self.bar.advance(self.task)
+        self.bench.after_trial(outcome)  # a host that dropped out: wait for it, or stop (HostsGone)
         return outcome.status
 
 

@@ -374,6 +374,9 @@ class HostsSpec(Strict):
     receiver: str = Field(min_length=1)
     senders: list[str] = Field(min_length=1)
     addresses: dict[str, str] = Field(default_factory=dict)
+    # How long a run waits for a host that dropped out (its ssh refused or timed out) to come back before it
+    # stops, to be finished later with --resume.
+    wait_for_host: Duration = Field(default=30.0, ge=0, le=24 * 3600)
 
     @field_validator("senders", mode="before")
     @classmethod
