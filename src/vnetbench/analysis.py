@@ -453,6 +453,18 @@ def _differences(store: Store, run_a: str, run_b: str, matched: list[tuple[str, 
         for k in set(fa.get(section) or {}) | set(fb.get(section) or {}):
             flat_a[f"{section}.{k}"] = (fa.get(section) or {}).get(k)
             flat_b[f"{section}.{k}"] = (fb.get(section) or {}).get(k)
+    # What `run --hosts` ran on: each host's facts (its clock offset varies by nature and is left out), and the
+    # hosts themselves when one run has a host the other has not.
+    hosts_a, hosts_b = fa.get("hosts") or {}, fb.get("hosts") or {}
+    for host in set(hosts_a) | set(hosts_b):
+        facts_a, facts_b = hosts_a.get(host), hosts_b.get(host)
+        if facts_a is None or facts_b is None:
+            flat_a[f"hosts.{host}"] = "a host of this run" if facts_a is not None else None
+            flat_b[f"hosts.{host}"] = "a host of this run" if facts_b is not None else None
+            continue
+        for k in (set(facts_a) | set(facts_b)) - {"clock"}:
+            flat_a[f"hosts.{host}.{k}"] = facts_a.get(k)
+            flat_b[f"hosts.{host}.{k}"] = facts_b.get(k)
     for k in sorted(flat_a):
         if flat_a[k] != flat_b.get(k):
             out.append({"what": "machine", "name": k, "a": str(flat_a[k]), "b": str(flat_b.get(k))})

@@ -104,7 +104,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.report:
         check_target(args.report, args.db, what="report")  # not after an hour of trials
     runner.check_root()  # before the database is touched: not root means nothing at all happens
-    with open_store(args) as store:
+    with open_store(args, create=True) as store:
         summary = runner.execute(loaded, store, console=err, progress=not args.no_progress,
                                  max_configurations=args.max_configurations, allow_concurrent=args.allow_concurrent,
                                  hosts=_host_access(args))

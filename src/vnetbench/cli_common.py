@@ -28,8 +28,15 @@ out = _Console(highlight=False, soft_wrap=False, width=None if sys.stdout.isatty
 err = _Console(stderr=True, highlight=False, soft_wrap=True)
 
 
-def open_store(args: argparse.Namespace):
-    """The results database the command's ``--db`` names (imported here: the store pulls in numpy)."""
+def open_store(args: argparse.Namespace, create: bool = False):
+    """The results database the command's ``--db`` names (imported here: the store pulls in numpy). Only
+    `run` makes one: a command that reads results never leaves an empty database where none was."""
+    from pathlib import Path
+
+    from vnetbench.errors import StoreError
     from vnetbench.store.db import Store
 
+    if not create and not Path(args.db).exists():
+        raise StoreError(f"{args.db}: no such results database; `vnetbench run SCENARIO --db {args.db}` makes one, "
+                         "or give the --db of an existing one")
     return Store(args.db)

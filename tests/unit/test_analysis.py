@@ -192,6 +192,20 @@ def test_parameter_and_machine_differences_are_named(store):
     assert {"what": "parameter", "name": "bottleneck_bps", "a": "100Mbit", "b": "80Mbit"} in diffs
 
 
+def test_what_runs_on_hosts_ran_on_is_diffed_host_by_host(store):
+    a = add_run(store, "aaaaaaaaaaaa", [(UDP, {RX: jitter(95, 5)})])
+    b = add_run(store, "bbbbbbbbbbbb", [(UDP, {RX: jitter(76, 5)})])
+    host = {"kernel": "6.1", "tool iperf3": "iperf 3.12", "clock": {"offset_ms": 0.1, "uncertainty_ms": 1.0}}
+    store.update_fingerprint(a, {"kernel": "6.1", "hosts": {"server-a": host, "client-1": host}})
+    store.update_fingerprint(b, {"kernel": "6.1", "hosts": {
+        "server-a": {**host, "kernel": "6.12", "clock": {"offset_ms": 9.0, "uncertainty_ms": 2.0}},
+        "client-2": host}})
+    diffs = {d["name"]: (d["a"], d["b"]) for d in analysis.compare_runs(store, a, b).differences
+             if d["what"] == "machine"}
+    assert diffs == {"hosts.server-a.kernel": ("6.1", "6.12"),  # the clock offset differs by nature: not named
+                     "hosts.client-1": ("a host of this run", "None"), "hosts.client-2": ("None", "a host of this run")}
+
+
 # ------------------------------------------------------------------ within one run
 
 

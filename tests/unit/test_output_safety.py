@@ -188,3 +188,13 @@ def test_the_database_path_is_refused_even_before_it_exists(tmp_path):
     with pytest.raises(OutputError, match="results database"):
         write_text(db, "x", db)
     assert not db.exists()
+
+
+@pytest.mark.parametrize("argv", [["show", "last"], ["runs"], ["export", "last"], ["report", "last", "-o", "x.html"],
+                                  ["compare", "a", "b"], ["history", "--metric", "throughput.rx_mbps"]])
+def test_a_command_that_reads_results_never_makes_a_database(tmp_path, argv):
+    missing = tmp_path / "typo.db"
+    done = cli(*argv, "--db", str(missing), check=False)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert f"{missing}: no such results database" in " ".join(done.stderr.split())
+    assert not missing.exists()

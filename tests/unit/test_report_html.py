@@ -244,6 +244,27 @@ def test_a_run_that_shared_the_machine_is_called_out(store):
     assert "machine_load" in both and not any("machine_load" in n for n in notes), notes
 
 
+def test_the_hosts_of_a_run_on_hosts_have_a_column_each(store):
+    host = {"kernel": "6.1.0-28-amd64", "cpus": "8", "cpu model": "AMD EPYC", "interface": "eth1 (driver ixgbe, mtu 1500)",
+            "tool iperf3": "iperf 3.12", "clock": {"offset_ms": 0.42, "uncertainty_ms": 0.8, "samples": 8}}
+    run = make_run(store, "hosts000aaaa", matrix={"proto": ["tcp"]}, repetitions=3, fingerprint={
+        "inventory": "lab.yml", "hosts": {"server-a": host, "client-1": {**host, "kernel": "6.12.9-amd64"}}})
+    page = render_report(store, [run])
+    text = "".join(parse(page).text)
+    assert "From the inventory lab.yml; every host was checked over SSH" in text
+    section = page[page.index("<h3>Hosts</h3>"):]
+    table = section[:section.index("</table>")]
+    rows = [["".join(parse(cell).text) for cell in re.findall(r"<t[hd][^>]*>(.*?)</t[hd]>", row)]
+            for row in re.findall(r"<tr>(.*?)</tr>", table)]
+    assert rows[0] == ["Fact", "server-a", "client-1"]
+    by_fact = {r[0]: r[1:] for r in rows[1:]}
+    assert by_fact["≠ kernel"] == ["6.1.0-28-amd64", "6.12.9-amd64"]  # the host unlike the other is marked
+    assert by_fact["interface"] == ["eth1 (driver ixgbe, mtu 1500)"] * 2
+    assert by_fact["clock"] == ["+0.4 ms ± 0.8 to the controller"] * 2
+    # and not a second time, flattened, in the run's own fingerprint
+    assert "hosts.server-a.kernel" not in text
+
+
 # ------------------------------------------------------------------ escaping
 
 

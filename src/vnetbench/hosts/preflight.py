@@ -206,3 +206,31 @@ def fixes(reports: Sequence[HostReport]) -> list[str]:
                 if not c.ok and c.needed == needed and c.fix:
                     lines.append(f"{'needed' if needed else 'optional'}: {r.host.name}: {c.name}: {c.fix}")
     return lines
+
+
+# The rest of a host's fingerprint, once a run holds it (runner/hosts_bench.survey_hosts): its CPU model,
+# the controller's fingerprint sysctls, and the interface toward its peers ($1): driver, MTU, offloads (when
+# ethtool is there; it is not required), root qdisc. One line "key<TAB>value" each.
+_FINGERPRINT = (SBIN_PATH + r'''
+printf 'cpu model\t%s\n' "$(grep -m1 '^model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')"
+peer=$1; shift
+for k in "$@"; do printf 'sysctl %s\t%s\n' "$k" "$(tr '\t\n' '  ' < "/proc/sys/$(printf %s "$k" | tr . /)" 2>/dev/null | sed 's/ *$//')"; done
+dev=$(ip -o route get "$peer" 2>/dev/null | sed -n 's/.* dev \([^ ]*\).*/\1/p' | head -n 1)
+[ -n "$dev" ] || exit 0
+drv=$(basename "$(readlink "/sys/class/net/$dev/device/driver" 2>/dev/null)" 2>/dev/null)
+[ -n "$drv" ] || drv=$(sed -n 's/^DEVTYPE=//p' "/sys/class/net/$dev/uevent" 2>/dev/null)
+printf 'interface\t%s (driver %s, mtu %s)\n' "$dev" "${drv:-virtual}" "$(cat "/sys/class/net/$dev/mtu")"
+if command -v ethtool >/dev/null 2>&1; then
+    printf 'offloads\t%s\n' "$(ethtool -k "$dev" 2>/dev/null | grep -E '^(tcp-segmentation-offload|generic-segmentation-offload|generic-receive-offload|large-receive-offload):' | sed 's/-offload//; s/: /=/; s/ .*//' | tr '\n' ' ' | sed 's/ *$//')"
+else
+    printf 'offloads\t%s\n' "not read: ethtool is not installed"
+fi
+printf 'root qdisc\t%s\n' "$(tc qdisc show dev "$dev" root 2>/dev/null | head -n 1 | cut -d' ' -f2- | sed 's/ *$//')"
+''')
+
+
+def fingerprint(conn: SshConnection, peer: str, sysctls: Sequence[str]) -> dict[str, str]:
+    """What a host is, beyond the preflight: CPU model, sysctls, and the interface it reaches `peer` through
+    (driver, MTU, offloads, root qdisc), as "key": "value" for the run's fingerprint."""
+    done = conn.run(["sh", "-c", _FINGERPRINT, "sh", peer, *sysctls])
+    return {k: v for k, _, v in (line.partition("\t") for line in done.stdout.splitlines()) if k}

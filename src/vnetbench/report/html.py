@@ -259,6 +259,7 @@ def _what_ran(m: ReportModel) -> str:
             if note:
                 out.append(f'<p class="note warn">{e(note)}</p>')
     out.append(_fingerprint(m))
+    out.append(_hosts(m))
     out.append(_lab_state(m))
     out.append(_trials(m))
     out.append("</section>")
@@ -283,7 +284,10 @@ def _fingerprint(m: ReportModel) -> str:
             fp = {**fp, "machine_load": describe_machine_load(fp)}
         return fp
 
-    flat = [dict(_flatten(readable(r.record.get("fingerprint") or {}))) for r in m.runs]
+    fps = [readable(r.record.get("fingerprint") or {}) for r in m.runs]
+    if len(m.runs) == 1:  # one run's hosts have a table of their own, a column per host (_hosts)
+        fps = [{k: v for k, v in fp.items() if k != "hosts"} for fp in fps]
+    flat = [dict(_flatten(fp)) for fp in fps]
     keys: list[str] = []
     for f in flat:
         for k in f:
@@ -314,6 +318,44 @@ def _fingerprint(m: ReportModel) -> str:
                             _table(["Setting"] + [f"run {r.short}" for r in m.runs], rows, raw=True, cls="data kv"),
                             len(rows), open_=True))
     return "".join(out)
+
+
+def _hosts(m: ReportModel) -> str:
+    """Each `run --hosts` run's hosts as the run found them: a row per fact, a column per host, differences
+    between the hosts marked (a host unlike the others is what explains a number unlike theirs)."""
+    out = []
+    for r in m.runs:
+        hosts = (r.record.get("fingerprint") or {}).get("hosts") or {}
+        if not hosts:
+            continue
+        names = list(hosts)
+        facts = {n: {k: _host_fact(k, v) for k, v in hosts[n].items()} for n in names}
+        keys: list[str] = []
+        for n in names:
+            keys.extend(k for k in facts[n] if k not in keys)
+        rows = []
+        for k in keys:
+            values = [facts[n].get(k, "") for n in names]
+            mark = ('<span class="diff-mark" title="differs between the hosts">≠</span> '
+                    if len(set(values)) > 1 and k != "clock" else "")
+            rows.append([f"{mark}{e(k)}"] + [e(v) for v in values])
+        title = "Hosts" if len(m.runs) == 1 else f"Hosts of run {r.short}"
+        out.append(f"<h3>{e(title)}</h3>")
+        inventory = (r.record.get("fingerprint") or {}).get("inventory")
+        if inventory:
+            out.append(f'<p class="note">From the inventory <code>{e(str(inventory))}</code>; every host was '
+                       "checked over SSH before anything started.</p>")
+        out.append(_collapsible("Kernel, CPU, interface, offloads, tools and settings of each host",
+                                _table(["Fact"] + names, rows, raw=True, cls="data kv"), len(rows), open_=True))
+    return "".join(out)
+
+
+def _host_fact(key: str, value: Any) -> str:
+    if key == "clock" and isinstance(value, dict):
+        if value.get("offset_ms") is None:
+            return str(value.get("note") or "unknown")
+        return f"{value['offset_ms']:+.1f} ms ± {value.get('uncertainty_ms', 0):.1f} to the controller"
+    return str(value)
 
 
 def _strip_volatile(obj: Any) -> Any:

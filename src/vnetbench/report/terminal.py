@@ -100,6 +100,17 @@ def _label_keys(configs: list[dict[str, Any]]) -> list[str]:
     return sorted({k for c in configs for k in c["labels"]}, key=lambda k: first.index(k) if k in first else 99)
 
 
+def host_lines(fp: dict) -> list[str]:
+    """One line per host of a `run --hosts`: what it is, as the run found it."""
+    out = []
+    for name, facts in (fp.get("hosts") or {}).items():
+        tools = "  ".join(f"{k[5:]} {_short_version(v)}" for k, v in facts.items() if k.startswith("tool ") and v)
+        where = f"  {facts['interface']}" if facts.get("interface") else ""
+        out.append(f"host {name}: kernel {facts.get('kernel', '?')}  cpu {facts.get('cpu model', '?')} "
+                   f"x{facts.get('cpus', '?')}{where}  {tools}")
+    return out
+
+
 def _short_version(text: str) -> str:
     """The version number in a tool's version line ("iperf 3.12 (cJSON 1.7.15)" -> "3.12")."""
     import re
@@ -265,6 +276,8 @@ def show(store: Store, run_id: str, console: Console, metrics: list[str] | None 
     fp = run["fingerprint"]
     tools = "  ".join(f"{name} {_short_version(v)}" for name, v in (fp.get("tools") or {}).items() if v)
     console.print(escape(f"kernel {fp.get('kernel')}  cpu {fp.get('cpu_model')} x{fp.get('cpus')}  {tools}"))
+    for line in host_lines(fp):
+        console.print(escape(line))
     for t in failed[:10]:
         console.print(f"  [yellow]{t['status']}[/] {t['config_key']} #{t['repetition']}: {escape(str(t['reason']))}")
     present = sorted({m for per in values.values() for m in per})

@@ -35,6 +35,7 @@ from vnetbench.lab.environments import Variant
 from vnetbench.lab.teardown import Registry
 from vnetbench.lab.topology import Group, Lab
 from vnetbench.runner.bench import DumbbellBench, TrialOutcome
+from vnetbench.runner.fingerprint import SYSCTLS
 
 from vnetbench.scenario.plan import Configuration
 from vnetbench.workloads import registry as workloads
@@ -192,7 +193,7 @@ def survey_hosts(place: Placement, connect: Callable[[InventoryHost], SshConnect
                  found: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """Once the run holds the hosts' locks (what another run has made there is not this run's to judge):
     the interface each shaped host's conditions go on, checked (opted in, no clsact of someone else's), and
-    every host's clock offset. Raises EnvironmentProblem naming each problem; returns `found` with both."""
+    every host's fingerprint (CPU, sysctls, its interface's driver, offloads and qdisc) and clock offset. Raises EnvironmentProblem naming each problem; returns `found` with both."""
     lacking = []
     for host in place.hosts:
         with connect(host) as conn:
@@ -202,6 +203,7 @@ def survey_hosts(place: Placement, connect: Callable[[InventoryHost], SshConnect
                     found[host.name]["shaped interface"] = place.interfaces[host.name].record()
                 except HostError as e:
                     lacking.append(str(e))
+            found[host.name].update(host_preflight.fingerprint(conn, place.peers(host.name)[0], SYSCTLS))
             found[host.name]["clock"] = clock_offset(conn)
     if lacking:
         raise EnvironmentProblem("the hosts cannot run this scenario (nothing was started on any host):\n  "
