@@ -208,14 +208,13 @@ class SshLab:
 
 
 class DataHosts:
-    """Three hosts for `run --hosts` (tests and bench/remote.py): server-a and client-1 with a data network
-    between them beside their management links, and client-2 (management only) whose sessions find no
-    sockperf. The data network is routed through a namespace of its own, as a switch or router between real
+    """Three hosts for `run --hosts` (tests and bench/remote.py): server-a, client-1 and client-2 with a data
+    network between them beside their management links; client-2's sessions find no sockperf. The data network is routed through a namespace of its own, as a switch or router between real
     machines: packets reach a host from a wire, not straight from the other host's socket (across a bare
     veth the kernel keeps the sender's socket on a packet, and a queue on the receiver's ingress would push
     back on the sender as a local one does). server-a lets vnetbench change data0 (link conditions)."""
 
-    SERVER_DATA, CLIENT_DATA = "198.18.205.1", "198.18.205.6"
+    SERVER_DATA, CLIENT_DATA, CLIENT2_DATA = "198.18.205.1", "198.18.205.6", "198.18.205.10"
     SHAPED = "data0"
 
     def __init__(self, tmp: Path, net: SshLab):
@@ -223,26 +222,27 @@ class DataHosts:
         pub = keypair(tmp / "id_run")
         self.ns_a = net.namespace("198.18.204.1/30", "198.18.204.2")
         self.ns_b = net.namespace("198.18.204.5/30", "198.18.204.6")
-        # The data network, between the two hosts only (the controller never sends on it): a router between
-        # server-a (198.18.205.0/30) and client-1 (198.18.205.4/30).
+        self.ns_c = net.namespace("198.18.204.9/30", "198.18.204.10")
+        # The data network, between the hosts only (the controller never sends on it): a router between
+        # server-a (198.18.205.0/30), client-1 (198.18.205.4/30) and client-2 (198.18.205.8/30).
         self.router = f"{PREFIX}-{next(_SERIAL)}"
         sh("ip", "netns", "add", self.router)
         net.namespaces.append(self.router)
         sh("ip", "netns", "exec", self.router, "sysctl", "-qw", "net.ipv4.ip_forward=1")
         sh("ip", "-n", self.router, "link", "set", "lo", "up")
-        for ns, mine, theirs, port, other in ((self.ns_a, self.SERVER_DATA, "198.18.205.2", "ra", "198.18.205.4/30"),
-                                              (self.ns_b, self.CLIENT_DATA, "198.18.205.5", "rb", "198.18.205.0/30")):
+        for ns, mine, theirs, port in ((self.ns_a, self.SERVER_DATA, "198.18.205.2", "ra"),
+                                       (self.ns_b, self.CLIENT_DATA, "198.18.205.5", "rb"),
+                                       (self.ns_c, self.CLIENT2_DATA, "198.18.205.9", "rc")):
             sh("ip", "link", "add", "data0", "netns", ns, "type", "veth", "peer", "name", port, "netns", self.router)
             sh("ip", "-n", ns, "addr", "add", f"{mine}/30", "dev", "data0")
             sh("ip", "-n", ns, "link", "set", "data0", "up")
             sh("ip", "-n", self.router, "addr", "add", f"{theirs}/30", "dev", port)
             sh("ip", "-n", self.router, "link", "set", port, "up")
-            sh("ip", "-n", ns, "route", "add", other, "via", theirs)
+            sh("ip", "-n", ns, "route", "add", "198.18.205.0/24", "via", theirs)
         self.a = net.server(self.ns_a, "198.18.204.2", 22, {"root": [pub]})
         self.b = net.server(self.ns_b, "198.18.204.6", 22, {"root": [pub]})
-        # A third host, on the management network only, whose sessions find no sockperf.
-        ns_c = net.namespace("198.18.204.9/30", "198.18.204.10")
-        self.c = net.server(ns_c, "198.18.204.10", 22, {"root": [pub]}, hidden=(shutil.which("sockperf"),))
+        # A third host, whose sessions find no sockperf.
+        self.c = net.server(self.ns_c, "198.18.204.10", 22, {"root": [pub]}, hidden=(shutil.which("sockperf"),))
         known = tmp / "known_hosts"
         known.write_text("".join(s.known_hosts_line() + "\n" for s in (self.a, self.b, self.c)))
         self.ssh_config = tmp / "ssh_config"

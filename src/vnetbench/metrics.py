@@ -38,6 +38,8 @@ LAB_METRICS = (
     Metric("link.lost_packets", "packets", LOWER, "Packets the link's loss model dropped (forward direction)"),
     Metric("link.max_queue_delay_ms", "ms", LOWER, "Longest time a packet waited in the emulated link's queue "
                                                    "(forward direction)", noise=0.10),
+    Metric("start.spread_ms", "ms", LOWER, "On real hosts (run --hosts): how far apart the clients of a trial's "
+                                           "first workload started on their hosts, on the controller's clock"),
 )
 
 

@@ -19,6 +19,17 @@ from vnetbench.lab.teardown import Registry
 
 WRAPPER = exec_wrapper("", "on this host")
 
+# `sh -c START_AT vnb-start EPOCH ARGV...`: sleep until EPOCH (seconds, on this host's clock), print when it
+# woke ("vnb-start SECONDS.NANOSECONDS") on standard error, and become ARGV. So the clients of a trial start at
+# one instant on their hosts, whatever each ssh session took to open, and the run learns how close they came.
+START_AT = r"""t=$1; shift
+d=$(awk -v t="$t" -v n="$(date +%s.%N)" 'BEGIN { d = t - n; if (d > 0) printf "%.6f", d; else print 0 }')
+sleep "$d"
+echo "vnb-start $(date +%s.%N)" >&2
+exec "$@"
+"""
+STAMP = "vnb-start "
+
 
 class SshNode(RunsCommands):
     stdin_of_started = subprocess.PIPE
@@ -30,6 +41,10 @@ class SshNode(RunsCommands):
         self.cpu: int | None = None  # not pinned: the host's scheduler decides, as for the user's own runs
         self.host_facts = dict(facts or {})
         self.extra: dict[str, Any] = {}
+        # While set (controller epoch seconds), started commands wait on the host until then (START_AT); the
+        # host's clock is offset_s ahead of the controller's.
+        self.start_at: float | None = None
+        self.offset_s = 0.0
 
     def address(self, ip_version: int) -> str:
         return self.ipv6 if ip_version == 6 else self.ipv4
@@ -42,5 +57,8 @@ class SshNode(RunsCommands):
 
     def command(self, argv: Sequence[str], pin: bool = True) -> list[str]:
         """The local argv that starts ``argv`` on the host and ends it when this argv's process ends."""
+        if self.start_at is not None:
+            at = f"{self.start_at + self.offset_s:.6f}"
+            argv = ["sh", "-c", START_AT, "vnb-start", at, *map(str, argv)]
         return self.conn.command(["sh", "-c", WRAPPER, "vnb-exec", *map(str, argv)])
 

@@ -19,9 +19,10 @@ import signal
 import subprocess
 import tempfile
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from vnetbench.errors import EnvironmentUnavailable, LabError
 from vnetbench.impair import tc
@@ -285,6 +286,7 @@ class DumbbellBench:
         ended = time.time()
         after = tc.counters(port_iface) if port_iface is not None else None
         link_counters = self.links.end_trial()
+        spread_ms = self.start_spread(runs)
 
         outputs = {name: s.read_outputs() for name, s in runs}
         for name, s in runs:
@@ -326,6 +328,8 @@ class DumbbellBench:
                     measurement.add("bottleneck.drops", drops)
                 for metric, value in link_metrics(link_counters):
                     measurement.add(metric, value)
+                if spread_ms is not None:
+                    measurement.add("start.spread_ms", spread_ms)
             except ToolFailed as e:
                 status, reason = "failed", _with_what_failed_said(str(e), runs)
         shutil.rmtree(tmp, ignore_errors=True)
@@ -333,6 +337,18 @@ class DumbbellBench:
             # A client that died mid-test can leave its server waiting; start clean.
             self.start_servers([group])
         return TrialOutcome(status, reason, started, ended, measurement, raw)
+
+    @contextmanager
+    def clients_start_together(self, ctx: TrialContext) -> Iterator[list[float]]:
+        """Around the start of a phase's leader: yields [seconds after now its clients begin]. In the lab they
+        begin as they are started (a process each, microseconds apart); real hosts start theirs at one
+        instant (HostsBench)."""
+        yield [0.0]
+
+    def start_spread(self, runs: list[tuple[str, Started]]) -> float | None:
+        """Milliseconds between the first and the last client start of the trial's first workload, where
+        they were measured (real hosts); None in the lab."""
+        return None
 
     def after_trial(self, outcome: TrialOutcome) -> None:
         """Called once a trial is stored: nothing to do in the lab (real hosts wait for one that dropped out)."""
@@ -344,8 +360,9 @@ class DumbbellBench:
         scenario = ctx.config.scenario
         phase_t0 = time.time() - ctx.t0  # trial-clock second this phase starts at
         ctx.leader = ctx.leader_options = None
-        leader = registry.of(scenario.workload[lead]).start(lead, scenario.workload[lead], ctx)
-        _shift(leader, phase_t0)
+        with self.clients_start_together(ctx) as lead_s:
+            leader = registry.of(scenario.workload[lead]).start(lead, scenario.workload[lead], ctx)
+        _shift(leader, phase_t0 + lead_s[0])
         runs.append((lead, leader))
         ctx.leader, ctx.leader_options = leader, scenario.workload[lead]
         # Companions measure the loaded path: they start once the leader is past its warm-up, except those

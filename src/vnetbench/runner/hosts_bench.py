@@ -19,14 +19,15 @@ import shlex
 import shutil
 import socket
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from vnetbench.errors import EnvironmentProblem, HostError, HostsGone, ScenarioError
 from vnetbench.hosts import preflight as host_preflight
 from vnetbench.hosts import shaping
 from vnetbench.hosts.inventory import Inventory, InventoryHost
-from vnetbench.hosts.node import SshNode
+from vnetbench.hosts.node import STAMP, SshNode
 from vnetbench.hosts.ssh import SshConnection
 from vnetbench.impair import backends as B
 from vnetbench.impair.links import LinkManager
@@ -39,9 +40,12 @@ from vnetbench.runner.fingerprint import SYSCTLS
 
 from vnetbench.scenario.plan import Configuration
 from vnetbench.workloads import registry as workloads
-from vnetbench.workloads.base import FLOCK, SS, TC, Measurement, Tool
+from vnetbench.workloads.base import FLOCK, SS, TC, Measurement, Started, Tool, TrialContext
 
 BARE = Variant("bare")
+# How long before they begin the clients of a trial are started on their hosts, to begin together (see
+# HostsBench.clients_start_together): measured in bench/remote.py, opening 4 sessions takes well under this.
+START_LEAD_S = 0.2
 
 
 @dataclass
@@ -276,6 +280,8 @@ class HostsBench(DumbbellBench):
             address = self.place.addresses[host.name]
             node = SshNode(host.name, conn, registry, ipv4=address if ip_version == 4 else "",
                            ipv6=address if ip_version == 6 else "", facts=self.host_facts.get(host.name))
+            clock = self.host_facts.get(host.name, {}).get("clock") or {}
+            node.offset_s = (clock.get("offset_ms") or 0.0) / 1e3
             self.lab.hosts[host.name] = node
         self.lab.groups[BARE] = Group(BARE, "", None, self.place.receiver.name, [h.name for h in self.place.senders])
         self.lab.bringup_s[BARE] = 0.0
@@ -300,6 +306,49 @@ class HostsBench(DumbbellBench):
     @property
     def server_workdir(self) -> str:
         return self.remote_workdir
+
+    # ---------------------------------------------------------------- clients that start together
+
+    @contextmanager
+    def clients_start_together(self, ctx: TrialContext) -> Iterator[list[float]]:
+        """The leader's clients wait on their hosts for one instant, START_LEAD_S from now: long enough for
+        every ssh session to open (a few ms each, through the hosts' master connections), so none is late."""
+        nodes = [ctx.hosts.receiver, *ctx.hosts.senders]
+        at = time.time() + START_LEAD_S
+        for node in nodes:
+            node.start_at = at
+        try:
+            yield [START_LEAD_S]
+        finally:
+            for node in nodes:
+                node.start_at = None
+
+    def start_spread(self, runs: list[tuple[str, Started]]) -> float | None:
+        """The leader's client starts, as their hosts stamped them (START_AT) and put on the controller's clock
+        with each host's offset: last minus first, in ms (None for a single client). The stamps are taken out
+        of the clients' standard error, which is the tools' own again."""
+        if not runs:
+            return None
+        _, leader = runs[0]
+        starts = []
+        for label, out in leader.outputs.items():
+            err = out.with_suffix(".err")
+            try:
+                lines = err.read_text(errors="replace").splitlines(keepends=True)
+            except OSError:
+                continue
+            stamps = [ln for ln in lines if ln.startswith(STAMP)]
+            if not stamps:
+                continue
+            err.write_text("".join(ln for ln in lines if not ln.startswith(STAMP)))
+            node = self.lab.hosts.get(label)
+            try:
+                starts.append(float(stamps[0][len(STAMP):]) - (node.offset_s if node else 0.0))
+            except ValueError:
+                continue
+        if len(starts) < 2:
+            return None
+        return (max(starts) - min(starts)) * 1e3
 
     # ---------------------------------------------------------------- a host that drops out
 
