@@ -217,7 +217,8 @@ class DataHosts:
     SERVER_DATA, CLIENT_DATA, CLIENT2_DATA = "198.18.205.1", "198.18.205.6", "198.18.205.10"
     SHAPED = "data0"
 
-    def __init__(self, tmp: Path, net: SshLab):
+    def __init__(self, tmp: Path, net: SshLab, extra_clients: int = 0):
+        """`extra_clients` more hosts on the data network, client-3..., all tools (bench/remote.py's spread)."""
         self.tmp, self.net = tmp, net
         pub = keypair(tmp / "id_run")
         self.ns_a = net.namespace("198.18.204.1/30", "198.18.204.2")
@@ -243,8 +244,21 @@ class DataHosts:
         self.b = net.server(self.ns_b, "198.18.204.6", 22, {"root": [pub]})
         # A third host, whose sessions find no sockperf.
         self.c = net.server(self.ns_c, "198.18.204.10", 22, {"root": [pub]}, hidden=(shutil.which("sockperf"),))
+        self.extra: dict[str, tuple[Server, str]] = {}  # name -> (server, data address)
+        for i in range(extra_clients):
+            base = 12 + 4 * i  # management 198.18.204.<base>/30 and data 198.18.205.<base>/30
+            ns = net.namespace(f"198.18.204.{base + 1}/30", f"198.18.204.{base + 2}")
+            data = f"198.18.205.{base + 2}"
+            sh("ip", "link", "add", "data0", "netns", ns, "type", "veth", "peer", "name", f"r{i}", "netns", self.router)
+            sh("ip", "-n", ns, "addr", "add", f"{data}/30", "dev", "data0")
+            sh("ip", "-n", ns, "link", "set", "data0", "up")
+            sh("ip", "-n", self.router, "addr", "add", f"198.18.205.{base + 1}/30", "dev", f"r{i}")
+            sh("ip", "-n", self.router, "link", "set", f"r{i}", "up")
+            sh("ip", "-n", ns, "route", "add", "198.18.205.0/24", "via", f"198.18.205.{base + 1}")
+            self.extra[f"client-{3 + i}"] = (net.server(ns, f"198.18.204.{base + 2}", 22, {"root": [pub]}), data)
         known = tmp / "known_hosts"
-        known.write_text("".join(s.known_hosts_line() + "\n" for s in (self.a, self.b, self.c)))
+        known.write_text("".join(s.known_hosts_line() + "\n"
+                                 for s in (self.a, self.b, self.c, *(srv for srv, _ in self.extra.values()))))
         self.ssh_config = tmp / "ssh_config"
         self.ssh_config.write_text(f"Host *\n  UserKnownHostsFile {known}\n  GlobalKnownHostsFile /dev/null\n"
                                    "  IdentityAgent none\n  IdentitiesOnly yes\n")
@@ -259,7 +273,10 @@ class DataHosts:
                 "  children:\n    servers:\n      hosts:\n        server-a:\n          ansible_host: 198.18.204.2\n"
                 f"{opt_in}"
                 "    clients:\n      hosts:\n        client-1:\n          ansible_host: 198.18.204.6\n"
-                "    lacking:\n      hosts:\n        client-2:\n          ansible_host: 198.18.204.10\n")
+                "    lacking:\n      hosts:\n        client-2:\n          ansible_host: 198.18.204.10\n"
+                + ("    more:\n      hosts:\n" if self.extra else "")
+                + "".join(f"        {name}:\n          ansible_host: {srv.address}\n"
+                          for name, (srv, _) in self.extra.items()))
 
     def steering(self) -> dict[str, list[str]]:
         """What link conditions leave on server-a: IFBs, and qdiscs on its data0 besides its own noqueue."""

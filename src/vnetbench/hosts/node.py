@@ -19,15 +19,32 @@ from vnetbench.lab.teardown import Registry
 
 WRAPPER = exec_wrapper("", "on this host")
 
-# `sh -c START_AT vnb-start EPOCH ARGV...`: sleep until EPOCH (seconds, on this host's clock), print when it
-# woke ("vnb-start SECONDS.NANOSECONDS") on standard error, and become ARGV. So the clients of a trial start at
-# one instant on their hosts, whatever each ssh session took to open, and the run learns how close they came.
-START_AT = r"""t=$1; shift
+# A started command that waits until EPOCH (seconds, on this host's clock), prints when it woke ("vnb-start
+# SECONDS.MICROSECONDS") on standard error, and becomes ARGV: so the clients of a trial start at one instant on
+# their hosts, whatever each ssh session took to open, and the run learns how close they came.
+# Under bash nothing is forked between reading the clock and waking (forks before sleeping would make it
+# oversleep by their start-up, and several hosts forking a `date` at once on a small machine stagger their own
+# stamps): the wait is `read -t` on a pipe nobody writes, timed from $EPOCHREALTIME in integer microseconds.
+# Where there is no bash, sh with sleep and date, a few milliseconds less precise.
+START_AT_BASH = r"""t=$1; shift
+t_us=$(awk -v t="$t" 'BEGIN { printf "%.0f", t * 1e6 }')
+exec 9<> <(:)
+now=${EPOCHREALTIME/[.,]/}
+d=$(( t_us - now ))
+if (( d > 0 )); then printf -v s '%d.%06d' $(( d / 1000000 )) $(( d % 1000000 )); read -t "$s" -u 9; fi
+exec 9<&-
+echo "vnb-start $EPOCHREALTIME" >&2
+exec "$@"
+"""
+START_AT_SH = r"""t=$1; shift
 d=$(awk -v t="$t" -v n="$(date +%s.%N)" 'BEGIN { d = t - n; if (d > 0) printf "%.6f", d; else print 0 }')
 sleep "$d"
 echo "vnb-start $(date +%s.%N)" >&2
 exec "$@"
 """
+# `sh -c START_WITH START_AT_BASH START_AT_SH EPOCH ARGV...`
+START_WITH = ('b=$0; s=$1; shift; if command -v bash >/dev/null 2>&1; then exec bash -c "$b" vnb-start "$@"; fi; '
+              'exec sh -c "$s" vnb-start "$@"')
 STAMP = "vnb-start "
 
 
@@ -59,6 +76,6 @@ class SshNode(RunsCommands):
         """The local argv that starts ``argv`` on the host and ends it when this argv's process ends."""
         if self.start_at is not None:
             at = f"{self.start_at + self.offset_s:.6f}"
-            argv = ["sh", "-c", START_AT, "vnb-start", at, *map(str, argv)]
+            argv = ["sh", "-c", START_WITH, START_AT_BASH, START_AT_SH, at, *map(str, argv)]
         return self.conn.command(["sh", "-c", WRAPPER, "vnb-exec", *map(str, argv)])
 

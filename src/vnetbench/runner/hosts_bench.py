@@ -44,8 +44,9 @@ from vnetbench.workloads.base import FLOCK, SS, TC, Measurement, Started, Tool, 
 
 BARE = Variant("bare")
 # How long before they begin the clients of a trial are started on their hosts, to begin together (see
-# HostsBench.clients_start_together): measured in bench/remote.py, opening 4 sessions takes well under this.
-START_LEAD_S = 0.2
+# HostsBench.clients_start_together): twice the slowest host's command round trip, and a few ms for each
+# client the controller forks, within these bounds.
+START_LEAD_MIN_S, START_LEAD_MAX_S, START_LEAD_PER_CLIENT_S = 0.02, 0.5, 0.005
 
 
 @dataclass
@@ -225,10 +226,12 @@ def clock_offset(conn: SshConnection, samples: int = CLOCK_SAMPLES) -> dict[str,
     which is the stored `uncertainty_ms`; one-way delays need clocks far closer than that (PTP, or NTP on the
     hosts' own network), which this measures only the upper bound of."""
     best: tuple[float, float] | None = None
+    trips = []
     for _ in range(samples):
         t0 = time.time()
         done = conn.run(["date", "+%s.%N"])
         t1 = time.time()
+        trips.append(t1 - t0)
         try:
             remote = float(done.stdout.strip())
         except ValueError:
@@ -237,7 +240,10 @@ def clock_offset(conn: SshConnection, samples: int = CLOCK_SAMPLES) -> dict[str,
         if best is None or t1 - t0 < best[1]:
             best = (remote - (t0 + t1) / 2, t1 - t0)
     offset, rtt = best
-    return {"offset_ms": round(offset * 1e3, 3), "uncertainty_ms": round(rtt / 2 * 1e3, 3), "samples": samples}
+    # The median round trip is what starting a command there takes (a session opened, a process forked): it
+    # sizes how far ahead a trial's clients are started to begin together (HostsBench.clients_start_together).
+    return {"offset_ms": round(offset * 1e3, 3), "uncertainty_ms": round(rtt / 2 * 1e3, 3), "samples": samples,
+            "session_ms": round(sorted(trips)[len(trips) // 2] * 1e3, 3)}
 
 
 @dataclass
@@ -261,7 +267,8 @@ class HostsBench(DumbbellBench):
                   host_facts: dict[str, dict[str, str]]) -> "HostsBench":
         return cls(run_prefix, senders=len(place.senders), pin_cpus=False, variants=[(BARE, len(place.senders))],
                    configs=list(configs), place=place, connect=connect, host_facts=host_facts,
-                   remote_workdir=f"/tmp/{run_prefix}", wait_for_host=configs[0].scenario.hosts.wait_for_host)
+                   remote_workdir=f"/tmp/{run_prefix}",
+                   wait_for_host=spec.wait_for_host if (spec := configs[0].scenario.hosts) else 30.0)
 
     def setup(self) -> None:
         registry = Registry()
@@ -311,17 +318,27 @@ class HostsBench(DumbbellBench):
 
     @contextmanager
     def clients_start_together(self, ctx: TrialContext) -> Iterator[list[float]]:
-        """The leader's clients wait on their hosts for one instant, START_LEAD_S from now: long enough for
-        every ssh session to open (a few ms each, through the hosts' master connections), so none is late."""
+        """With several senders, the leader's clients wait on their hosts for one instant, far enough ahead
+        (start_lead) for every ssh session to open, so that none begins late; with one, it begins at once."""
+        if len(ctx.hosts.senders) < 2:
+            yield [0.0]
+            return
         nodes = [ctx.hosts.receiver, *ctx.hosts.senders]
-        at = time.time() + START_LEAD_S
+        lead = self.start_lead(nodes)
+        at = time.time() + lead
         for node in nodes:
             node.start_at = at
         try:
-            yield [START_LEAD_S]
+            yield [lead]
         finally:
             for node in nodes:
                 node.start_at = None
+
+    def start_lead(self, nodes: list[SshNode]) -> float:
+        slowest = max(((self.host_facts.get(n.name, {}).get("clock") or {}).get("session_ms") or 50.0)
+                      for n in nodes) / 1e3
+        lead = 2 * slowest + START_LEAD_PER_CLIENT_S * len(nodes)
+        return min(START_LEAD_MAX_S, max(START_LEAD_MIN_S, lead))
 
     def start_spread(self, runs: list[tuple[str, Started]]) -> float | None:
         """The leader's client starts, as their hosts stamped them (START_AT) and put on the controller's clock
@@ -343,7 +360,8 @@ class HostsBench(DumbbellBench):
             err.write_text("".join(ln for ln in lines if not ln.startswith(STAMP)))
             node = self.lab.hosts.get(label)
             try:
-                starts.append(float(stamps[0][len(STAMP):]) - (node.offset_s if node else 0.0))
+                stamp = stamps[0][len(STAMP):].strip().replace(",", ".")  # bash's locale may write a comma
+                starts.append(float(stamp) - (node.offset_s if node else 0.0))
             except ValueError:
                 continue
         if len(starts) < 2:
