@@ -202,6 +202,7 @@ all:
           ansible_host: 198.18.200.130
           ansible_port: 2222
           ansible_user: root
+          vnetbench_shape_interfaces: [eth0]
         beta:
           ansible_host: 198.18.200.2
           ansible_user: {beta_user}
@@ -219,13 +220,15 @@ def test_doctor_hosts_ready(lab, tmp_path):
         assert row in done.stdout, row
     assert "root is root" in done.stdout
     assert "2 of 2 hosts ready" in done.stdout
+    conditions = " ".join(next(line for line in done.stdout.splitlines() if "link conditions" in line).split())
+    assert "on eth0" in conditions and "not opted in" in conditions  # alpha opted eth0 in, beta nothing
 
 
 def test_doctor_hosts_not_ready_names_the_fix(lab, tmp_path):
     done = _doctor(lab, _inventory(lab, tmp_path / "inv.yml", lab.other.pw_name))
     assert done.returncode == 1, done.stdout + done.stderr
     assert "1 of 2 hosts ready; not ready: beta" in done.stdout
-    assert f"needed: beta: privileges:" in done.stdout
+    assert "needed: beta: privileges:" in done.stdout
     assert f"{lab.other.pw_name} ALL=(root) NOPASSWD: ALL" in done.stdout.replace("\n", "")
 
 

@@ -19,7 +19,7 @@ from typing import Callable, Sequence
 
 from vnetbench.doctor import QDISC_FIXES, TOOLS
 from vnetbench.errors import HostError
-from vnetbench.hosts.inventory import InventoryHost
+from vnetbench.hosts.inventory import SHAPE_VAR, InventoryHost
 from vnetbench.hosts.ssh import (SBIN_PATH, AuthenticationRefused, HostKeyChanged, HostKeyUnknown, SshConnection,
                                  Unreachable)
 from vnetbench.workloads.base import IP, SS, TASKSET, Tool
@@ -123,6 +123,20 @@ def _facts(report: HostReport, conn: SshConnection) -> None:
                    QDISC_FIXES.get(m, f"modprobe sch_{m}"), needed=False)
 
 
+def _shaping(report: HostReport, conn: SshConnection) -> None:
+    """Whether link conditions may go on this host's interfaces (the inventory's opt-in), and that they exist."""
+    wanted = conn.host.shape_interfaces
+    if not wanted:
+        report.add("link conditions", True, f"not opted in: nothing on its interfaces is changed "
+                   f"({SHAPE_VAR} opts interfaces in)", needed=False)
+        return
+    present = set(conn.run(["ls", "/sys/class/net"]).stdout.split())
+    missing = [i for i in wanted if i not in present]
+    report.add("link conditions", not missing,
+               f"on {', '.join(wanted)}" + (f"; no interface {', '.join(missing)} here" if missing else ""),
+               f"correct {SHAPE_VAR} for {conn.host.name} in the inventory", needed=False)
+
+
 def remote_version(conn: SshConnection, tool: Tool, path: str) -> str | None:
     """The same version doctor reads locally (:meth:`Tool.version`), read on the host."""
     if not tool.version_args:
@@ -157,6 +171,7 @@ def check_host(conn: SshConnection, tools: Sequence[Tool] = TOOLS) -> HostReport
         _privileges(report, conn)
         _facts(report, conn)
         _tools(report, conn, tools)
+        _shaping(report, conn)
     except HostError as e:  # the host went away half-way: say so where it happened
         report.add("connection", False, e.reason, e.fix)
     return report
