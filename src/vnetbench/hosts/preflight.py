@@ -29,6 +29,9 @@ from vnetbench.workloads.base import IP, SS, TASKSET, Tool
 NEEDED_TOOLS = frozenset({IP.command, SS.command, TASKSET.command})
 QDISC_MODULES = ("netem", "tbf", "htb")
 FAN_OUT = 16  # hosts checked at once
+# On a host, link conditions are the host kernel's qdiscs (hosts/shaping.py): no emulator stands in for netem.
+HOST_QDISC_FIXES = {"netem": QDISC_FIXES["netem"].split("; until then")[0]
+                    + "; until then link conditions on this host are rates and buffers only (tbf, htb)"}
 
 _WHICH = SBIN_PATH + 'for t in "$@"; do printf "%s\\t%s\\n" "$t" "$(command -v -- "$t")"; done'
 _QDISCS = ('k=$(uname -r); cfg=$(zcat /proc/config.gz 2>/dev/null || cat "/boot/config-$k" 2>/dev/null); '
@@ -120,7 +123,7 @@ def _facts(report: HostReport, conn: SshConnection) -> None:
     for m in QDISC_MODULES:
         state = states.get(m, "unknown")
         report.add(f"qdisc {m}", state in ("loaded", "built-in", "module"), words.get(state, state),
-                   QDISC_FIXES.get(m, f"modprobe sch_{m}"), needed=False)
+                   HOST_QDISC_FIXES.get(m) or QDISC_FIXES.get(m, f"modprobe sch_{m}"), needed=False)
 
 
 def _shaping(report: HostReport, conn: SshConnection) -> None:
