@@ -154,3 +154,17 @@ def test_clean_takes_only_steering_to_vnetbench_ifbs_of_runs_not_measuring():
         {**theirs[2]["options"]["actions"][0], "to_dev": "ifb0"}]}}
     assert not clean._steering_only(theirs, skip=())
     assert not clean._steering_only([*OUR_FILTERS, {"protocol": "all", "pref": 49152, "kind": "bpf"}], skip=())
+
+
+def test_plan_says_where_a_host_scenarios_links_are_made(tmp_path):
+    import json
+
+    from helpers import cli
+
+    (tmp_path / "s.toml").write_text(SCENARIO)
+    shown = " ".join(cli("plan", str(tmp_path / "s.toml")).stdout.split())
+    assert "links: on the hosts, with each host's kernel qdiscs" in shown and "bottleneck on the receiver's interface" in shown
+    assert "--hosts INVENTORY can start" in shown or "before it can run here" in shown  # not root: says so
+    (tmp_path / "u.toml").write_text(SCENARIO.replace('senders = 1\n', 'senders = 1\nbackend = "userspace"\n'))
+    planned = json.loads(cli("plan", str(tmp_path / "u.toml"), "--json").stdout)
+    assert any("the emulator runs in the local lab only" in p for p in planned["problems"])

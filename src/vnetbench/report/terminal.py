@@ -612,6 +612,9 @@ def plan_view(plan: Any, console: Console, rows: int = 20) -> None:
         console.print("[yellow]before it can run here:[/]")
         for p in plan.problems:
             console.print(f"  - {escape(p)}", soft_wrap=True)
+    elif plan.hosts:
+        console.print(f"[green]ready[/]: vnetbench run {escape(plan.source.removeprefix('builtin:'))} --hosts "
+                      "INVENTORY can start (`vnetbench doctor --hosts INVENTORY` checks the hosts)")
     else:
         console.print(f"[green]ready[/]: vnetbench run {escape(plan.source.removeprefix('builtin:'))} "
                       "can start on this machine")

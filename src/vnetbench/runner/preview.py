@@ -112,6 +112,8 @@ def _environments(configs: list[Configuration], probe: bool) -> tuple[list[dict[
 def _links(configs: list[Configuration], root: bool) -> dict[str, Any]:
     from vnetbench.impair import links
 
+    if configs and configs[0].scenario.hosts is not None:
+        return _host_links(configs)
     if not root:
         return {"choice": None, "note": "the link backends are chosen at run time: probing the kernel's qdiscs "
                                         "needs root (vnetbench doctor, as root, lists them)"}
@@ -123,6 +125,26 @@ def _links(configs: list[Configuration], root: bool) -> dict[str, Any]:
     # a link with nothing to emulate in any configuration (bottleneck = "unlimited") gets no backend at all
     shaped = {name for c in configs for name, spec in lab_links(c.scenario.lab).items() if spec.needs()}
     return {"choice": {k: v for k, v in choice.items() if k in shaped}, "note": ""}
+
+
+def _host_links(configs: list[Configuration]) -> dict[str, Any]:
+    """A scenario placed on real hosts: its links are made on the hosts, with their kernels' qdiscs, chosen when
+    the run has checked them; what only the lab can do is a problem here already."""
+    from vnetbench.hosts import shaping
+
+    shaped: dict[str, Any] = {}
+    for c in configs:
+        for name, spec in lab_links(c.scenario.lab).items():
+            if not spec.is_plain():
+                shaped.setdefault(name, spec)
+    problems = [p for name, spec in shaped.items() if (p := shaping.lab_only_problem(name, spec))]
+    if not shaped:
+        return {"choice": {}, "note": ""}
+    where = {name: "the receiver" if name == "bottleneck" else f"sender {name[1:]}" for name in shaped}
+    note = ("on the hosts, with each host's kernel qdiscs (tbf, htb; netem where it has it), chosen when the run "
+            "has checked them: " + ", ".join(f"{name} on {where[name]}'s interface" for name in shaped)
+            + "; the inventory must opt each interface in (vnetbench_shape_interfaces)")
+    return {"choice": None, "note": note, **({"problem": "; ".join(problems)} if problems else {})}
 
 
 def _congestion_controls(configs: list[Configuration]) -> list[str]:
