@@ -258,6 +258,14 @@ def test_an_interface_the_inventory_did_not_opt_in_is_refused_and_left_alone(hos
            "only eth1" in said
     assert not stored_run_id(tmp_path / "r.db")
     assert hosts.steering() == {"ifbs": [], "qdiscs": []}
+    # an interface the scenario names is checked against the host's routes, shaped or not
+    scenario.write_text(SCENARIO.replace("[hosts]\n", '[hosts]\ninterfaces = { "client-1" = "eth0" }\n'))
+    named = cli("run", str(scenario), "--db", str(tmp_path / "r.db"), "--no-progress", "--hosts",
+                str(hosts.inventory), "--ssh-config", str(hosts.ssh_config), check=False)
+    said = " ".join(named.stderr.split())
+    assert named.returncode == 2 and "Traceback" not in said, said
+    assert (f"hosts.interfaces.client-1 = 'eth0', but its routes to the other endpoints ({SERVER_DATA}) leave "
+            "through data0") in said
 
 
 def test_one_run_measures_on_a_host_at_a_time_and_ctrl_c_restores_the_host(hosts, tmp_path):

@@ -71,6 +71,10 @@ def test_endpoints_are_placed_by_host_or_group_with_their_addresses(tmp_path):
     (('senders = 1', 'senders = 3'), "the scenario uses 3 senders but hosts.senders names 2"),
     (('senders = "clients"', 'senders = "clients"\naddresses = { "x" = "198.18.0.1" }'),
      "hosts.addresses names 'x', which is no endpoint"),
+    (('senders = "clients"', 'senders = "clients"\ninterfaces = { "x" = "eth1" }'),
+     "hosts.interfaces names 'x', which is no endpoint"),
+    (('senders = "clients"', 'senders = "clients"\ninterfaces = { "server-a" = "a/b" }'),
+     "hosts.interfaces.server-a = 'a/b' is not an interface name"),
     (('senders = 1', 'senders = 1\nenv = "container"'), "lab.env = 'container' needs the local lab"),
     (('senders = 1', 'senders = 1\noffload = "off"'), "lab.offload = 'off' would change the hosts' NICs"),
     (('bottleneck = "unlimited"', 'bottleneck = "1Gbit"'),
@@ -183,7 +187,8 @@ def test_plan_names_the_hosts_and_shapes_nothing_that_is_unlimited(tmp_path):
 
     (tmp_path / "s.toml").write_text(SCENARIO)
     planned = json.loads(cli("plan", str(tmp_path / "s.toml"), "--json").stdout)
-    assert planned["hosts"] == {"receiver": "server-a", "senders": ["clients"], "addresses": {}, "wait_for_host": 30.0}
+    assert planned["hosts"] == {"receiver": "server-a", "senders": ["clients"], "addresses": {}, "interfaces": {},
+                               "wait_for_host": 30.0}
     if os.geteuid() == 0:  # the backends are chosen only where the kernel can be probed
         assert planned["links"]["choice"] == {}
     shown = " ".join(cli("plan", str(tmp_path / "s.toml")).stdout.split())

@@ -122,8 +122,9 @@ class InterfaceFacts:
         return f"{self.name} (mtu {self.mtu})"
 
 
-def route_interface(conn: SshConnection, peers: list[str]) -> str:
-    """The interface the host's routes send to `peers` through (one for all of them)."""
+def route_interface(conn: SshConnection, peers: list[str], named: str | None = None) -> str:
+    """The interface the host's routes send to `peers` through (one for all of them); when the scenario
+    `named` one (hosts.interfaces), it must be that one."""
     devs = set()
     for peer in peers:
         done = conn.run(with_sbin(["ip", "-j", "route", "get", peer]))
@@ -138,14 +139,20 @@ def route_interface(conn: SshConnection, peers: list[str]) -> str:
         raise HostError(f"{conn.where()}: the routes to the other endpoints ({', '.join(peers)}) leave through "
                         f"several interfaces ({', '.join(sorted(devs))}); vnetbench shapes one",
                         "route the endpoints' addresses through one interface")
-    return devs.pop()
+    dev = devs.pop()
+    if named and dev != named:
+        raise HostError(f"{conn.where()}: hosts.interfaces.{conn.host.name} = {named!r}, but its routes to the "
+                        f"other endpoints ({', '.join(peers)}) leave through {dev}",
+                        f"give hosts.addresses on {named}'s network, or name {dev}")
+    return dev
 
 
-def interface_facts(conn: SshConnection, peers: list[str]) -> InterfaceFacts:
-    """Which interface link conditions go on, checked: the inventory opted it in, vnetbench can steer it
-    (it has no clsact or ingress qdisc of someone else's). Raises HostError naming the fix."""
+def interface_facts(conn: SshConnection, peers: list[str], named: str | None = None) -> InterfaceFacts:
+    """Which interface link conditions go on, checked: the one the routes to the peers use (and the scenario
+    named, if it did), the inventory opted it in, vnetbench can steer it (it has no clsact or ingress qdisc of
+    someone else's). Raises HostError naming the fix."""
     host = conn.host
-    name = route_interface(conn, peers)
+    name = route_interface(conn, peers, named)
     if name not in host.shape_interfaces:
         raise HostError(f"{conn.where()}: the other endpoints are reached through {name}, and {SHAPE_VAR} lets "
                         f"vnetbench change only {', '.join(host.shape_interfaces)}",

@@ -62,6 +62,7 @@ class Placement:
     # (tbf, htb, netem) each link's conditions are made with there.
     interfaces: dict[str, shaping.InterfaceFacts] = field(default_factory=dict)
     backends: dict[str, str] = field(default_factory=dict)
+    named: dict[str, str] = field(default_factory=dict)  # hosts.interfaces: host -> the interface it must use
 
     @property
     def hosts(self) -> list[InventoryHost]:
@@ -96,10 +97,11 @@ def placement(configs: list[Configuration], inventory: Inventory, source: str) -
     if needed > len(senders):
         raise ScenarioError(f"{source}: the scenario uses {needed} senders but hosts.senders names "
                             f"{len(senders)} ({', '.join(h.name for h in senders)}): add hosts, or set lab.senders")
-    unknown = sorted(set(spec.addresses) - {h.name for h in [*receivers, *senders]})
-    if unknown:
-        raise ScenarioError(f"{source}: hosts.addresses names {', '.join(map(repr, unknown))}, which is no endpoint "
-                            "of this scenario")
+    for key in ("addresses", "interfaces"):
+        unknown = sorted(set(getattr(spec, key)) - {h.name for h in [*receivers, *senders]})
+        if unknown:
+            raise ScenarioError(f"{source}: hosts.{key} names {', '.join(map(repr, unknown))}, which is no endpoint "
+                                "of this scenario")
     for c in configs:
         problems = _lab_problems(c)
         if problems:
@@ -112,7 +114,8 @@ def placement(configs: list[Configuration], inventory: Inventory, source: str) -
         if problem:
             raise ScenarioError(f"{source}: {problem}")
     addresses = {h.name: _ip_of(h, spec.addresses.get(h.name), ip_version, source) for h in chosen}
-    return Placement(receivers[0], senders[:needed], addresses, ip_version, shaped)
+    return Placement(receivers[0], senders[:needed], addresses, ip_version, shaped,
+                     named={h.name: spec.interfaces[h.name] for h in chosen if h.name in spec.interfaces})
 
 
 def _lab_problems(config: Configuration) -> list[str]:
@@ -202,12 +205,15 @@ def survey_hosts(place: Placement, connect: Callable[[InventoryHost], SshConnect
     lacking = []
     for host in place.hosts:
         with connect(host) as conn:
-            if host.name in place.shaped:
-                try:
-                    place.interfaces[host.name] = shaping.interface_facts(conn, place.peers(host.name))
+            try:
+                if host.name in place.shaped:
+                    place.interfaces[host.name] = shaping.interface_facts(conn, place.peers(host.name),
+                                                                          place.named.get(host.name))
                     found[host.name]["shaped interface"] = place.interfaces[host.name].record()
-                except HostError as e:
-                    lacking.append(str(e))
+                elif host.name in place.named:  # checked against its routes, as a shaped one's
+                    shaping.route_interface(conn, place.peers(host.name), place.named[host.name])
+            except HostError as e:
+                lacking.append(str(e))
             found[host.name].update(host_preflight.fingerprint(conn, place.peers(host.name)[0], SYSCTLS))
             found[host.name]["clock"] = clock_offset(conn)
     if lacking:

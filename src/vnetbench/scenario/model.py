@@ -374,6 +374,9 @@ class HostsSpec(Strict):
     receiver: str = Field(min_length=1)
     senders: list[str] = Field(min_length=1)
     addresses: dict[str, str] = Field(default_factory=dict)
+    # Per host, the interface its workloads' traffic must use (checked against the host's routes to the other
+    # endpoints; link conditions go on it). Default: whichever the routes to the addresses use.
+    interfaces: dict[str, str] = Field(default_factory=dict)
     # How long a run waits for a host that dropped out (its ssh refused or timed out) to come back before it
     # stops, to be finished later with --resume.
     wait_for_host: Duration = Field(default=30.0, ge=0, le=24 * 3600)
@@ -382,6 +385,15 @@ class HostsSpec(Strict):
     @classmethod
     def _one_or_more(cls, v: Any) -> Any:
         return [v] if isinstance(v, str) else v
+
+    @field_validator("interfaces")
+    @classmethod
+    def _interfaces(cls, v: dict[str, str]) -> dict[str, str]:
+        for host, name in v.items():
+            if not re.fullmatch(r"(?!\.{1,2}$)[^/:\s]{1,15}", name):
+                raise ValueError(f"hosts.interfaces.{host} = {name!r} is not an interface name (1-15 characters, "
+                                 "no '/', ':' or spaces)")
+        return v
 
     @field_validator("addresses")
     @classmethod
