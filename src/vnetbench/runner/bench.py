@@ -156,6 +156,7 @@ class DumbbellBench:
             hosts = TrialHosts(self.lab.hosts[g.receiver], [self.lab.hosts[n] for n in g.senders])
             specs = [spec for tool, opts in per_tool.items()
                      for spec in registry.driver(tool).servers(hosts, ipv, opts, self.server_workdir)]
+            stopped = set()
             for spec in specs:
                 key = f"{spec.host.name}:{spec.label}"
                 proc = self._servers.pop(key, None)
@@ -164,6 +165,9 @@ class DumbbellBench:
                     # server would ignore SIGTERM
                     kill_group(proc)
                     proc.wait(timeout=5)
+                    stopped.add(spec.host.name)
+            for host in stopped:
+                self._wait_released(host, [s for s in specs if s.host.name == host])
             for spec in specs:
                 key = f"{spec.host.name}:{spec.label}"
                 self._servers[key] = spec.host.popen(spec.argv, self.workdir / f"server-{key}.out",
@@ -177,21 +181,35 @@ class DumbbellBench:
         machine's file system)."""
         return str(self.workdir)
 
+    def _listening(self, host: str) -> set[tuple[str, int]]:
+        """(transport, port) of every socket listening (TCP) or bound (UDP) on `host`."""
+        try:
+            out = self.lab.hosts[host].run(["ss", "-Hlntu"], timeout=10).stdout
+        except subprocess.TimeoutExpired:
+            return set()
+        ready = set()
+        for line in out.splitlines():
+            fields = line.split()
+            if len(fields) >= 5:
+                ready.add((fields[0], int(fields[4].rsplit(":", 1)[1])))
+        return ready
+
+    def _wait_released(self, host: str, specs: list[ServerSpec]) -> None:
+        """Until the ports of servers just stopped on `host` are free. Where the local process is the node's
+        command channel (an ssh client, an engine's exec), the server itself ends a moment later on its node
+        (its wrapper's SIGTERM, SIGKILL 2 s on): a new one started before would find its port taken."""
+        wanted = {(s.transport, s.port) for s in specs}
+        deadline = time.monotonic() + SERVER_READY_TIMEOUT
+        while wanted & self._listening(host) and time.monotonic() < deadline:
+            time.sleep(0.05)
+
     def _wait_listening(self, host: str, specs: list[ServerSpec]) -> None:
         node = self.lab.hosts[host]
         wanted = {(s.transport, s.port) for s in specs}
         # A guest answers over SSH, slowly under TCG on a busy machine: it gets longer.
         deadline = time.monotonic() + (SERVER_READY_TIMEOUT if isinstance(node, Host) else GUEST_READY_TIMEOUT)
         while True:
-            try:
-                out = node.run(["ss", "-Hlntu"], timeout=10).stdout  # TCP listening, UDP bound
-            except subprocess.TimeoutExpired:
-                out = ""
-            ready = set()
-            for line in out.splitlines():
-                fields = line.split()
-                if len(fields) >= 5:
-                    ready.add((fields[0], int(fields[4].rsplit(":", 1)[1])))
+            ready = self._listening(host)
             if wanted <= ready:
                 return
             dead = [s for s in specs if self._servers[f"{host}:{s.label}"].poll() is not None]
