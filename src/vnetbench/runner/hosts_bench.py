@@ -37,7 +37,6 @@ from vnetbench.lab.teardown import Registry
 from vnetbench.lab.topology import Group, Lab
 from vnetbench.runner.bench import DumbbellBench, TrialOutcome
 from vnetbench.runner.fingerprint import SYSCTLS
-
 from vnetbench.scenario.plan import Configuration
 from vnetbench.workloads import registry as workloads
 from vnetbench.workloads.base import FLOCK, SS, TC, Measurement, Started, Tool, TrialContext
@@ -178,12 +177,13 @@ def check_hosts(place: Placement, tools: list[Tool], connect: Callable[[Inventor
     lacking = []
     for r in reports:
         shaped = r.host.name in place.shaped
+        before = len(lacking)
         for c in r.checks:
             # root only where link conditions are made: nothing else changes anything on a host
             needed = c.name != "privileges" or shaped
             if not c.ok and needed and (c.needed or c.name in wanted):
                 lacking.append(f"{r.host.name}: {c.name}: {c.detail}" + (f" -> {c.fix}" if c.fix else ""))
-        if shaped and not lacking:
+        if shaped and len(lacking) == before:  # reachable and able: which qdiscs its links get
             qdiscs = {kind: None if ok else detail for kind, ok, detail in
                       ((c.name.split()[1], c.ok, c.detail) for c in r.checks if c.name.startswith("qdisc "))}
             for name, spec in place.shaped[r.host.name].items():
