@@ -103,7 +103,7 @@ def test_a_scenario_without_conditions_changes_no_host(tmp_path):
 
 def test_the_backend_is_what_the_hosts_kernel_has(tmp_path):
     def spec(text):
-        return lab_links(configs(tmp_path, text)[0].scenario.lab)["bottleneck"]
+        return [lab_links(c.scenario.lab)["bottleneck"] for c in configs(tmp_path, text)]
 
     rate_only = spec(SCENARIO)
     with_delay = spec(SCENARIO.replace('senders = 1', 'senders = 1\ndelay = "5ms"'))
@@ -116,6 +116,13 @@ def test_the_backend_is_what_the_hosts_kernel_has(tmp_path):
         shaping.host_backend("bottleneck", with_delay, no_netem, "tbf", "server-a: ")
     assert "server-a: link 'bottleneck'" in str(e.value) and "needs the netem qdisc" in str(e.value)
     assert "not in this kernel" in str(e.value)
+    # a sweep gets one instrument, chosen over all it asks: delay 0 then 5 ms is netem for both
+    swept = spec(SCENARIO.replace('senders = 1', 'senders = 1\n[matrix]\ndelay = ["0ms", "5ms"]'))
+    assert len(swept) == 2 and shaping.host_backend("bottleneck", swept, both, "tbf", "h: ") == "netem"
+    explicit = spec(SCENARIO.replace('senders = 1', 'senders = 1\nbackend = "netem"'))
+    assert shaping.host_backend("bottleneck", explicit, both, "tbf", "h: ") is None  # nothing left to choose
+    with pytest.raises(Exception, match="not available"):
+        shaping.host_backend("bottleneck", explicit, no_netem, "tbf", "h: ")
 
 
 def test_conditions_are_the_lab_kernel_backends_commands_on_the_ifb():

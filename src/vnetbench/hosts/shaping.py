@@ -57,15 +57,17 @@ def side_of(direction: str, host_upstream: bool) -> str:
 # --------------------------------------------------------------------------------- planning (no connection)
 
 
-def links_by_host(configs: list, receiver: str, senders: list[str]) -> dict[str, dict[str, LinkSpec]]:
-    """host name -> {link name: spec} for every link with conditions in some configuration, on the host
-    that carries it (bottleneck: the receiver; sN: the Nth sender a configuration uses)."""
-    out: dict[str, dict[str, LinkSpec]] = {}
+def links_by_host(configs: list, receiver: str, senders: list[str]) -> dict[str, dict[str, list[LinkSpec]]]:
+    """host name -> {link name: its distinct specs with conditions, over the configurations} on the host that
+    carries it (bottleneck: the receiver; sN: the Nth sender a configuration uses)."""
+    out: dict[str, dict[str, list[LinkSpec]]] = {}
     for c in configs:
         hosts = {"bottleneck": receiver, **{f"s{i}": h for i, h in enumerate(senders[:c.active_senders], 1)}}
         for name, spec in lab_links(c.scenario.lab).items():
             if name in hosts and not spec.is_plain():
-                out.setdefault(hosts[name], {}).setdefault(name, spec)
+                specs = out.setdefault(hosts[name], {}).setdefault(name, [])
+                if spec not in specs:
+                    specs.append(spec)
     return out
 
 
@@ -82,28 +84,36 @@ def lab_only_problem(name: str, spec: LinkSpec) -> str | None:
     return None
 
 
-def opt_in_problem(host: InventoryHost, inventory_path: Any, links: dict[str, LinkSpec]) -> str | None:
+def opt_in_problem(host: InventoryHost, inventory_path: Any, links: dict[str, list[LinkSpec]]) -> str | None:
     if host.shape_interfaces:
         return None
-    what = "; ".join(f"{n}: {s.describe()}" for n, s in links.items())
+    what = "; ".join(f"{n}: {specs[0].describe()}" + (f" (and {len(specs) - 1} more)" if len(specs) > 1 else "")
+                     for n, specs in links.items())
     return (f"the scenario puts link conditions on {host.name} ({what}), and {inventory_path} does not let "
             f"vnetbench change {host.name}'s interfaces: add `{SHAPE_VAR}: [IFACE]` (the interface toward the "
             f"other endpoints) to {host.name}'s variables; nothing on a host's interfaces is changed without it")
 
 
-def host_backend(name: str, spec: LinkSpec, qdiscs: dict[str, str | None], shaper: str, where: str) -> str:
-    """The backend that makes `spec` on a host whose kernel has `qdiscs` (None: usable, else why not):
-    the explicit one, or for auto the shaper alone for rate and buffer, else netem."""
+def host_backend(name: str, specs: list[LinkSpec], qdiscs: dict[str, str | None], shaper: str,
+                 where: str) -> str | None:
+    """On a host whose kernel has `qdiscs` (None: usable, else why not): every explicit backend of the link's
+    specs checked, and the one its `auto` specs get, chosen once over all they ask (one instrument for a
+    sweep, as in the lab): the shaper alone for rate and buffer, else netem. None when no spec is auto."""
     caps = B.Capabilities(qdiscs=qdiscs, vnb_link=None)
-    if spec.backend != "auto":
-        return B.choose(spec, caps=caps, shaper=shaper, where=where)
-    needs = spec.needs()
+    auto = [spec for spec in specs if spec.backend == "auto"]
+    for spec in specs:
+        if spec.backend != "auto":
+            B.choose(spec, caps=caps, shaper=shaper, where=where)
+    if not auto:
+        return None
+    needs = set().union(*(spec.needs() for spec in auto))
     if needs <= SHAPER_NEEDS and caps.available(shaper):
         return shaper
     if caps.available("netem"):
         return "netem"
     missing = shaper if needs <= SHAPER_NEEDS else "netem"
-    raise HostError(f"{where}link {name!r} ({spec.describe()}) needs the {missing} qdisc: {caps.why_not(missing)}",
+    raise HostError(f"{where}link {name!r} ({capability_list(needs)}) needs the {missing} qdisc: "
+                    f"{caps.why_not(missing)}",
                     f"load it on the host (modprobe sch_{missing}), or drop the conditions only netem makes")
 
 

@@ -56,7 +56,7 @@ class Placement:
     senders: list[InventoryHost]
     addresses: dict[str, str]  # host name -> the address workloads use (resolved to an IP)
     ip_version: int = 4
-    shaped: dict[str, dict[str, LinkSpec]] = field(default_factory=dict)  # host -> its links with conditions
+    shaped: dict[str, dict[str, list[LinkSpec]]] = field(default_factory=dict)  # host -> its links' conditions
     # Found by check_hosts, once connected: the interface each shaped host's conditions go on, and the backend
     # (tbf, htb, netem) each link's conditions are made with there.
     interfaces: dict[str, shaping.InterfaceFacts] = field(default_factory=dict)
@@ -186,11 +186,14 @@ def check_hosts(place: Placement, tools: list[Tool], connect: Callable[[Inventor
         if shaped and len(lacking) == before:  # reachable and able: which qdiscs its links get
             qdiscs = {kind: None if ok else detail for kind, ok, detail in
                       ((c.name.split()[1], c.ok, c.detail) for c in r.checks if c.name.startswith("qdisc "))}
-            for name, spec in place.shaped[r.host.name].items():
+            for name, specs in place.shaped[r.host.name].items():
                 try:
-                    place.backends[name] = shaping.host_backend(name, spec, qdiscs, shaper, f"{r.host.name}: ")
+                    choice = shaping.host_backend(name, specs, qdiscs, shaper, f"{r.host.name}: ")
                 except (HostError, EnvironmentProblem, ScenarioError) as e:
                     lacking.append(str(e))
+                    continue
+                if choice:
+                    place.backends[name] = choice
     if lacking:
         raise EnvironmentProblem("the hosts cannot run this scenario (nothing was started on any host):\n  "
                                  + "\n  ".join(lacking))
@@ -453,7 +456,9 @@ class HostLinkManager(LinkManager):
         pass  # chosen per host by check_hosts, before anything started
 
     def _name_of(self, name: str, spec: LinkSpec, lab: Any) -> str:
-        return self.auto.get(name) or (spec.backend if spec.backend != "auto" else lab.qdisc)
+        if spec.backend != "auto":
+            return spec.backend
+        return self.auto.get(name) or lab.qdisc  # a link without conditions anywhere: nothing is made
 
     def forget(self) -> None:
         """After a host dropped out: what the run made there may be gone (a restart) or still there (a lost
