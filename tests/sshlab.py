@@ -265,18 +265,29 @@ class DataHosts:
         self.inventory = tmp / "inventory.yml"
         self.inventory.write_text(self.inventory_text())
 
-    def inventory_text(self, shape: str = SHAPED) -> str:
-        """The inventory, with server-a's vnetbench_shape_interfaces = `shape` (none when empty)."""
-        opt_in = f"          vnetbench_shape_interfaces: [{shape}]\n" if shape else ""
+    def inventory_text(self, shape: str = SHAPED, client_shape: str = "") -> str:
+        """The inventory, with server-a's (and client-1's) vnetbench_shape_interfaces (none when empty)."""
+        def opt_in(name: str) -> str:
+            return f"          vnetbench_shape_interfaces: [{name}]\n" if name else ""
+
         return ("all:\n  vars:\n    ansible_user: root\n"
                 f"    ansible_ssh_private_key_file: {self.tmp / 'id_run'}\n"
                 "  children:\n    servers:\n      hosts:\n        server-a:\n          ansible_host: 198.18.204.2\n"
-                f"{opt_in}"
+                f"{opt_in(shape)}"
                 "    clients:\n      hosts:\n        client-1:\n          ansible_host: 198.18.204.6\n"
+                f"{opt_in(client_shape)}"
                 "    lacking:\n      hosts:\n        client-2:\n          ansible_host: 198.18.204.10\n"
                 + ("    more:\n      hosts:\n" if self.extra else "")
                 + "".join(f"        {name}:\n          ansible_host: {srv.address}\n"
                           for name, (srv, _) in self.extra.items()))
+
+    def offloads(self, ns: str) -> dict[str, str]:
+        """data0's offloads in `ns`, as ethtool -k names them ("on"/"off")."""
+        out = sh("ip", "netns", "exec", ns, "ethtool", "-k", "data0").stdout
+        wanted = ("tcp-segmentation-offload", "generic-segmentation-offload", "generic-receive-offload",
+                  "tx-checksumming", "rx-checksumming")
+        return {k.strip(): v.split()[0] for k, _, v in (line.partition(":") for line in out.splitlines())
+                if k.strip() in wanted}
 
     def steering(self) -> dict[str, list[str]]:
         """What link conditions leave on server-a: IFBs, and qdiscs on its data0 besides its own noqueue."""

@@ -450,3 +450,70 @@ def test_latency_on_the_hosts_obeys_the_physics_of_its_bottleneck(hosts, tmp_pat
     # path's own round trip (the 64 B one) and the 16 KiB answer's way back: within 15% on top of the small.
     assert 0.97 * wire_us <= large <= 1.15 * wire_us + small, (large, small, wire_us)
     assert small < 500, small
+
+
+OFFLOADS = f"""
+name = "offloads-on-hosts"
+[lab]
+bottleneck = "unlimited"
+senders = 1
+[hosts]
+receiver = "server-a"
+senders = ["client-1"]
+addresses = {{ "server-a" = "{SERVER_DATA}", "client-1" = "{CLIENT_DATA}" }}
+[matrix]
+offload = ["on", "off"]
+[workload.stream]
+tool = "iperf3"
+duration = "1s"
+omit = "0s"
+[repeat]
+repetitions = 2
+warmup = false
+"""
+
+
+def test_offloads_turned_off_on_opted_in_hosts_and_restored_after_a_run_and_a_kill(hosts, tmp_path):
+    inventory = tmp_path / "inventory.yml"
+    inventory.write_text(hosts.inventory_text(client_shape="data0"))
+    before = {ns: hosts.offloads(ns) for ns in (hosts.ns_a, hosts.ns_b)}
+    assert before[hosts.ns_a]["tcp-segmentation-offload"] == "on"  # a veth's own: TSO on
+    ssh = ("--hosts", str(inventory), "--ssh-config", str(hosts.ssh_config))
+    scenario = tmp_path / "s.toml"
+    scenario.write_text(OFFLOADS)
+    run_id = run_id_of(cli("run", str(scenario), "--db", str(tmp_path / "r.db"), "--no-progress", *ssh, timeout=300))
+    with Store(tmp_path / "r.db") as store:
+        trials = store.trials(run_id)
+        assert len(trials) == 4 and all(t["status"] == "ok" for t in trials), [t["reason"] for t in trials]
+        configs = {c["labels"]["offload"]: c for c in store.configurations(run_id)}
+    read_back = configs["off"]["lab_state"]["environment"]["offload"]
+    assert {r["host"] for r in read_back} == {"server-a", "client-1"}
+    assert all(not r["tso"] and not r["gso"] and not r["gro"] for r in read_back), read_back
+    assert configs["on"]["lab_state"]["environment"]["offload"] == "the hosts' own settings"
+    assert {ns: hosts.offloads(ns) for ns in before} == before  # as they were
+    # Refused where the inventory does not opt the host in
+    refused = cli("run", str(scenario), "--db", str(tmp_path / "r.db"), "--no-progress", "--hosts",
+                  str(hosts.inventory), "--ssh-config", str(hosts.ssh_config), check=False)
+    said = " ".join(refused.stderr.split())
+    assert refused.returncode == 2 and 'puts offloads off (lab.offload = "off") on client-1, and ' in said, said
+    # A controller killed while they are off: `clean --hosts` puts them back
+    scenario.write_text(OFFLOADS.replace('offload = ["on", "off"]', 'offload = ["off"]')
+                        .replace('duration = "1s"', 'duration = "30s"'))
+    proc = subprocess.Popen([sys.executable, "-m", "vnetbench", "run", str(scenario), "--db", str(tmp_path / "k.db"),
+                             "--no-progress", *ssh], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not any("iperf3 --client" in p for p in hosts.pids()[hosts.ns_b]):
+            assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
+            time.sleep(0.1)
+        assert hosts.offloads(hosts.ns_b)["tcp-segmentation-offload"] == "off"
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    cleaned = " ".join(cli("clean", *ssh).stdout.split())
+    assert "server-a: removed offloads of data0 (restored)" in cleaned and "client-1: removed offloads of data0" in cleaned
+    assert {ns: hosts.offloads(ns) for ns in before} == before
+    cli("clean")  # this machine's side of the killed run

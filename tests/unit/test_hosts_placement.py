@@ -76,7 +76,7 @@ def test_endpoints_are_placed_by_host_or_group_with_their_addresses(tmp_path):
     (('senders = "clients"', 'senders = "clients"\ninterfaces = { "server-a" = "a/b" }'),
      "hosts.interfaces.server-a = 'a/b' is not an interface name"),
     (('senders = 1', 'senders = 1\nenv = "container"'), "lab.env = 'container' needs the local lab"),
-    (('senders = 1', 'senders = 1\noffload = "off"'), "lab.offload = 'off' would change the hosts' NICs"),
+    (('senders = 1', 'senders = 1\noffload = "off"'), 'puts offloads off (lab.offload = "off") on server-a, and '),
     (('bottleneck = "unlimited"', 'bottleneck = "1Gbit"'),
      "puts link conditions on server-a (bottleneck: forward: rate 1Gbit, buffer 500kB), and "),
     (('senders = 1', 'senders = 1\ndelay = "5ms"'), "add `vnetbench_shape_interfaces: [IFACE]`"),

@@ -175,3 +175,28 @@ def test_plan_says_where_a_host_scenarios_links_are_made(tmp_path):
     (tmp_path / "u.toml").write_text(SCENARIO.replace('senders = 1\n', 'senders = 1\nbackend = "userspace"\n'))
     planned = json.loads(cli("plan", str(tmp_path / "u.toml"), "--json").stdout)
     assert any("the emulator runs in the local lab only" in p for p in planned["problems"])
+
+
+def test_offloads_off_needs_every_endpoint_opted_in_and_ethtool(tmp_path):
+    from vnetbench.errors import ScenarioError
+
+    text = SCENARIO.replace('bottleneck = "100Mbit"', 'bottleneck = "unlimited"').replace(
+        'senders = 1\n', 'senders = 1\n[matrix]\noffload = ["on", "off"]\n')
+    with pytest.raises(ScenarioError) as e:
+        hosts_bench.placement(configs(tmp_path, text), inv(tmp_path), "s.toml")
+    assert 'puts offloads off (lab.offload = "off") on client-1, and ' in str(e.value)
+    both = INVENTORY.replace("client-1: {ansible_host: 198.18.204.6}",
+                             "client-1: {ansible_host: 198.18.204.6, vnetbench_shape_interfaces: [data0]}")
+    place = hosts_bench.placement(configs(tmp_path, text), inv(tmp_path, both), "s.toml")
+    assert place.offload_hosts == ["server-a", "client-1"] and place.shaped == {}
+    assert place.changes("client-1")
+    assert "ethtool" in [t.command for t in hosts_bench.needed_tools(configs(tmp_path, text))]
+
+
+def test_clean_restores_only_offload_lines_a_run_could_have_written():
+    assert clean._restore_ok(["data0", "tso", "on", "gso", "on", "gro", "off"])
+    assert not clean._restore_ok(["data0"])  # nothing to restore
+    assert not clean._restore_ok(["data0", "tso"])  # a pair cut short
+    assert not clean._restore_ok(["data0", "speed", "10"])  # not an offload
+    assert not clean._restore_ok(["a/b", "tso", "on"])  # not an interface name
+    assert not clean._restore_ok(["data0", "tso", "$(id)"])

@@ -17,7 +17,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vnetbench.hosts.ssh import SshConnection, with_sbin
+from vnetbench.hosts.inventory import IFNAME
+from vnetbench.hosts.shaping import OFFLOAD_RESTORE
 from vnetbench.impair import netem
+from vnetbench.lab import offload
 from vnetbench.lab.netns import PREFIX
 
 SIDES = ("ingress", "egress")
@@ -33,9 +36,11 @@ class HostLeftovers:
     ifbs: list[str] = field(default_factory=list)
     clsacts: list[str] = field(default_factory=list)  # interfaces
     workdirs: list[str] = field(default_factory=list)
+    offloads: list[list[str]] = field(default_factory=list)  # [dev, ethtool -K args...] that restore them
 
     def items(self) -> list[str]:
         return ([f"{i} (IFB)" for i in self.ifbs] + [f"clsact qdisc on {i}" for i in self.clsacts]
+                + [f"offloads of {o[0]} (restored)" for o in self.offloads]
                 + [f"{w} (work directory)" for w in self.workdirs])
 
 
@@ -44,8 +49,9 @@ _FIND_WORKDIRS = f'for d in /tmp/{PREFIX}??????; do [ -d "$d" ] && [ ! -L "$d" ]
 
 def leftovers(conn: SshConnection, skip: tuple[str, ...] = ()) -> HostLeftovers:
     """What runs of vnetbench's left on the host: IFBs and work directories named with its prefix (but those
-    of runs in `skip`, measuring now), and clsact qdiscs on the opted-in interfaces whose every filter sends to
-    one of those IFBs (or that have none: a run killed between adding the qdisc and its filters)."""
+    of runs in `skip`, measuring now), clsact qdiscs on the opted-in interfaces whose every filter sends to
+    one of those IFBs (or that have none: a run killed between adding the qdisc and its filters), and the
+    offloads a run turned off, as its work directory says to restore them."""
     found = HostLeftovers(conn.host.name)
     done = conn.run(with_sbin(["ip", "-j", "link", "show", "type", "ifb"]))
     try:
@@ -61,7 +67,19 @@ def leftovers(conn: SshConnection, skip: tuple[str, ...] = ()) -> HostLeftovers:
             found.clsacts.append(dev)
     listed = conn.run(["sh", "-c", _FIND_WORKDIRS])
     found.workdirs = [d for d in listed.stdout.split() if _WORKDIR.match(d) and not d[5:].startswith(skip)]
+    if found.workdirs:
+        kept = conn.run(["sh", "-c", 'for d in "$@"; do [ -f "$d/$0" ] && cat "$d/$0"; done; true', OFFLOAD_RESTORE,
+                         *found.workdirs])
+        found.offloads = [words for words in (line.split() for line in kept.stdout.splitlines()) if _restore_ok(words)]
     return found
+
+
+def _restore_ok(words: list[str]) -> bool:
+    """A line HostOffload wrote: an interface name, then feature/state pairs ethtool -K takes; nothing else."""
+    if len(words) < 3 or len(words) % 2 == 0 or not IFNAME.match(words[0]):
+        return False
+    pairs = zip(words[1::2], words[2::2])
+    return all(f in offload.FEATURES and v in ("on", "off") for f, v in pairs)
 
 
 def _filters(conn: SshConnection, dev: str, side: str) -> list[dict[str, Any]]:
@@ -94,6 +112,8 @@ def remove(conn: SshConnection, left: HostLeftovers) -> list[str]:
         if done.returncode != 0:
             errors.append(f"{conn.host.name}: {what}: {done.stderr.strip()[:200]}")
 
+    for dev, *args in left.offloads:  # before the directory that said how goes
+        run(["ethtool", "-K", dev, *args], f"offloads of {dev}")
     for dev in left.clsacts:
         run(["tc", "qdisc", "del", "dev", dev, "clsact"], f"clsact qdisc on {dev}")
     for ifb in left.ifbs:

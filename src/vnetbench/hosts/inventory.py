@@ -48,7 +48,7 @@ CONNECTION_VARS = ("ansible_host", "ansible_user", "ansible_port", "ansible_ssh_
 #: in the inventory, the user's own file, not in the scenario: a scenario from someone else cannot opt in.
 SHAPE_VAR = "vnetbench_shape_interfaces"
 # A Linux interface name: 1-15 bytes, no "/", ":" or white space (dev_valid_name), nor "." or "..".
-_IFNAME = re.compile(r"^(?!\.{1,2}$)[^/:\s]{1,15}$")
+IFNAME = re.compile(r"^(?!\.{1,2}$)[^/:\s]{1,15}$")
 
 
 class InventoryError(ScenarioError):
@@ -172,7 +172,7 @@ def _shape_interfaces(path: Path, host: str, value: Any) -> tuple[str, ...]:
         raise InventoryError(f"{path}: host {host}: {SHAPE_VAR} = {value!r}: give a list of interface names, "
                              f"e.g. {SHAPE_VAR}: [eth1]")
     names = tuple(dict.fromkeys(i.strip() for i in items))
-    bad = [n for n in names if not _IFNAME.match(n)]
+    bad = [n for n in names if not IFNAME.match(n)]
     if bad:
         raise InventoryError(f"{path}: host {host}: {SHAPE_VAR} names {', '.join(map(repr, bad))}, which is no "
                              "interface name (1-15 characters, no '/', ':' or spaces)")

@@ -36,6 +36,7 @@ from vnetbench.impair import backends as B
 from vnetbench.impair import netem
 from vnetbench.impair.backend import SHAPER_NEEDS, Backend, TrialCounters
 from vnetbench.impair.model import LinkSpec, capability_list, lab_links
+from vnetbench.lab import offload
 from vnetbench.lab.teardown import Registry
 
 HOST_BACKENDS = ("tbf", "htb", "netem")
@@ -84,14 +85,20 @@ def lab_only_problem(name: str, spec: LinkSpec) -> str | None:
     return None
 
 
-def opt_in_problem(host: InventoryHost, inventory_path: Any, links: dict[str, list[LinkSpec]]) -> str | None:
+def conditions_on(host: str, links: dict[str, list[LinkSpec]]) -> str:
+    """"link conditions on HOST (LINK: what; ...)", for messages."""
+    return f"link conditions on {host} (" + "; ".join(
+        f"{n}: {specs[0].describe()}" + (f" (and {len(specs) - 1} more)" if len(specs) > 1 else "")
+        for n, specs in links.items()) + ")"
+
+
+def opt_in_problem(host: InventoryHost, inventory_path: Any, what: str) -> str | None:
+    """Why `what` (a change to `host`'s interfaces) cannot be made: the inventory does not opt the host in."""
     if host.shape_interfaces:
         return None
-    what = "; ".join(f"{n}: {specs[0].describe()}" + (f" (and {len(specs) - 1} more)" if len(specs) > 1 else "")
-                     for n, specs in links.items())
-    return (f"the scenario puts link conditions on {host.name} ({what}), and {inventory_path} does not let "
-            f"vnetbench change {host.name}'s interfaces: add `{SHAPE_VAR}: [IFACE]` (the interface toward the "
-            f"other endpoints) to {host.name}'s variables; nothing on a host's interfaces is changed without it")
+    return (f"the scenario puts {what}, and {inventory_path} does not let vnetbench change {host.name}'s "
+            f"interfaces: add `{SHAPE_VAR}: [IFACE]` (the interface toward the other endpoints) to {host.name}'s "
+            "variables; nothing on a host's interfaces is changed without it")
 
 
 def host_backend(name: str, specs: list[LinkSpec], qdiscs: dict[str, str | None], shaper: str,
@@ -367,3 +374,54 @@ class HostLinkBackend(Backend):
         for d in self._conditioned:
             self.link.run(["tc", "qdisc", "del", "dev", self.link.ifb(d), "root"], check=False)
         self._conditioned = []
+
+
+# ------------------------------------------------------------------------------------------------ offloads
+
+#: In the run's work directory on a host: the `ethtool -K` arguments that put its interface's offloads back as
+#: they were before the run changed them, one line "DEV ARG ...", written before the first change; teardown
+#: applies them, and `clean --hosts` does after a killed run (hosts/clean.py).
+OFFLOAD_RESTORE = "offload-restore"
+
+
+class HostOffload:
+    """The offloads (TSO, GSO, GRO, checksums) of a host's data interface, for `offload = "off"` where the
+    inventory opts it in: "on" is what the host had before the run (as in the lab, each device's own), "off"
+    turns them off; the host's own settings are back at the end, at teardown or by `clean --hosts`."""
+
+    def __init__(self, conn: SshConnection, interface: str, workdir: str, registry: Registry):
+        self.conn, self.interface, self.workdir, self.registry = conn, interface, workdir, registry
+        self.defaults: dict[str, bool] | None = None
+
+    def _ethtool(self, args: list[str]) -> Any:
+        done = self.conn.run(with_sbin(["ethtool", *args]), root=True)
+        if done.returncode != 0 and "-k" not in args:
+            raise LabError(f"{self.conn.where()}: `ethtool {shlex.join(args)}` failed: "
+                           f"{(done.stderr or done.stdout).strip()[:300]}")
+        return done
+
+    def read(self) -> dict[str, Any]:
+        features = offload.parse_features(self._ethtool(["--json", "-k", self.interface]).stdout)
+        if not features:  # an ethtool before --json
+            features = offload.parse_features(self._ethtool(["-k", self.interface]).stdout)
+        return {"host": self.conn.host.name, "dev": self.interface, **features}
+
+    def set(self, on: bool) -> dict[str, Any]:
+        if self.defaults is None:
+            now = self.read()
+            self.defaults = {f: bool(now[f]) for f in offload.FEATURES if f in now}
+            restore = f"{self.interface} {' '.join(offload.ethtool_args(self.defaults))}"
+            # Kept on the host before anything changes, for `clean --hosts` after a kill; undone here too.
+            kept = self.conn.run(["sh", "-c", 'printf "%s\\n" "$3" >> "$1/$2"', "sh", self.workdir,
+                                  OFFLOAD_RESTORE, restore])
+            if kept.returncode != 0:
+                raise LabError(f"{self.conn.where()}: cannot keep the offloads to restore in {self.workdir}: "
+                               f"{kept.stderr.strip()[:300]}")
+            self.registry.add(f"offloads of {self.interface} on {self.conn.host.name}", self.restore)
+        wanted = dict(self.defaults) if on else {f: False for f in self.defaults}
+        self._ethtool(["-K", self.interface, *offload.ethtool_args(wanted)])
+        return self.read()
+
+    def restore(self) -> None:
+        if self.defaults is not None:
+            self._ethtool(["-K", self.interface, *offload.ethtool_args(self.defaults)])

@@ -34,28 +34,37 @@ def _ethtool(ns: str, args: list[str], timeout: float = 10) -> subprocess.Comple
 
 def set_features(iface: Interface, wanted: dict[str, bool]) -> None:
     """Set features by short name (one ethtool call; features a device cannot change are left as they are)."""
-    args = [a for flag, on in wanted.items() for a in (flag, "on" if on else "off")]
-    _ethtool(iface.ns.name, ["-K", iface.name, *args])
+    _ethtool(iface.ns.name, ["-K", iface.name, *ethtool_args(wanted)])
 
 
 def read_offload(iface: Interface) -> dict[str, Any]:
     """{"netns", "dev", feature: bool, ...} as the kernel reports them."""
     out = _ethtool(iface.ns.name, ["--json", "-k", iface.name])
-    entry: dict[str, Any] = {"netns": iface.ns.name, "dev": iface.name}
+    return {"netns": iface.ns.name, "dev": iface.name, **parse_features(out.stdout)}
+
+
+def parse_features(text: str) -> dict[str, bool]:
+    """{short name: active} from `ethtool --json -k DEV`, or from an older ethtool's "feature: on [fixed]"."""
+    entry: dict[str, bool] = {}
     try:
-        doc = json.loads(out.stdout)[0]
+        doc = json.loads(text)[0]
         for short, long in FEATURES.items():
             if long in doc:
                 entry[short] = bool(doc[long]["active"])
         return entry
     except (json.JSONDecodeError, IndexError, KeyError, TypeError):
         pass
-    for line in out.stdout.splitlines():  # older ethtool: "feature: on [fixed]"
+    for line in text.splitlines():
         name, _, value = line.partition(":")
         for short, long in FEATURES.items():
             if name.strip() == long:
                 entry[short] = value.strip().startswith("on")
     return entry
+
+
+def ethtool_args(wanted: dict[str, bool]) -> list[str]:
+    """`ethtool -K DEV` arguments for the features `wanted` (short name -> on)."""
+    return [a for flag, on in wanted.items() for a in (flag, "on" if on else "off")]
 
 
 class OffloadControl:

@@ -39,7 +39,7 @@ from vnetbench.runner.bench import DumbbellBench, TrialOutcome
 from vnetbench.runner.fingerprint import SYSCTLS
 from vnetbench.scenario.plan import Configuration
 from vnetbench.workloads import registry as workloads
-from vnetbench.workloads.base import FLOCK, SS, TC, Measurement, Started, Tool, TrialContext
+from vnetbench.workloads.base import ETHTOOL, FLOCK, SS, TC, Measurement, Started, Tool, TrialContext
 
 BARE = Variant("bare")
 # How long before they begin the clients of a trial are started on their hosts, to begin together (see
@@ -62,6 +62,11 @@ class Placement:
     interfaces: dict[str, shaping.InterfaceFacts] = field(default_factory=dict)
     backends: dict[str, str] = field(default_factory=dict)
     named: dict[str, str] = field(default_factory=dict)  # hosts.interfaces: host -> the interface it must use
+    offload_hosts: list[str] = field(default_factory=list)  # hosts whose data interface's offloads a run sets
+
+    def changes(self, host: str) -> bool:
+        """Whether the run changes something on `host`'s data interface (link conditions, offloads)."""
+        return host in self.shaped or host in self.offload_hosts
 
     @property
     def hosts(self) -> list[InventoryHost]:
@@ -108,13 +113,19 @@ def placement(configs: list[Configuration], inventory: Inventory, source: str) -
     ip_version = configs[0].scenario.lab.ip_version
     chosen = [receivers[0], *senders[:needed]]
     shaped = shaping.links_by_host(configs, receivers[0].name, [h.name for h in senders[:needed]])
+    # offload = "off" changes every endpoint's data interface: each must be opted in, as for link conditions
+    offload_off = any(c.scenario.lab.offload == "off" for c in configs)
     for host in chosen:
-        problem = shaping.opt_in_problem(host, inventory.path, shaped[host.name]) if host.name in shaped else None
+        problem = (shaping.opt_in_problem(host, inventory.path, shaping.conditions_on(host.name, shaped[host.name]))
+                   if host.name in shaped else None)
+        if problem is None and offload_off:
+            problem = shaping.opt_in_problem(host, inventory.path, f'offloads off (lab.offload = "off") on {host.name}')
         if problem:
             raise ScenarioError(f"{source}: {problem}")
     addresses = {h.name: _ip_of(h, spec.addresses.get(h.name), ip_version, source) for h in chosen}
     return Placement(receivers[0], senders[:needed], addresses, ip_version, shaped,
-                     named={h.name: spec.interfaces[h.name] for h in chosen if h.name in spec.interfaces})
+                     named={h.name: spec.interfaces[h.name] for h in chosen if h.name in spec.interfaces},
+                     offload_hosts=[h.name for h in chosen] if offload_off else [])
 
 
 def _lab_problems(config: Configuration) -> list[str]:
@@ -123,9 +134,6 @@ def _lab_problems(config: Configuration) -> list[str]:
     if lab.env != "bare":
         problems.append(f"lab.env = {lab.env!r} needs the local lab: the hosts run the workloads as they are "
                         "(remove env, or run without --hosts)")
-    if lab.offload != "on":
-        problems.append(f"lab.offload = {lab.offload!r} would change the hosts' NICs, which this version does not "
-                        "do on a remote host: keep the hosts' own offload settings (remove offload)")
     for name, spec in lab_links(lab).items():
         problem = shaping.lab_only_problem(name, spec)
         if problem:
@@ -159,6 +167,8 @@ def needed_tools(configs: list[Configuration]) -> list[Tool]:
     tools = [SS, FLOCK]
     if any(not spec.is_plain() for c in configs for spec in lab_links(c.scenario.lab).values()):
         tools.append(TC)  # link conditions: tc on the hosts that carry them
+    if any(c.scenario.lab.offload == "off" for c in configs):
+        tools.append(ETHTOOL)  # offloads turned off and back on
     for c in configs:
         for w in c.scenario.active.values():
             tools.extend(workloads.of(w).requires)
@@ -179,8 +189,8 @@ def check_hosts(place: Placement, tools: list[Tool], connect: Callable[[Inventor
         shaped = r.host.name in place.shaped
         before = len(lacking)
         for c in r.checks:
-            # root only where link conditions are made: nothing else changes anything on a host
-            needed = c.name != "privileges" or shaped
+            # root only where its interface is changed (link conditions, offloads): nothing else changes a host
+            needed = c.name != "privileges" or place.changes(r.host.name)
             if not c.ok and needed and (c.needed or c.name in wanted):
                 lacking.append(f"{r.host.name}: {c.name}: {c.detail}" + (f" -> {c.fix}" if c.fix else ""))
         if shaped and len(lacking) == before:  # reachable and able: which qdiscs its links get
@@ -209,7 +219,7 @@ def survey_hosts(place: Placement, connect: Callable[[InventoryHost], SshConnect
     for host in place.hosts:
         with connect(host) as conn:
             try:
-                if host.name in place.shaped:
+                if place.changes(host.name):
                     place.interfaces[host.name] = shaping.interface_facts(conn, place.peers(host.name),
                                                                           place.named.get(host.name))
                     found[host.name]["shaped interface"] = place.interfaces[host.name].record()
@@ -265,6 +275,9 @@ class HostsBench(DumbbellBench):
     host_facts: dict[str, dict[str, str]] = field(default_factory=dict)
     remote_workdir: str = ""
     wait_for_host: float = 30.0
+    offloads: dict[str, shaping.HostOffload] = field(default_factory=dict)  # host -> its data interface's
+    _offload_on: bool | None = True  # the hosts' offloads now: their own (True), off, or unknown (None)
+    _offload_state: list[dict[str, Any]] = field(default_factory=list)  # as the hosts read them back
     # Called with the names of hosts that dropped out and came back (the run's locks there went with their
     # sessions): takes them again, or raises.
     relock: Callable[[list[str]], None] | None = None
@@ -289,6 +302,9 @@ class HostsBench(DumbbellBench):
             conn = self.connect(host)
             registry.add(f"ssh connection to {host.name}", conn.close)
             self._make_workdir(conn, registry)
+            if host.name in self.place.offload_hosts:
+                self.offloads[host.name] = shaping.HostOffload(conn, self.place.interfaces[host.name].name,
+                                                               self.remote_workdir, registry)
             for link_name in self.place.shaped.get(host.name, {}):
                 host_links[link_name] = shaping.HostLink(
                     link_name, conn, self.place.interfaces[host.name], self.place.peers(host.name), ip_version,
@@ -424,12 +440,17 @@ class HostsBench(DumbbellBench):
         for name in dropped:
             self._make_workdir(self.lab.hosts[name].conn, self.lab.registry)
         self.links.forget()  # a host that restarted lost its qdiscs: every link's conditions again
+        self._offload_on = None  # and its offloads are its own again, or still off: set them at the next one
         self.start_servers()
 
     def prepare(self, config: Configuration) -> list[dict[str, Any]]:
         """The configuration's link conditions on the hosts that carry them (nothing on the others); the
         qdiscs as the hosts' kernels report them."""
         group = self.group(config)
+        on = config.scenario.lab.offload == "on"
+        if on != self._offload_on:
+            self._offload_state = [o.set(on) for o in self.offloads.values()]
+            self._offload_on = on
         state = self.links.apply(config, group.receiver, group.senders[:config.active_senders])
         self.lab_state = state["qdiscs"]
         return self.lab_state
@@ -440,7 +461,8 @@ class HostsBench(DumbbellBench):
         return {"environment": {"variant": "hosts", "env": "bare",
                                 "hosts": {n: {"address": self.place.addresses[n], **self.host_facts.get(n, {})}
                                           for n in used},
-                                "offload": "the hosts' own settings"}}
+                                "offload": (self._offload_state if not self._offload_on and self.offloads
+                                            else "the hosts' own settings")}}
 
 
 @dataclass
