@@ -200,3 +200,49 @@ def test_clean_restores_only_offload_lines_a_run_could_have_written():
     assert not clean._restore_ok(["data0", "speed", "10"])  # not an offload
     assert not clean._restore_ok(["a/b", "tso", "on"])  # not an interface name
     assert not clean._restore_ok(["data0", "tso", "$(id)"])
+
+
+class RecordingConnection:
+    """Stands in for a host's SshConnection where only the commands are checked (the integration tests run
+    them on real hosts): records each argv, answers success."""
+
+    def __init__(self):
+        from vnetbench.hosts.inventory import InventoryHost
+
+        self.host = InventoryHost("server-a", "198.18.204.2")
+        self.commands: list[list[str]] = []
+
+    def run(self, argv, timeout=30.0, pin=False, root=False):
+        import subprocess
+
+        self.commands.append(list(argv)[4:] if argv[:2] == ["sh", "-c"] else list(argv))  # with_sbin(argv)
+        return subprocess.CompletedProcess(argv, 0, "[]", "")
+
+    def where(self):
+        return "host server-a"
+
+
+@pytest.mark.parametrize("ip_version,match", [(4, ["protocol", "ip", "prio", "1", "u32", "match", "ip", "src",
+                                                   "198.18.205.6/32"]),
+                                              (6, ["protocol", "ipv6", "prio", "1", "u32", "match", "ip6", "src",
+                                                   "2001:2::6/128"])])
+def test_the_receivers_steering_sends_only_the_senders_traffic_through_the_runs_ifb(ip_version, match):
+    from vnetbench.lab.teardown import Registry
+
+    conn = RecordingConnection()
+    peer = "198.18.205.6" if ip_version == 4 else "2001:2::6"
+    registry = Registry()
+    link = shaping.HostLink("bottleneck", conn, shaping.InterfaceFacts("data0", 1500, []), [peer], ip_version,
+                            "vnb-0123ab", registry, host_upstream=False)
+    assert link.steer("forward") == "vnb-0123ab-i" and link.steer("forward") == "vnb-0123ab-i"  # made once
+    assert conn.commands == [
+        ["ip", "link", "add", "name", "vnb-0123ab-i", "mtu", "1500", "type", "ifb"],
+        ["ip", "link", "set", "dev", "vnb-0123ab-i", "up"],
+        ["tc", "qdisc", "add", "dev", "data0", "clsact"],
+        ["tc", "filter", "add", "dev", "data0", "ingress", *match, "action", "mirred", "egress", "redirect",
+         "dev", "vnb-0123ab-i"]]
+    assert len(registry.undo) == 1  # one undo, registered before the first command
+    conn.commands.clear()
+    assert registry.teardown() == []
+    assert conn.commands[:2] == [["tc", "qdisc", "del", "dev", "data0", "clsact"],
+                                 ["ip", "link", "del", "dev", "vnb-0123ab-i"]]  # the steering first, then its IFB
