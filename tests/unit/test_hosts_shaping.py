@@ -204,7 +204,7 @@ def test_clean_restores_only_offload_lines_a_run_could_have_written():
 
 class RecordingConnection:
     """Stands in for a host's SshConnection where only the commands are checked (the integration tests run
-    them on real hosts): records each argv, answers success."""
+    them on real hosts): records each argv, answers success (and, asked for a device, that it is gone)."""
 
     def __init__(self):
         from vnetbench.hosts.inventory import InventoryHost
@@ -215,7 +215,10 @@ class RecordingConnection:
     def run(self, argv, timeout=30.0, pin=False, root=False):
         import subprocess
 
-        self.commands.append(list(argv)[4:] if argv[:2] == ["sh", "-c"] else list(argv))  # with_sbin(argv)
+        command = list(argv)[4:] if argv[:2] == ["sh", "-c"] else list(argv)  # with_sbin(argv)
+        self.commands.append(command)
+        if command[:3] == ["ip", "link", "show"]:  # a deleted device is gone
+            return subprocess.CompletedProcess(argv, 1, "", 'Device "x" does not exist.')
         return subprocess.CompletedProcess(argv, 0, "[]", "")
 
     def where(self):

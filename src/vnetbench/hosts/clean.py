@@ -24,6 +24,8 @@ from vnetbench.lab import offload
 from vnetbench.lab.netns import PREFIX
 
 SIDES = ("ingress", "egress")
+# `sh -c` prefix given OFFLOAD_RESTORE as $0: f = this host's restore file's name (hosts/shaping.HostOffload).
+_OWN_RESTORE = 'f="$0.net$(readlink /proc/self/ns/net | tr -cd 0-9)"; '
 
 
 _OURS = re.compile(rf"^{re.escape(PREFIX)}[0-9a-f]{{6}}-[ie]$")
@@ -68,8 +70,8 @@ def leftovers(conn: SshConnection, skip: tuple[str, ...] = ()) -> HostLeftovers:
     listed = conn.run(["sh", "-c", _FIND_WORKDIRS])
     found.workdirs = [d for d in listed.stdout.split() if _WORKDIR.match(d) and not d[5:].startswith(skip)]
     if found.workdirs:
-        kept = conn.run(["sh", "-c", 'for d in "$@"; do [ -f "$d/$0" ] && cat "$d/$0"; done; true', OFFLOAD_RESTORE,
-                         *found.workdirs])
+        kept = conn.run(["sh", "-c", _OWN_RESTORE + 'for d in "$@"; do [ -f "$d/$f" ] && cat "$d/$f"; done; true',
+                         OFFLOAD_RESTORE, *found.workdirs])
         found.offloads = [words for words in (line.split() for line in kept.stdout.splitlines()) if _restore_ok(words)]
     return found
 
@@ -119,7 +121,12 @@ def remove(conn: SshConnection, left: HostLeftovers) -> list[str]:
     for ifb in left.ifbs:
         run(["ip", "link", "del", "dev", ifb], ifb)
     for d in left.workdirs:
-        run(["rm", "-rf", "--", d], d, root=False)
+        # Its own restore file first; the directory goes once no other host's is in it. Hosts that share a /tmp
+        # (containers or namespaces of one machine) are cleaned at once, each restoring its own offloads: the
+        # others' files go within moments; one that stays (a host not cleaned now) keeps the directory.
+        run(["sh", "-c", _OWN_RESTORE + 'rm -f -- "$1/$f"; n=0; while ls -d -- "$1/$0".net* >/dev/null 2>&1; do '
+             'n=$((n + 1)); [ "$n" -gt 50 ] && exit 0; sleep 0.1; done; rm -rf -- "$1"', OFFLOAD_RESTORE, d],
+            d, root=False)
     return errors
 
 

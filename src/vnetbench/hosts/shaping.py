@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -276,20 +277,41 @@ class HostLink:
 
     def _restore(self) -> None:
         """The interface as it was: the clsact qdisc (its filters with it) first, so that nothing is sent to
-        an IFB that is gone, then the IFBs; the interface's qdiscs are compared with what they were."""
+        an IFB that is gone, then the IFBs, each checked gone; the interface's qdiscs are compared with what
+        they were. Every step is tried whatever the others did; what failed is raised at the end."""
         dev = self.interface.name
+        problems = []
         if self._clsact:
-            self.run(["tc", "qdisc", "del", "dev", dev, "clsact"])
-            self._clsact = False
+            try:
+                self.run(["tc", "qdisc", "del", "dev", dev, "clsact"])
+                self._clsact = False
+            except (LabError, HostError) as e:
+                problems.append(str(e))
         for ifb in reversed(self._made):
-            self.run(["ip", "link", "del", "dev", ifb], check=False)  # one never made: nothing to do
+            problem = self._remove_ifb(ifb)
+            if problem:
+                problems.append(problem)
         self._made.clear()
         self.steered.clear()
         now = sorted(map(str, (_shape(q) for q in _qdiscs(self.conn, dev))))
         before = sorted(map(str, (_shape(q) for q in self.interface.qdiscs)))
         if now != before:
-            raise HostError(f"{self.conn.where()}: {dev}'s qdiscs differ from before the run: before {before}, "
-                            f"now {now}", f"tc qdisc show dev {dev} on the host")
+            problems.append(f"{dev}'s qdiscs differ from before the run: before {before}, now {now}")
+        if problems:
+            raise HostError(f"{self.conn.where()}: " + "; ".join(problems),
+                            "`vnetbench clean --hosts INVENTORY` removes what is left")
+
+    def _remove_ifb(self, ifb: str) -> str | None:
+        """Delete the IFB and check that it is gone (one never made is gone already); the problem, or None."""
+        said = ""
+        for _ in range(3):
+            done = self.run(["ip", "link", "del", "dev", ifb], check=False)
+            still = self.run(["ip", "link", "show", "dev", ifb], check=False)
+            if still.returncode != 0:
+                return None
+            said = (done.stderr or done.stdout).strip()[:200] or f"exit status {done.returncode}"
+            time.sleep(0.2)
+        return f"{ifb} is still there after `ip link del` ({said})"
 
     def show(self, dev: str) -> list[dict[str, Any]]:
         return [dict(q, host=self.host, dev=dev) for q in _qdiscs(self.conn, dev)]
@@ -378,9 +400,9 @@ class HostLinkBackend(Backend):
 
 # ------------------------------------------------------------------------------------------------ offloads
 
-#: In the run's work directory on a host: the `ethtool -K` arguments that put its interface's offloads back as
-#: they were before the run changed them, one line "DEV ARG ...", written before the first change; teardown
-#: applies them, and `clean --hosts` does after a killed run (hosts/clean.py).
+#: In the run's work directory on a host, + ".net<network namespace inode>": the `ethtool -K` arguments that put
+#: its interface's offloads back as they were before the run changed them, one line "DEV ARG ...", written
+#: before the first change; teardown applies them, and `clean --hosts` does after a killed run (hosts/clean.py).
 OFFLOAD_RESTORE = "offload-restore"
 
 
@@ -412,8 +434,10 @@ class HostOffload:
             self.defaults = {f: bool(now[f]) for f in offload.FEATURES if f in now}
             restore = f"{self.interface} {' '.join(offload.ethtool_args(self.defaults))}"
             # Kept on the host before anything changes, for `clean --hosts` after a kill; undone here too.
-            kept = self.conn.run(["sh", "-c", 'printf "%s\\n" "$3" >> "$1/$2"', "sh", self.workdir,
-                                  OFFLOAD_RESTORE, restore])
+            # Named after the host's network stack: hosts that share a /tmp (namespaces, containers of one
+            # machine) each find their own.
+            kept = self.conn.run(["sh", "-c", 'printf "%s\\n" "$3" >> "$1/$2.net$(readlink /proc/self/ns/net | '
+                                  'tr -cd 0-9)"', "sh", self.workdir, OFFLOAD_RESTORE, restore])
             if kept.returncode != 0:
                 raise LabError(f"{self.conn.where()}: cannot keep the offloads to restore in {self.workdir}: "
                                f"{kept.stderr.strip()[:300]}")
