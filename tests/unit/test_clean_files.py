@@ -50,3 +50,13 @@ def test_clean_removes_them_and_says_so(tmp):
     assert report.files == [str(killed)] and killed.exists()
     report = clean.clean()
     assert report.files == [str(killed)] and not killed.exists() and not report.errors
+
+
+def test_a_file_that_goes_while_a_directory_is_removed_is_no_error():
+    """An ssh master removes its socket as it exits, while clean removes its directory."""
+    from vnetbench.lab.clean import _gone_is_fine
+
+    gone = FileNotFoundError(2, "No such file or directory")
+    assert _gone_is_fine(os.unlink, "/tmp/x", (FileNotFoundError, gone, None)) is None
+    with pytest.raises(PermissionError):
+        _gone_is_fine(os.unlink, "/tmp/x", (PermissionError, PermissionError(13, "denied"), None))

@@ -140,16 +140,26 @@ def clean(prefix: str = netns.PREFIX, dry_run: bool = False, images: bool = Fals
         except OSError as e:
             report.errors.append(f"{path}: {e}")
     for path in report.files:
-        for pid in _control_masters(Path(path)):  # their connection goes with them; the host keeps nothing
+        masters = _control_masters(Path(path))
+        for pid in masters:  # their connection goes with them; the host keeps nothing
             try:
                 os.kill(pid, signal.SIGTERM)
             except ProcessLookupError:
                 pass
+        deadline = time.monotonic() + 2  # each removes its own socket as it goes
+        while any(_alive(p) for p in masters) and time.monotonic() < deadline:
+            time.sleep(0.02)
         try:
-            shutil.rmtree(path)
+            shutil.rmtree(path, onerror=_gone_is_fine)
         except OSError as e:
             report.errors.append(f"{path}: {e}")
     return report
+
+
+def _gone_is_fine(function: object, path: str, exc_info: tuple) -> None:
+    """shutil.rmtree's error handler: a file that went meanwhile (a socket its master removed) is no error."""
+    if not issubclass(exc_info[0], FileNotFoundError):
+        raise exc_info[1]
 
 
 def file_leftovers(prefix: str = netns.PREFIX, skip: tuple[str, ...] = ()) -> list[Path]:
