@@ -14,17 +14,23 @@ export PATH := $(HOME)/.cargo/bin:$(PATH)
 DEB_PACKAGES := iproute2 iputils-ping iperf3 fping irtt sockperf wrk apache2-utils nginx-light sysbench mbw \
                 ethtool tcpdump \
                 nftables procps util-linux kmod busybox-static qemu-system-x86 \
-                linux-image-amd64 dropbear-bin openssh-client zstd chromium python3-venv tmux docker.io podman catatonit
+                linux-image-amd64 dropbear-bin openssh-client openssh-server zstd chromium python3-venv tmux docker.io \
+                podman catatonit
 
 .PHONY: setup deps venv emulator plotly-bundle demo test test-unit test-lab clean-lab
 
 setup: deps venv emulator plotly-bundle
 
+# The tests run their own sshd in each of their namespaces (tests/sshlab.py). An openssh-server this target
+# installs never starts the machine's own: Debian's service (systemd and init script) does not start while
+# /etc/ssh/sshd_not_to_be_run exists, made here first and only when the package is not yet installed
+# (remove the file to use the machine's sshd).
 deps:
 	@missing=""; for p in $(DEB_PACKAGES); do \
 	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; \
 	done; \
 	if [ -n "$$missing" ]; then \
+	  case " $$missing " in *" openssh-server "*) mkdir -p /etc/ssh && touch /etc/ssh/sshd_not_to_be_run;; esac; \
 	  echo "installing Debian packages:$$missing"; \
 	  apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $$missing; \
 	fi

@@ -3,7 +3,7 @@ reached over SSH (`run --hosts`), beside the same trial in the local lab, in one
 
 Run as root:  .venv/bin/python bench/remote.py [--trials 4] [--seconds 2] [--spread-trials 10]
 
-The hosts are the integration tests' (tests/sshlab.py, DataHosts): dropbear servers in namespaces of their
+The hosts are the integration tests' (tests/sshlab.py, DataHosts): OpenSSH sshd servers in namespaces of their
 own, each with a management link to this machine and a data link between the two, reached through one
 multiplexed OpenSSH connection each, as `run --hosts` reaches a user's machines. Each trial is the slot a run
 executes (starting the clients through ssh, waiting, parsing, committing to SQLite): overhead = its wall time

@@ -1,15 +1,18 @@
-"""Real SSH servers for tests: dropbear, each in its own network namespace, with keys made for the test.
+"""Real SSH servers for tests: OpenSSH's sshd (Debian's openssh-server), each in its own network namespace,
+with keys made for the test.
 
 ::
 
     root namespace                          vnbtest-ssh-<pid>-<n>
-    vts<pid>n  198.18.200.x/prefix  ══ veth ══  eth0 198.18.200.y  dropbear -p y:port
+    vts<pid>n  198.18.200.x/prefix  ══ veth ══  eth0 198.18.200.y  sshd -D -f <its config>, ListenAddress y:port
 
-Nothing outside the test's temp dir is touched: dropbear gets its host key with -r, and the user's
-authorized_keys comes from a temp home bind-mounted over the user's home in a mount namespace of dropbear's
-own (the real home and ~/.ssh are never read or written), where a copy of /etc/passwd also holds the tests'
-non-root user (the machine's users are never changed). Clients get a known_hosts file in the temp dir.
-dropbear rather than OpenSSH's sshd: Debian's openssh-server package starts a system sshd on port 22.
+Each sshd runs with Debian's own settings (UsePAM, its PAM stack, key authentication) and a config file of
+its own in the test's temp dir: its host key, its address, its pid file. Nothing else outside the temp dir is
+touched but /run/sshd, sshd's privilege separation directory, made as the package's service makes it. The
+user's authorized_keys comes from a temp home bind-mounted over the user's home in a mount namespace of
+sshd's own (the real home and ~/.ssh are never read or written), where a copy of /etc/passwd also holds the
+tests' non-root user (the machine's users are never changed). Clients get a known_hosts file in the temp dir.
+`make setup` installs openssh-server without starting or enabling the machine's own sshd.
 """
 
 from __future__ import annotations
@@ -41,15 +44,28 @@ def keypair(path: Path) -> str:
 
 
 def host_key(path: Path) -> str:
-    """A dropbear ed25519 host key; returns its public key ("ssh-ed25519 AAAA...")."""
-    out = sh("dropbearkey", "-t", "ed25519", "-f", str(path)).stdout
-    line = next(ln for ln in out.splitlines() if ln.startswith("ssh-ed25519 "))
-    return " ".join(line.split()[:2])
+    """An ed25519 host key for sshd; returns its public key ("ssh-ed25519 AAAA...")."""
+    sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "", "-f", str(path))
+    return " ".join((path.parent / f"{path.name}.pub").read_text().split()[:2])
+
+
+# Debian's /etc/ssh/sshd_config, less what a test server must not share with the machine's (its Include of
+# sshd_config.d, X11 and sftp), plus the server's own key, address and pid file.
+SSHD_CONFIG = """\
+HostKey {host_key}
+ListenAddress {address}:{port}
+PidFile {pid_file}
+KbdInteractiveAuthentication no
+PasswordAuthentication no
+UsePAM yes
+PrintMotd no
+AcceptEnv LANG LC_*
+"""
 
 
 @dataclass(frozen=True)
 class TestUser:
-    """A user that exists only for the servers: an entry in a copy of /etc/passwd that dropbear sees in its own
+    """A user that exists only for the servers: an entry in a copy of /etc/passwd that sshd sees in its own
     mount namespace (the machine's users are neither needed nor touched)."""
 
     pw_name: str = "vnbtest"
@@ -104,7 +120,7 @@ class SshLab:
 
     def server(self, ns: str, address: str, port: int, authorized: dict[str, list[str]],
                hidden: tuple[str, ...] = ()) -> Server:
-        """dropbear in ``ns`` on address:port, letting in the given public keys for each user name; the
+        """sshd in ``ns`` on address:port, letting in the given public keys for each user name; the
         files in ``hidden`` (a tool's binary) are /dev/null for its sessions, as on a host without them."""
         d = self.tmp / f"server-{len(self.servers) + 1}"
         binds: list[str] = []
@@ -114,7 +130,7 @@ class SshLab:
             home = d / f"home-{name}"
             if name == NON_ROOT.pw_name:
                 # The test's own user: its home is a temp dir of its own outside pytest's (which is root's,
-                # mode 0700, and dropbear reads authorized_keys as the user).
+                # mode 0700, and sshd checks the modes of authorized_keys and every directory above it).
                 home = Path(tempfile.mkdtemp(prefix=f"{PREFIX}-home-"))
                 os.chmod(home, 0o755)
                 self.homes.append(home)
@@ -136,16 +152,19 @@ class SshLab:
         for path in hidden:
             binds += ["/dev/null", path]
         public = host_key(d / "host_key")
-        log = d / "dropbear.log"
+        (d / "sshd_config").write_text(SSHD_CONFIG.format(host_key=d / "host_key", address=address, port=port,
+                                                          pid_file=d / "sshd.pid"))
+        # sshd's privilege separation directory, which Debian's service makes at each start (RuntimeDirectory).
+        os.makedirs("/run/sshd", mode=0o755, exist_ok=True)
+        log = d / "sshd.log"
         env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"}
-        # The count of (temp home, real home) pairs, the pairs, then dropbear's argv: each temp home is
-        # mounted over the real one, in this mount namespace only.
+        # The count of (temp home, real home) pairs, the pairs, then sshd's argv: each temp home is
+        # mounted over the real one, in this mount namespace only. sshd by its full path: it re-executes itself.
         script = ('n=$1; shift; while [ "$n" -gt 0 ]; do mount --bind "$1" "$2" || exit 1; shift 2; n=$((n-1)); '
                   'done; exec "$@"')
         argv = ["ip", "netns", "exec", ns, "unshare", "--mount", "--propagation", "private",
                 "sh", "-c", script, "sh", str(len(binds) // 2), *binds,
-                "/usr/sbin/dropbear", "-F", "-E", "-s", "-m", "-r", str(d / "host_key"), "-p", f"{address}:{port}",
-                "-P", str(d / "dropbear.pid")]
+                "/usr/sbin/sshd", "-D", "-e", "-f", str(d / "sshd_config")]
         server = Server(ns, address, port, public, None, log, argv, env)  # type: ignore[arg-type]
         self.servers.append(server)
         return self.start(server)
@@ -161,7 +180,7 @@ class SshLab:
         server.proc.wait(10)
 
     def start(self, server: Server) -> Server:
-        """(Re)start the server's dropbear, with its host key: a host that comes back."""
+        """(Re)start the server's sshd, with its host key: a host that comes back."""
         with open(server.log, "ab") as out:
             proc = subprocess.Popen(server.argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                     env=server.env, start_new_session=True)
@@ -174,7 +193,7 @@ class SshLab:
                 return server
             except OSError:
                 if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"dropbear did not start: {log.read_text()}")
+                    raise RuntimeError(f"sshd did not start: {log.read_text()}")
                 time.sleep(0.05)
 
     def close(self) -> None:
@@ -195,7 +214,7 @@ class SshLab:
                     Path(f"{d}/vnetbench-net{inode}.lock").unlink(missing_ok=True)
             except OSError:
                 pass
-            # dropbear's per-connection children: started by this test, in this test's namespace.
+            # sshd's per-connection children: started by this test, in this test's namespace.
             pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout.split()
             for pid in pids:
                 try:
@@ -297,11 +316,11 @@ class DataHosts:
                 "qdiscs": [q for q in qdiscs if not q.startswith("qdisc noqueue")]}
 
     def pids(self) -> dict[str, list[str]]:
-        """Every process in each host's namespace but its dropbear, as 'pid command'."""
+        """Every process in each host's namespace but its sshd, as 'pid command'."""
         found = {}
         for ns, server in ((self.ns_a, self.a), (self.ns_b, self.b)):
             out = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout.split()
-            found[ns] = [f"{p} {_cmdline(p)}" for p in out if "dropbear" not in _cmdline(p)
+            found[ns] = [f"{p} {_cmdline(p)}" for p in out if "sshd" not in _cmdline(p)
                          and "unshare" not in _cmdline(p) and _cmdline(p)]
         return found
 

@@ -1,10 +1,10 @@
-"""`vnetbench run SCENARIO --hosts INVENTORY` against real SSH servers (dropbear, tests/sshlab.py), each a
+"""`vnetbench run SCENARIO --hosts INVENTORY` against real SSH servers (OpenSSH sshd, tests/sshlab.py), each a
 "host" in a network namespace of its own, with a management link to the controller and a data link between
 them, as machines with a management network beside the network under test::
 
     root namespace (the controller: vnetbench, ssh)
-      198.18.204.1/30 ══ vnbtest-ssh-<pid>-1 "server-a": eth0 198.18.204.2, dropbear :22
-      198.18.204.5/30 ══ vnbtest-ssh-<pid>-2 "client-1": eth0 198.18.204.6, dropbear :22
+      198.18.204.1/30 ══ vnbtest-ssh-<pid>-1 "server-a": eth0 198.18.204.2, sshd :22
+      198.18.204.5/30 ══ vnbtest-ssh-<pid>-2 "client-1": eth0 198.18.204.6, sshd :22
                          server-a data0 198.18.205.1/30 ══ router ══ client-1 data0 198.18.205.6/30
 
 The workloads run on the hosts over SSH and cross the data link; nothing is built, and nothing of the run's

@@ -1,10 +1,10 @@
-"""SSH hosts against real SSH servers (dropbear), each in a namespace of its own (tests/sshlab.py).
+"""SSH hosts against real SSH servers (OpenSSH sshd), each in a namespace of its own (tests/sshlab.py).
 
 ::
 
     root namespace (the controller)
-      198.18.200.129/25 ══ vnbtest-ssh-<pid>-1: 198.18.200.130, dropbear on port 2222 (host "alpha")
-      198.18.200.1/30   ══ vnbtest-ssh-<pid>-2: 198.18.200.2,   dropbear on port 22   (host "beta")
+      198.18.200.129/25 ══ vnbtest-ssh-<pid>-1: 198.18.200.130, sshd on port 2222 (host "alpha")
+      198.18.200.1/30   ══ vnbtest-ssh-<pid>-2: 198.18.200.2,   sshd on port 22 (host "beta")
       198.18.200.254: on alpha's link, nobody answers
 """
 
@@ -59,7 +59,7 @@ class Lab:
         return SshConnection(host, **kw)
 
     def logins(self, server: sshlab.Server) -> int:
-        return server.log.read_text().count("auth succeeded")
+        return server.log.read_text().count("Accepted publickey")
 
 
 @pytest.fixture(scope="module")
