@@ -7,7 +7,9 @@ For each (machine, NIC model), a guest is attached to a fresh host namespace on
 a switch and booted ``--repeat`` times; printed: the median boot time (QEMU
 start to the first command over SSH), the whole bring-up (host namespace,
 bridge, TAPs, image from the cache, boot) and teardown, and which accelerator
-ran and why. Bring-up includes stepping the guest clock onto the host's. The
+ran and why, and what one command in the guest costs once it is up (the median of 20 `true` over its SSH
+connection: a channel on the one multiplexed connection). Bring-up includes stepping the guest clock onto
+the host's. The
 initramfs and the uncompressed kernel are built once before timing starts
 (later runs find them in /var/cache/vnetbench). Target on the development VM
 (2 cores, TCG): boot under 15 s; measured there: 3.0-3.6 s (q35, any NIC).
@@ -32,8 +34,11 @@ from vnetbench.lab.teardown import Registry  # noqa: E402
 TARGET_TCG_BOOT_S = 15.0
 
 
-def one_guest(prefix: str, options: VmOptions) -> tuple[float, float, float, dict]:
-    """(bring-up s, boot s, teardown s, facts) of one guest on a switch."""
+COMMANDS = 20
+
+
+def one_guest(prefix: str, options: VmOptions) -> tuple[float, float, float, dict, float]:
+    """(bring-up s, boot s, teardown s, facts, median command s) of one guest on a switch."""
     reg = Registry()
     t0 = time.perf_counter()
     try:
@@ -46,13 +51,20 @@ def one_guest(prefix: str, options: VmOptions) -> tuple[float, float, float, dic
         host = attach_vm(None, reg, ns, "v", 2, link.b, "198.18.0.2", "2001:2::2", cpu=None, options=options)
         bringup = time.perf_counter() - t0
         facts = host.facts()
+        times = []
+        for _ in range(COMMANDS):
+            t = time.perf_counter()
+            out = host.run(["true"], timeout=30)
+            times.append(time.perf_counter() - t)
+            if out.returncode != 0:
+                raise RuntimeError(f"`true` in the guest exited {out.returncode}: {out.stderr}")
     finally:
         t1 = time.perf_counter()
         errors = reg.teardown()
         teardown = time.perf_counter() - t1
     if errors:
         raise RuntimeError(errors)
-    return bringup, facts["boot_s"], teardown, facts
+    return bringup, facts["boot_s"], teardown, facts, statistics.median(times)
 
 
 def main() -> int:
@@ -91,10 +103,12 @@ def main() -> int:
             facts = runs[-1][3]
             rows.append((machine, nic, facts["accelerator"], statistics.median(r[1] for r in runs),
                          min(r[1] for r in runs), statistics.median(r[0] for r in runs),
-                         statistics.median(r[2] for r in runs)))
-    print(f"\n{'machine':8} {'nic':11} {'accel':5} {'boot s':>7} {'(min)':>6} {'bring-up s':>10} {'teardown s':>10}")
-    for machine, nic, accel, boot_med, boot_min, up, down in rows:
-        print(f"{machine:8} {nic:11} {accel:5} {boot_med:7.2f} {boot_min:6.2f} {up:10.2f} {down:10.2f}")
+                         statistics.median(r[2] for r in runs), statistics.median(r[4] for r in runs)))
+    print(f"\n{'machine':8} {'nic':11} {'accel':5} {'boot s':>7} {'(min)':>6} {'bring-up s':>10} {'teardown s':>10} "
+          f"{'command ms':>10}")
+    for machine, nic, accel, boot_med, boot_min, up, down, cmd in rows:
+        print(f"{machine:8} {nic:11} {accel:5} {boot_med:7.2f} {boot_min:6.2f} {up:10.2f} {down:10.2f} "
+              f"{cmd * 1e3:10.1f}")
     print("\naccelerator: " + "\n             ".join(reasons))
     if probe_s is not None:
         print(f"KVM probe (first guest, before its TCG boot): {probe_s:.2f} s")

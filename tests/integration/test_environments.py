@@ -60,8 +60,9 @@ def pair(request):
 
 def iperf_pair(server, client, ip_version: int, proto: str = "tcp", port: int = 5201, seconds: int = 1):
     """Server on `server`, client on `client` aimed at the server's service address; returns (client JSON, result)."""
+    # Its input a pipe held open until it is killed: a guest's or container's command ends when its input closes.
     srv = subprocess.Popen(server.command(["iperf3", "-s", "-1", "-J", "-p", str(port)], pin=False),
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 5
         while str(port) not in server.run(["ss", "-Hltn"]).stdout:

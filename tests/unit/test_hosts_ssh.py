@@ -57,6 +57,19 @@ def test_the_ssh_command_line():
     with SshConnection(host(), accept_new_host_keys=True) as c:
         assert "StrictHostKeyChecking=accept-new" in c.command(["true"])
         assert not any("StrictHostKeyChecking=no" in a for a in c.command(["true"]))
+    # A host that stops answering is given up after 30 s, not TCP's quarter of an hour.
+    with SshConnection(host()) as c:
+        opts = " ".join(c.command(["true"]))
+        assert "ServerAliveInterval=10" in opts and "ServerAliveCountMax=3" in opts
+
+
+def test_a_guest_is_reached_from_its_namespace():
+    """A guest's connection is made in the namespace its QEMU runs in (`via`); the commands multiplexed on it
+    are the same argument lists, quoted once."""
+    with SshConnection(host(address="198.19.0.2", port=22), via=["ip", "netns", "exec", "vnb-x-h1"]) as c:
+        argv = c.command(["/bin/vnb-run", "-c", "1", "iperf3", "-s", "$(x)"])
+        assert argv[:4] == ["ip", "netns", "exec", "vnb-x-h1"] and argv[4] == "ssh"
+        assert argv[-1] == "/bin/vnb-run -c 1 iperf3 -s '$(x)'"
 
 
 # ssh's own words (OpenSSH 9.2), as the integration tests see them from a real server.

@@ -1,4 +1,5 @@
-"""One SSH connection per host, through the OpenSSH client with connection multiplexing.
+"""One SSH connection per host, through the OpenSSH client with connection multiplexing: the command channel
+of real hosts (``run --hosts``) and of the lab's QEMU guests alike.
 
 Why OpenSSH's own client rather than asyncssh: it honours the user's ``~/.ssh/config`` (ProxyJump,
 Host aliases, IdentityFile, ciphers), their agent and their ``known_hosts`` exactly as their own
@@ -19,7 +20,12 @@ host name, label or option value can never run a command. (This assumes a POSIX 
 as Ansible's ``sh`` shell plugin does; csh and fish quote differently.)
 
 Host keys are always checked: StrictHostKeyChecking=yes by default, ``accept-new`` only when asked
-(trust on first use, and a changed key is still refused), never ``no``.
+(trust on first use, and a changed key is still refused), never ``no``. Keepalives end the connection, and
+every command on it, when the host has not answered for 30 s (a host that lost power sends no reset).
+
+A guest is reached from the network namespace its QEMU runs in: ``via`` (``ip netns exec NS``) is put in
+front of every ssh command, so the master connection is made there; the commands multiplexed on it only
+need its socket (closing it too).
 """
 
 from __future__ import annotations
@@ -44,6 +50,7 @@ CONTROL_PERSIST_S = 60  # an idle master outlives a crashed controller by at mos
 SBIN_PATH = 'PATH="$PATH:/usr/local/sbin:/usr/sbin:/sbin"; export PATH; '
 SUDO = ("sudo", "-n", "--")  # -n: fail at once instead of prompting for a password nobody will type
 CONTROL_DIR_PREFIX = "vnb-ssh-"  # + the owner's pid, in the temp dir; `vnetbench clean` removes a dead owner's
+KEEPALIVE_S, KEEPALIVE_COUNT = 10, 3  # a host silent for 30 s is gone
 
 
 class HostKeyUnknown(HostError):
@@ -84,8 +91,9 @@ class SshConnection(RunsCommands):
 
     def __init__(self, host: InventoryHost, *, accept_new_host_keys: bool = False, connect_timeout: float = 10,
                  known_hosts_file: str | Path | None = None, config_file: str | Path | None = None,
-                 ssh: str = "ssh"):
+                 ssh: str = "ssh", via: Sequence[str] = ()):
         self.host = host
+        self.via = [str(a) for a in via]  # the local argv ssh runs under (a guest's: ip netns exec NS)
         self.accept_new_host_keys = accept_new_host_keys
         self.connect_timeout = connect_timeout
         self.known_hosts_file = str(known_hosts_file) if known_hosts_file else None
@@ -107,6 +115,8 @@ class SshConnection(RunsCommands):
                 "-o", "ControlMaster=auto",
                 "-o", f"ControlPath={self.control_dir}/%C",
                 "-o", f"ControlPersist={CONTROL_PERSIST_S}",
+                "-o", f"ServerAliveInterval={KEEPALIVE_S}",
+                "-o", f"ServerAliveCountMax={KEEPALIVE_COUNT}",
                 # The remote command's stderr is the caller's; ssh's own chatter ("Permanently added ...")
                 # is not. Errors (ERROR and above) still reach stderr, where _failure reads them.
                 "-o", "LogLevel=ERROR"]
@@ -130,7 +140,7 @@ class SshConnection(RunsCommands):
         if root and not self.privileges().root:
             argv = [*SUDO, *argv]
         # "--" ends ssh's options: an address starting with "-" cannot become one.
-        return [self.ssh, *self.options(), "-T", "--", self.host.address, remote_command(argv)]
+        return [*self.via, self.ssh, *self.options(), "-T", "--", self.host.address, remote_command(argv)]
 
     # ------------------------------------------------------------------ running
 
@@ -215,6 +225,12 @@ class SshConnection(RunsCommands):
                     f"check that {self.host.address}{self._port_words()} is the host's address, that sshd "
                     f"runs there and that no firewall drops it (`ssh -v{self._copy_id_port()} "
                     f"{self._user_at()}{self.host.address}` shows where it stops)")
+        if "Session open refused by peer" in text or "administratively prohibited" in text:
+            return HostError(
+                f"{self.where()}: sshd refused one more session on the connection ({last}); its MaxSessions "
+                f"(10 by default) bounds the commands running at once on one connection",
+                "raise MaxSessions in the host's sshd_config (e.g. 64) and reload sshd, or run fewer workloads "
+                "at once on this host")
         if text.strip().startswith("ssh:") or "ssh_exchange" in text or "mux_client" in text:
             return HostError(f"{self.where()}: ssh failed: {last}", "`ssh -v` to the host shows why")
         return None

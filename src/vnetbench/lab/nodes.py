@@ -177,16 +177,19 @@ class RunsCommands:
         if self.stdin_of_started != subprocess.PIPE:
             return subprocess.run(self.command(argv, pin), capture_output=True, text=True, timeout=timeout,
                                   stdin=subprocess.DEVNULL)
-        # A command that ends when its input closes gets a pipe whose write end stays here until it ends:
-        # subprocess.run would close a PIPE at once, and the command with it. A timeout kills the client,
-        # which ends the command on its node as well.
-        read_end, write_end = os.pipe()
-        try:
-            return subprocess.run(self.command(argv, pin), capture_output=True, text=True, timeout=timeout,
-                                  stdin=read_end)
-        finally:
-            os.close(read_end)
-            os.close(write_end)
+        return run_holding_input(self.command(argv, pin), timeout)
+
+
+def run_holding_input(argv: Sequence[str], timeout: float) -> subprocess.CompletedProcess:
+    """subprocess.run for a command that ends when its input closes (through the exec wrapper): it gets a pipe
+    whose write end stays here until it ends (subprocess.run would close a PIPE at once, and the command with
+    it). A timeout kills the client, which ends the command on its node as well."""
+    read_end, write_end = os.pipe()
+    try:
+        return subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, stdin=read_end)
+    finally:
+        os.close(read_end)
+        os.close(write_end)
 
 
 @dataclass

@@ -32,11 +32,12 @@ import ipaddress
 import math
 import os
 import shutil
+import subprocess
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, ClassVar, Sequence
 
 from vnetbench import units
 from vnetbench.errors import EnvironmentUnavailable, LabError
@@ -112,6 +113,8 @@ class VmOptions:
 @dataclass
 class VmHost(RunsCommands):
     """A guest as the lab sees a host: :class:`vnetbench.lab.nodes.Host`'s interface, run over SSH."""
+
+    stdin_of_started: ClassVar[int] = subprocess.PIPE  # the guest's commands end when their input closes
 
     name: str
     ns: Namespace  # the host namespace QEMU runs in
@@ -412,7 +415,8 @@ def _checks(nic: str | None = None) -> list[tuple[str, bool, str, str]]:
     out.append(("vm busybox", initramfs.find_busybox() is not None,
                 "static busybox for the guest's shell and tools" if initramfs.find_busybox()
                 else "no static busybox (/bin/busybox)", "apt-get install busybox-static"))
-    for cmd, pkg in (*initramfs.REQUIRED_TOOLS, ("dbclient", "dropbear-bin"), ("dropbearkey", "dropbear-bin")):
+    for cmd, pkg in (*initramfs.REQUIRED_TOOLS, ("ssh", "openssh-client"), ("ssh-keygen", "openssh-client"),
+                     ("dropbearkey", "dropbear-bin")):
         found = shutil.which(cmd, path="/usr/sbin:/usr/bin:/sbin:/bin")
         out.append((f"vm {cmd}", found is not None, found or f"{cmd} is missing",
                     "" if found else f"apt-get install {pkg}"))

@@ -52,6 +52,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from vnetbench.errors import EnvironmentProblem
+from vnetbench.lab.nodes import exec_wrapper
 
 CACHE_DIR = Path(os.environ.get("VNETBENCH_CACHE", "/var/cache/vnetbench"))
 FORMAT_VERSION = "1"
@@ -68,7 +69,6 @@ NIC_MODULES: dict[str, tuple[str, ...]] = {
 # missing; optional ones are copied when the host has them (workloads check in the guest).
 REQUIRED_TOOLS: tuple[tuple[str, str], ...] = (
     ("dropbear", "dropbear-bin"),
-    ("setpriv", "util-linux"),
     ("iperf3", "iperf3"),
     ("ping", "iputils-ping"),
     ("ethtool", "ethtool"),
@@ -179,41 +179,15 @@ INITTAB = """::ctrlaltdel:/bin/poweroff -f
 ::shutdown:/bin/sync
 """
 
-# Every remote command runs as
-#   exec /bin/setpriv --pdeathsig TERM /bin/vnb-run [-c CPUS] -- ARGV...
-# dropbear's per-connection process is the parent; it exits as soon as the client's
-# connection closes (the local client was killed), and the parent-death signal
-# reaches this wrapper at once, which ends the command's whole process group.
-# Exit status and stdout/stderr pass through unchanged. Program names are resolved
-# to paths first: busybox's shell would otherwise run its own applet of the same
-# name (its ping, not iputils').
-RUN_WRAPPER = r"""#!/bin/sh
-export PATH=/bin HOME=/root
-cpus=
-[ "$1" = -c ] && { cpus=$2; shift 2; }
-[ "$1" = -- ] && shift
-case "$1" in
-    */*) prog=$1 ;;
-    *) prog=$(which "$1") || { echo "vnb-run: $1: command not found in the guest" >&2; exit 127; } ;;
-esac
-shift
-if [ -n "$cpus" ]; then set -- /bin/taskset -c "$cpus" "$prog" "$@"; else set -- "$prog" "$@"; fi
-child=
-stop() {
-    [ -n "$child" ] && kill -TERM -"$child" 2>/dev/null
-    [ -n "$child" ] && (sleep 2; kill -KILL -"$child" 2>/dev/null) </dev/null >/dev/null 2>&1 &
-    exit 143
-}
-trap stop TERM HUP INT PIPE
-# A background job's stdin would be /dev/null: hand it the session's (what the local side sends).
-exec 3<&0
-/bin/setsid "$@" <&3 3<&- &
-child=$!
-exec 3<&-
-wait "$child"
-rc=$?
-exit $rc
-"""
+# Every remote command runs as `/bin/vnb-run [-c CPUS] ARGV...` over the guest's one multiplexed SSH connection
+# (vnetbench.hosts.ssh, as for real hosts). dropbear does not end a command when its channel closes, and the
+# connection is shared by every command, so nothing ends with a command's client but its channel: vnb-run is
+# the exec wrapper of every node whose command channel does not stop a command (vnetbench.lab.nodes), which
+# ends the command's process group when its input, held open by the local ssh client, closes. Exit status and
+# stdout/stderr pass through unchanged. With PATH=/bin program names resolve to the packaged tools first:
+# busybox's shell would otherwise run its own applet of the same name (its ping, not iputils').
+RUN_WRAPPER = "#!/bin/sh\nexport PATH=/bin HOME=/root\n" + \
+    exec_wrapper("/bin/", "in the guest").removeprefix("#!/bin/sh\n")
 
 
 @dataclass(frozen=True)

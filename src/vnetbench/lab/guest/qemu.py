@@ -9,11 +9,14 @@
       mgmt0 198.19.0.1/30 ═══ -netdev tap ═══ virtio-net      mgmt0 198.19.0.2/30
                                                               dropbear (SSH) listens here only
 
-Commands run in the guest over SSH (dropbear's ``dbclient`` in the host
-namespace, a key generated per guest, the guest's host key pinned in a
-per-guest known_hosts): :meth:`Guest.command` returns an argv that behaves
-like a local process, with the remote command's stdout, stderr and exit
-status; killing it ends the remote command too (see ``vnb-run`` in
+Commands run in the guest over SSH, through the same connection class as real
+hosts (:class:`vnetbench.hosts.ssh.SshConnection`): one multiplexed OpenSSH
+connection per guest, made from the host namespace, a key generated per guest,
+the guest's host key pinned in a per-guest known_hosts and no setting of the
+user's ~/.ssh/config. :meth:`Guest.command` returns an argv that behaves like
+a local process, with the remote command's stdout, stderr and exit status;
+its input is a pipe the caller holds (:attr:`Guest.stdin_of_started`), and
+when the local client ends the remote command ends too (``vnb-run`` in
 :mod:`.initramfs`). The SSH channel has its own NIC on a link that is not
 bridged anywhere, so control traffic never crosses the measured NIC, the
 bridge or the lab switch, and every guest can use the same two addresses.
@@ -53,9 +56,11 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from vnetbench.errors import EnvironmentProblem, EnvironmentUnavailable, LabError
+from vnetbench.hosts.inventory import InventoryHost
+from vnetbench.hosts.ssh import SshConnection
 from vnetbench.lab import netns
 from vnetbench.lab.guest import initramfs
-from vnetbench.lab.nodes import Namespace
+from vnetbench.lab.nodes import Namespace, run_holding_input
 from vnetbench.lab.teardown import Registry, atomic
 
 QEMU = "qemu-system-x86_64"
@@ -160,6 +165,7 @@ class Guest:
     _closed: bool = False
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _boot: dict[str, Any] = field(default_factory=dict)
+    conn: SshConnection | None = None  # the command channel: made by the first command, closed by stop()
 
     # ------------------------------------------------------------ addresses
 
@@ -190,18 +196,23 @@ class Guest:
         boot = initramfs.boot_kernel(kernel)
         ssh = self.ssh_dir
         ssh.mkdir(mode=0o700, parents=True, exist_ok=True)
-        (ssh / ".ssh").mkdir(mode=0o700, exist_ok=True)
-        key, host_key = ssh / "id_dropbear", ssh / "host_key"
-        for path in (key, host_key):
+        key, host_key = ssh / "id_ed25519", ssh / "host_key"
+        for path in (key, key.with_name(f"{key.name}.pub"), host_key):
             path.unlink(missing_ok=True)
-            _run(["dropbearkey", "-t", "ed25519", "-f", str(path)], "generating an SSH key")
-        client_pub = _public_key(key)
-        host_pub = _public_key(host_key)
-        # dbclient checks the guest against ~/.ssh/known_hosts; HOME points here for its commands.
-        (ssh / ".ssh" / "known_hosts").write_text(f"{MGMT_GUEST_IP} {host_pub}\n")
+        # The client's key for OpenSSH, the guest's host key for its dropbear (each in its own format).
+        _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"vnetbench guest {self.name}", "-f", str(key)],
+             "generating an SSH key", "openssh-client")
+        _run(["dropbearkey", "-t", "ed25519", "-f", str(host_key)], "generating an SSH host key", "dropbear-bin")
+        client_pub = " ".join(key.with_name(f"{key.name}.pub").read_text().split()[:2])
+        known_hosts = ssh / "known_hosts"
+        known_hosts.write_text(f"{MGMT_GUEST_IP} {_public_key(host_key)}\n")
+        # Nothing of the user's ~/.ssh/config applies to a guest (a `Host *` ProxyJump, agent keys offered
+        # first): the guest is reached with this file, its key and its known_hosts only.
+        (ssh / "config").write_text("IdentitiesOnly yes\nIdentityAgent none\n")
         initrd = initramfs.guest_initrd(image, initramfs.overlay(client_pub, host_key.read_bytes()),
                                         self.workdir / "initrd")
-        self._boot = {"kernel": kernel, "image": image, "boot_kernel": boot, "initrd": initrd, "key": key}
+        self._boot = {"kernel": kernel, "image": image, "boot_kernel": boot, "initrd": initrd, "key": key,
+                      "known_hosts": known_hosts}
 
     def start(self) -> None:
         """Start QEMU (the first accelerator to try); :meth:`wait_ready` waits and falls back."""
@@ -262,12 +273,18 @@ class Guest:
         self._closed = True
 
     def stop(self) -> None:
-        """Power the guest off (clean when it is up), then make sure QEMU is gone."""
+        """Power the guest off (clean when it is up), make sure QEMU is gone, close the SSH connection."""
         with self._lock:
             self._closed = True
             attempt = self._attempt
-        if attempt is None or attempt.proc.poll() is not None:
-            return
+        try:
+            if attempt is not None and attempt.proc.poll() is None:
+                self._power_off(attempt)
+        finally:
+            if self.conn is not None:
+                self.conn.close()
+
+    def _power_off(self, attempt: _Attempt) -> None:
         if self._ready:
             # The kernel powers off through ACPI (devices shut down) and QEMU exits. -f skips
             # init's kill-everything-and-sleep round (2 s): the guest has no disk to sync.
@@ -291,23 +308,35 @@ class Guest:
 
     # ------------------------------------------------------------ commands
 
+    # A started command's standard input must be a pipe held open for its life: vnb-run ends the command
+    # when it closes (see command()).
+    stdin_of_started = subprocess.PIPE
+
     def command(self, argv: Sequence[str], cpus: str | None = None, remote_wrapper: bool = True) -> list[str]:
-        """An argv that runs `argv` in the guest, for subprocess: the remote command's output and
-        exit status; killing the local process ends the remote one."""
+        """An argv that runs `argv` in the guest, for subprocess: the remote command's output and exit status.
+        Through vnb-run (``remote_wrapper``) the command ends when the local process's input closes, as when
+        that process ends: give it a pipe held open meanwhile (:func:`vnetbench.lab.nodes.run_holding_input`)."""
         words = [str(a) for a in argv]
         if remote_wrapper:
-            pin = ["-c", cpus] if cpus is not None else []
-            remote = shlex.join(["exec", "/bin/setpriv", "--pdeathsig", "TERM", "/bin/vnb-run", *pin, "--", *words])
-        else:
-            remote = shlex.join(words)
-        return ["ip", "netns", "exec", self.ns.name, "env", f"HOME={self.ssh_dir}",
-                # -K: keepalives, so a session to a guest that died ends (after 3 unanswered) instead of hanging.
-                "dbclient", "-T", "-q", "-K", "10", "-i", str(self._boot["key"]), "-p", str(SSH_PORT),
-                f"root@{MGMT_GUEST_IP}", remote]
+            words = ["/bin/vnb-run", *(["-c", cpus] if cpus is not None else []), *words]
+        return self._connection().command(words)
+
+    def _connection(self) -> SshConnection:
+        """The guest's one SSH connection, made (in the host namespace) by its first command, after QEMU has
+        started and stop() is registered to close it."""
+        if self.conn is None:
+            if not self._boot:
+                raise LabError(f"guest {self.name}: a command before the guest was prepared")
+            ssh = self.ssh_dir
+            self.conn = SshConnection(
+                InventoryHost(f"guest {self.name}", MGMT_GUEST_IP, user="root", port=SSH_PORT,
+                              private_key_file=str(self._boot["key"])),
+                known_hosts_file=self._boot["known_hosts"], config_file=ssh / "config", connect_timeout=10,
+                via=["ip", "netns", "exec", self.ns.name])
+        return self.conn
 
     def run(self, argv: Sequence[str], timeout: float = 10.0) -> subprocess.CompletedProcess:
-        return subprocess.run(self.command(argv), capture_output=True, text=True, timeout=timeout,
-                              stdin=subprocess.DEVNULL)
+        return run_holding_input(self.command(argv), timeout)
 
     def check(self, argv: Sequence[str], timeout: float = 30.0) -> str:
         """Run `argv` in the guest and return its stdout; LabError when it fails or hangs."""
@@ -349,7 +378,8 @@ class Guest:
             "host_cpus": self.host_cpus(),
             "console_log": str(self.console_log),
             "clock_offset_ms": None if self.clock_offset is None else round(self.clock_offset, 1),
-            "channel": f"ssh (dropbear) to {MGMT_GUEST_IP} on a separate virtio-net management link",
+            "channel": f"ssh (one multiplexed OpenSSH connection; dropbear in the guest) to {MGMT_GUEST_IP} "
+                       f"on a separate virtio-net management link",
             "vhost": False,
         }
 
@@ -567,11 +597,11 @@ def _mac(oui: int, number: int) -> str:
     return ":".join(f"{(value >> s) & 0xFF:02x}" for s in range(40, -1, -8))
 
 
-def _run(argv: list[str], what: str) -> str:
+def _run(argv: list[str], what: str, package: str = "dropbear-bin") -> str:
     try:
         out = subprocess.run(argv, capture_output=True, text=True, timeout=30)
     except FileNotFoundError:
-        raise EnvironmentProblem(f"{argv[0]} is missing ({what}): apt-get install dropbear-bin") from None
+        raise EnvironmentProblem(f"{argv[0]} is missing ({what}): apt-get install {package}") from None
     if out.returncode != 0:
         raise LabError(f"{what}: {' '.join(argv)} exited {out.returncode}: {out.stderr.strip()}")
     return out.stdout
