@@ -7,7 +7,6 @@ needs a match.
 from __future__ import annotations
 
 import base64
-import gzip
 import hashlib
 import html
 import io

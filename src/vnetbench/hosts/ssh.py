@@ -225,12 +225,6 @@ class SshConnection(RunsCommands):
                     f"check that {self.host.address}{self._port_words()} is the host's address, that sshd "
                     f"runs there and that no firewall drops it (`ssh -v{self._copy_id_port()} "
                     f"{self._user_at()}{self.host.address}` shows where it stops)")
-        if "Session open refused by peer" in text or "administratively prohibited" in text:
-            return HostError(
-                f"{self.where()}: sshd refused one more session on the connection ({last}); its MaxSessions "
-                f"(10 by default) bounds the commands running at once on one connection",
-                "raise MaxSessions in the host's sshd_config (e.g. 64) and reload sshd, or run fewer workloads "
-                "at once on this host")
         if text.strip().startswith("ssh:") or "ssh_exchange" in text or "mux_client" in text:
             return HostError(f"{self.where()}: ssh failed: {last}", "`ssh -v` to the host shows why")
         return None
