@@ -70,6 +70,10 @@ def test_a_guest_is_reached_from_its_namespace():
         argv = c.command(["/bin/vnb-run", "-c", "1", "iperf3", "-s", "$(x)"])
         assert argv[:4] == ["ip", "netns", "exec", "vnb-x-h1"] and argv[4] == "ssh"
         assert argv[-1] == "/bin/vnb-run -c 1 iperf3 -s '$(x)'"
+    # dropbear is not multiplexed on (hosts/ssh.py says why): a connection per command.
+    with SshConnection(host(address="198.19.0.2", port=22), multiplex=False) as c:
+        opts = " ".join(c.command(["true"]))
+        assert "ControlMaster=no" in opts and "ControlPath=none" in opts and "ControlPersist" not in opts
 
 
 # ssh's own words (OpenSSH 9.2), as the integration tests see them from a real server.

@@ -10,8 +10,9 @@
                                                               dropbear (SSH) listens here only
 
 Commands run in the guest over SSH, through the same connection class as real
-hosts (:class:`vnetbench.hosts.ssh.SshConnection`): one multiplexed OpenSSH
-connection per guest, made from the host namespace, a key generated per guest,
+hosts (:class:`vnetbench.hosts.ssh.SshConnection`): the OpenSSH client, run in
+the host namespace, a connection per command (dropbear is not multiplexed on:
+see that module), a key generated per guest,
 the guest's host key pinned in a per-guest known_hosts and no setting of the
 user's ~/.ssh/config. :meth:`Guest.command` returns an argv that behaves like
 a local process, with the remote command's stdout, stderr and exit status;
@@ -322,8 +323,8 @@ class Guest:
         return self._connection().command(words)
 
     def _connection(self) -> SshConnection:
-        """The guest's one SSH connection, made (in the host namespace) by its first command, after QEMU has
-        started and stop() is registered to close it."""
+        """The guest's SSH connection settings, made by its first command, after QEMU has started and stop() is
+        registered to close it."""
         if self.conn is None:
             if not self._boot:
                 raise LabError(f"guest {self.name}: a command before the guest was prepared")
@@ -332,7 +333,7 @@ class Guest:
                 InventoryHost(f"guest {self.name}", MGMT_GUEST_IP, user="root", port=SSH_PORT,
                               private_key_file=str(self._boot["key"])),
                 known_hosts_file=self._boot["known_hosts"], config_file=ssh / "config", connect_timeout=10,
-                via=["ip", "netns", "exec", self.ns.name])
+                via=["ip", "netns", "exec", self.ns.name], multiplex=False)  # why: hosts/ssh.py
         return self.conn
 
     def run(self, argv: Sequence[str], timeout: float = 10.0) -> subprocess.CompletedProcess:
@@ -378,7 +379,7 @@ class Guest:
             "host_cpus": self.host_cpus(),
             "console_log": str(self.console_log),
             "clock_offset_ms": None if self.clock_offset is None else round(self.clock_offset, 1),
-            "channel": f"ssh (one multiplexed OpenSSH connection; dropbear in the guest) to {MGMT_GUEST_IP} "
+            "channel": f"ssh (the OpenSSH client; dropbear in the guest) to {MGMT_GUEST_IP} "
                        f"on a separate virtio-net management link",
             "vhost": False,
         }
