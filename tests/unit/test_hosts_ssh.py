@@ -74,6 +74,7 @@ def test_a_guest_is_reached_from_its_namespace():
     with SshConnection(host(address="198.19.0.2", port=22), multiplex=False) as c:
         opts = " ".join(c.command(["true"]))
         assert "ControlMaster=no" in opts and "ControlPath=none" in opts and "ControlPersist" not in opts
+        assert c.control_dir is None  # no master, no socket directory to make or remove
 
 
 # ssh's own words (OpenSSH 9.2), as the integration tests see them from a real server.

@@ -1,5 +1,5 @@
 """One SSH connection per host, through the OpenSSH client with connection multiplexing: the command channel
-of real hosts (``run --hosts``) and of the lab's QEMU guests alike.
+of real hosts (``run --hosts``) and, without multiplexing (see below), of the lab's QEMU guests.
 
 Why OpenSSH's own client rather than asyncssh: it honours the user's ``~/.ssh/config`` (ProxyJump,
 Host aliases, IdentityFile, ciphers), their agent and their ``known_hosts`` exactly as their own
@@ -106,7 +106,9 @@ class SshConnection(RunsCommands):
         # local host, remote host, port and user) keeps socket paths short whatever the host name is.
         # Named with this process's id, so `vnetbench clean` can tell the directory (and its master) of a
         # vnetbench that was killed from one in use.
-        self.control_dir = Path(tempfile.mkdtemp(prefix=f"{CONTROL_DIR_PREFIX}{os.getpid()}-"))
+        # None without multiplexing: there is no master and no socket.
+        self.control_dir = Path(tempfile.mkdtemp(prefix=f"{CONTROL_DIR_PREFIX}{os.getpid()}-")) if multiplex \
+            else None
         self._privileges: Privileges | None = None
 
     # ------------------------------------------------------------------ the ssh command line
@@ -272,7 +274,7 @@ class SshConnection(RunsCommands):
         return check.returncode == 0
 
     def close(self) -> None:
-        if self.control_dir.exists():
+        if self.control_dir is not None and self.control_dir.exists():
             if any(self.control_dir.iterdir()):
                 try:
                     subprocess.run([self.ssh, *self.options(), "-O", "exit", "--", self.host.address],

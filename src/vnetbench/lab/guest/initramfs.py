@@ -179,13 +179,12 @@ INITTAB = """::ctrlaltdel:/bin/poweroff -f
 ::shutdown:/bin/sync
 """
 
-# Every remote command runs as `/bin/vnb-run [-c CPUS] ARGV...` over the guest's one multiplexed SSH connection
-# (vnetbench.hosts.ssh, as for real hosts). dropbear does not end a command when its channel closes, and the
-# connection is shared by every command, so nothing ends with a command's client but its channel: vnb-run is
-# the exec wrapper of every node whose command channel does not stop a command (vnetbench.lab.nodes), which
-# ends the command's process group when its input, held open by the local ssh client, closes. Exit status and
-# stdout/stderr pass through unchanged. With PATH=/bin program names resolve to the packaged tools first:
-# busybox's shell would otherwise run its own applet of the same name (its ping, not iputils').
+# Every remote command runs as `/bin/vnb-run [-c CPUS] ARGV...` over SSH (vnetbench.hosts.ssh, as on real
+# hosts). vnb-run is the exec wrapper of every node whose command channel does not itself stop a command
+# (vnetbench.lab.nodes): it ends the command's process group when its input, held open by the local ssh
+# client, closes, so a command ends with its client. Exit status and stdout/stderr pass through unchanged.
+# With PATH=/bin program names resolve to the packaged tools first: busybox's shell would otherwise run its
+# own applet of the same name (its ping, not iputils').
 RUN_WRAPPER = "#!/bin/sh\nexport PATH=/bin HOME=/root\n" + \
     exec_wrapper("/bin/", "in the guest").removeprefix("#!/bin/sh\n")
 

@@ -16,7 +16,7 @@ see that module), a key generated per guest,
 the guest's host key pinned in a per-guest known_hosts and no setting of the
 user's ~/.ssh/config. :meth:`Guest.command` returns an argv that behaves like
 a local process, with the remote command's stdout, stderr and exit status;
-its input is a pipe the caller holds (:attr:`Guest.stdin_of_started`), and
+its input is a pipe the caller holds (:func:`vnetbench.lab.nodes.run_holding_input`), and
 when the local client ends the remote command ends too (``vnb-run`` in
 :mod:`.initramfs`). The SSH channel has its own NIC on a link that is not
 bridged anywhere, so control traffic never crosses the measured NIC, the
@@ -308,10 +308,6 @@ class Guest:
         return self._attempt.proc.pid if self._attempt else None
 
     # ------------------------------------------------------------ commands
-
-    # A started command's standard input must be a pipe held open for its life: vnb-run ends the command
-    # when it closes (see command()).
-    stdin_of_started = subprocess.PIPE
 
     def command(self, argv: Sequence[str], cpus: str | None = None, remote_wrapper: bool = True) -> list[str]:
         """An argv that runs `argv` in the guest, for subprocess: the remote command's output and exit status.
