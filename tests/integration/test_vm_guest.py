@@ -23,6 +23,7 @@ from vnetbench.lab.guest.qemu import GuestBootError
 from vnetbench.lab.nodes import Host, Link, Namespace
 from vnetbench.lab.teardown import Registry
 from vnetbench.workloads import iperf3, ping
+from vnetbench.workloads.base import ToolFailed
 
 BARE_V4, BARE_V6 = "198.18.0.1", "2001:2::1"
 VM_V4, VM_V6 = "198.18.0.2", "2001:2::2"
@@ -116,9 +117,15 @@ def iperf3_once(server, client, server_address: str, ip_version: int, tmp: Path,
                                  congestion_control=None, length=None, ip_version=ip_version)
         out = client.run(iperf3.client_command(spec), timeout=60)
         (tmp / f"{tag}-client.json").write_text(out.stdout)
-        assert out.returncode == 0, f"iperf3 client {tag} exited {out.returncode}: {out.stderr[-500:]}"
-        flow = iperf3.parse_client(out.stdout)
-        return flow.received_bps / 1e6
+        try:
+            assert out.returncode == 0, f"exited {out.returncode}: {out.stderr[-500:]}"
+            return iperf3.parse_client(out.stdout).received_bps / 1e6
+        except (AssertionError, ToolFailed) as e:
+            # The other end's account: a control connection closed on one side was closed by the other.
+            time.sleep(1)
+            server_said = ((tmp / f"{tag}-server.json").read_text()[-1500:] +
+                           (tmp / f"{tag}-server.err").read_text()[-500:])
+            raise AssertionError(f"iperf3 client {tag}: {e}; its server printed: {server_said}") from e
     finally:
         srv.kill()  # the local SSH client only: the guest side must stop with it (checked below)
         srv.wait(timeout=10)
