@@ -7,9 +7,11 @@ has it) side by side in the same run, for rate and buffer.
 Prints target, backend, goal, achieved and pass/fail per target (the same
 table as `vnetbench doctor --fidelity`); exits 1 when a userspace target is
 missed. Kernel rows are measured with the same goal for comparison; tbf has
-no delay, so its rate is measured without one (said in the row). Takes about
-a minute and a half (--quick: about a minute). The load average is printed:
-on a busy machine the emulator competes for its core and the tails show it.
+no delay, so its rate is measured without one (said in the row). Capacity is
+measured for 1 and 8 flows with the endpoints' offloads off and on, next to
+the kernel bridge's in the same run. Takes about three minutes (--quick: about
+two). The load average is printed: on a busy machine the emulator competes for
+its core and the tails show it.
 """
 
 from __future__ import annotations

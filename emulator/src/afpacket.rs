@@ -144,16 +144,27 @@ impl Drop for PacketSocket {
     }
 }
 
-/// Recycled frame buffers of one size.
+/// Largest frame received: an offloaded (GSO) frame of up to 64 KB of IP
+/// packet (the kernel's gso_max_size default) plus its Ethernet header.
+pub const MAX_OFFLOADED_FRAME: usize = 65536 + 64;
+
+/// Recycled frame buffers of two sizes: MTU-sized ones that the queue and
+/// the delay line hold, and a few of the largest size that receiving needs
+/// (a frame that turns out small is copied out of it, so a queue of small
+/// frames never pins 64 KB each).
 pub struct Pool {
     free: Vec<Vec<u8>>,
+    free_large: Vec<Vec<u8>>,
     pub slot: usize,
+    pub large_slot: usize,
 }
 
 impl Pool {
     pub fn new(slot: usize, prealloc: usize) -> Pool {
-        Pool { free: (0..prealloc).map(|_| vec![0u8; slot]).collect(), slot }
+        let large_slot = MAX_OFFLOADED_FRAME.max(slot).next_multiple_of(64);
+        Pool { free: (0..prealloc).map(|_| vec![0u8; slot]).collect(), free_large: Vec::new(), slot, large_slot }
     }
+    /// A buffer of `slot` bytes, zero-filled or recycled.
     #[inline]
     pub fn get(&mut self) -> Vec<u8> {
         match self.free.pop() {
@@ -161,11 +172,23 @@ impl Pool {
             None => vec![0u8; self.slot],
         }
     }
+    /// A buffer of `large_slot` bytes.
+    #[inline]
+    pub fn get_large(&mut self) -> Vec<u8> {
+        match self.free_large.pop() {
+            Some(v) => v,
+            None => vec![0u8; self.large_slot],
+        }
+    }
     #[inline]
     pub fn put(&mut self, mut v: Vec<u8>) {
-        if v.capacity() >= self.slot && self.free.len() < 65536 {
-            // Every buffer was created zero-filled with `slot` bytes and only ever
-            // truncated, so its first `slot` bytes are initialised.
+        // Every buffer was created zero-filled with its slot's size and only ever
+        // truncated, so its first `slot` bytes are initialised. A buffer made
+        // elsewhere (a segment's, a duplicate's) is let go.
+        if v.capacity() >= self.large_slot && self.free_large.len() < 1024 {
+            unsafe { v.set_len(self.large_slot) };
+            self.free_large.push(v);
+        } else if v.capacity() >= self.slot && v.capacity() < self.large_slot && self.free.len() < 65536 {
             unsafe { v.set_len(self.slot) };
             self.free.push(v);
         }
@@ -178,7 +201,9 @@ pub struct RxResult {
     /// Messages the syscall returned (BATCH = more may be waiting).
     pub raw: usize,
     pub frames: usize,
-    /// Frames dropped for being larger than MTU+14 (and their sizes, first one).
+    /// Frames dropped as unforwardable: larger than MTU+14 without segmentation
+    /// offload, larger than MAX_OFFLOADED_FRAME, or offloaded in a way that
+    /// cannot be segmented here (their sizes; the first one's).
     pub oversize: usize,
     pub oversize_len: usize,
     pub oversize_bytes: u64,
@@ -201,13 +226,17 @@ pub fn realtime_offset() -> i128 {
     r - (m1 + m2) / 2
 }
 
+/// Receive buffers of a batch. Each message is scattered over an MTU-sized buffer and, for the rest of an
+/// offloaded frame, a large one whose first `slot` bytes are left free: a small frame is taken as it is (no
+/// copy), a large one gets its first `slot` bytes copied into that gap.
 pub struct Batch {
     ctrl: Vec<[u64; CMSG_BUF / 8]>,
     hdrs: Vec<libc::mmsghdr>,
-    iovs: Vec<[libc::iovec; 2]>,
+    iovs: Vec<[libc::iovec; 3]>,
     addrs: Vec<libc::sockaddr_ll>,
     vnets: Vec<[u8; VNET_HDR_LEN]>,
     bufs: Vec<Vec<u8>>,
+    large: Vec<Vec<u8>>,
 }
 
 impl Batch {
@@ -215,10 +244,11 @@ impl Batch {
         Batch {
             ctrl: vec![[0u64; CMSG_BUF / 8]; BATCH],
             hdrs: vec![unsafe { mem::zeroed() }; BATCH],
-            iovs: vec![[libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 }; 2]; BATCH],
+            iovs: vec![[libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 }; 3]; BATCH],
             addrs: vec![unsafe { mem::zeroed() }; BATCH],
             vnets: vec![[0u8; VNET_HDR_LEN]; BATCH],
             bufs: (0..BATCH).map(|_| pool.get()).collect(),
+            large: (0..BATCH).map(|_| pool.get_large()).collect(),
         }
     }
 
@@ -231,12 +261,14 @@ impl Batch {
             self.iovs[i][0] =
                 libc::iovec { iov_base: self.vnets[i].as_mut_ptr() as *mut libc::c_void, iov_len: VNET_HDR_LEN };
             self.iovs[i][1] =
-                libc::iovec { iov_base: self.bufs[i].as_mut_ptr() as *mut libc::c_void, iov_len: self.bufs[i].len() };
+                libc::iovec { iov_base: self.bufs[i].as_mut_ptr() as *mut libc::c_void, iov_len: pool.slot };
+            let rest = &mut self.large[i][pool.slot..];
+            self.iovs[i][2] = libc::iovec { iov_base: rest.as_mut_ptr() as *mut libc::c_void, iov_len: rest.len() };
             let h = &mut self.hdrs[i].msg_hdr;
             h.msg_name = &mut self.addrs[i] as *mut libc::sockaddr_ll as *mut libc::c_void;
             h.msg_namelen = mem::size_of::<libc::sockaddr_ll>() as u32;
             h.msg_iov = self.iovs[i].as_mut_ptr();
-            h.msg_iovlen = 2;
+            h.msg_iovlen = 3;
             h.msg_control = self.ctrl[i].as_mut_ptr() as *mut libc::c_void;
             h.msg_controllen = CMSG_BUF as _;
             h.msg_flags = 0;
@@ -268,19 +300,31 @@ impl Batch {
             }
             let flen = total - VNET_HDR_LEN;
             let vnet = self.vnets[i];
-            // GSO metadata (gso_type != 0) means a super-frame: offloads are on.
-            if flen > max_frame || flen > self.bufs[i].len() || vnet[1] != 0 {
+            let offloaded = vnet[1] != 0;
+            let unforwardable = flen > pool.large_slot || (!offloaded && flen > max_frame);
+            let data = if unforwardable {
+                Vec::new()
+            } else if flen <= pool.slot {
+                let mut small = mem::replace(&mut self.bufs[i], pool.get());
+                small.truncate(flen);
+                small
+            } else {
+                let mut large = mem::replace(&mut self.large[i], pool.get_large());
+                large[..pool.slot].copy_from_slice(&self.bufs[i][..pool.slot]);
+                large.truncate(flen);
+                large
+            };
+            let mut p = Packet::new(data);
+            p.vnet = vnet;
+            if unforwardable || !p.parse_gso() {
                 res.oversize += 1;
                 res.oversize_bytes += flen as u64;
                 if res.oversize_len == 0 {
                     res.oversize_len = flen;
                 }
+                pool.put(p.data);
                 continue;
             }
-            let mut data = mem::replace(&mut self.bufs[i], pool.get());
-            data.truncate(flen);
-            let mut p = Packet::new(data);
-            p.vnet = vnet;
             p.arrival = self.timestamp(i, offset);
             out.push(p);
             res.frames += 1;
@@ -311,6 +355,7 @@ impl Batch {
 /// Outcome of one send call.
 #[derive(Default, Debug)]
 pub struct TxResult {
+    /// Packets on the wire (an offloaded frame counts as its segments), and their bytes.
     pub sent: usize,
     pub sent_bytes: u64,
     pub errors: usize,
@@ -342,10 +387,12 @@ impl TxBatch {
         let mut start = 0;
         let mut retries = 0;
         for p in pkts.iter_mut() {
-            // Only NEEDS_CSUM is meaningful on transmit; no GSO.
+            // NEEDS_CSUM and, for a frame still whole, its segmentation are meaningful on transmit.
             p.vnet[0] &= !VIRTIO_NET_HDR_F_DATA_VALID;
-            p.vnet[1] = 0;
-            p.vnet[2..6].fill(0);
+            if p.segs <= 1 {
+                p.vnet[1] = 0;
+                p.vnet[2..6].fill(0);
+            }
         }
         while start < pkts.len() {
             let n = (pkts.len() - start).min(BATCH);
@@ -367,9 +414,9 @@ impl TxBatch {
             let r = unsafe { libc::sendmmsg(sock.fd, self.hdrs.as_mut_ptr(), n as u32, libc::MSG_DONTWAIT) };
             if r > 0 {
                 for p in &pkts[start..start + r as usize] {
-                    res.sent_bytes += p.data.len() as u64;
+                    res.sent_bytes += p.wire_len();
+                    res.sent += p.segs as usize;
                 }
-                res.sent += r as usize;
                 start += r as usize;
                 retries = 0;
                 continue;

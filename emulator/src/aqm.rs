@@ -58,7 +58,9 @@ pub enum Enq {
 
 pub struct Queue {
     q: VecDeque<Packet>,
+    /// Wire bytes and segments queued (an offloaded frame counts each of its segments).
     bytes: u64,
+    segs: u64,
     pub limit_bytes: u64,
     pub limit_packets: u64,
     pub kind: Qdisc,
@@ -70,6 +72,10 @@ pub struct Queue {
     pub dropped: Vec<Packet>,
     /// How many of `dropped` were AQM decisions (vs. buffer overflow).
     pub aqm_dropped: u64,
+    /// Wire bytes and segments of the offloaded frame in service that have not
+    /// started on the wire yet: still in the buffer, segment by segment (set by
+    /// the link before each arrival).
+    pub backlog: (u64, u64),
 }
 
 impl Queue {
@@ -77,6 +83,7 @@ impl Queue {
         Queue {
             q: VecDeque::with_capacity(1024),
             bytes: 0,
+            segs: 0,
             limit_bytes,
             limit_packets,
             kind,
@@ -85,6 +92,7 @@ impl Queue {
             pie: PieState::default(),
             dropped: Vec::new(),
             aqm_dropped: 0,
+            backlog: (0, 0),
         }
     }
 
@@ -100,8 +108,9 @@ impl Queue {
         self.limit_packets = limit_packets;
     }
 
+    /// Packets queued, each segment of an offloaded frame counted.
     pub fn len(&self) -> usize {
-        self.q.len()
+        self.segs as usize
     }
     #[cfg_attr(not(test), allow(dead_code))]
     pub fn bytes(&self) -> u64 {
@@ -111,33 +120,42 @@ impl Queue {
         self.q.front()
     }
 
-    fn fits(&self, extra: u64) -> bool {
-        self.bytes + extra <= self.limit_bytes && (self.q.len() as u64) < self.limit_packets
+    fn fits(&self, extra_bytes: u64, extra_segs: u64) -> bool {
+        self.bytes + self.backlog.0 + extra_bytes <= self.limit_bytes
+            && self.segs + self.backlog.1 + extra_segs <= self.limit_packets
+    }
+
+    /// Would `p` be refused for lack of room (drop-tail)? The link then splits an
+    /// offloaded frame, so that the segments that fit are queued and the rest dropped.
+    pub fn would_overflow(&self, p: &Packet) -> bool {
+        !self.fits(p.wire_len(), p.segs as u64)
     }
 
     fn push(&mut self, p: Packet) {
-        self.bytes += p.len() as u64;
+        self.bytes += p.wire_len();
+        self.segs += p.segs as u64;
         self.q.push_back(p);
     }
 
     fn pop(&mut self) -> Option<Packet> {
         let p = self.q.pop_front()?;
-        self.bytes -= p.len() as u64;
+        self.bytes -= p.wire_len();
+        self.segs -= p.segs as u64;
         Some(p)
     }
 
     /// Offer a packet at time `now`. A refused packet is returned in Err.
     /// `rate_bps` is the current service rate (for RED's idle decay), 0 if unknown.
     pub fn enqueue(&mut self, p: Packet, now: u64, rng: &mut Rng, rate_bps: u64) -> Result<(), (Packet, Enq)> {
-        let len = p.len() as u64;
+        let (len, segs) = (p.wire_len(), p.segs as u64);
         match self.kind.clone() {
             Qdisc::DropTail | Qdisc::Codel { .. } => {
-                if !self.fits(len) {
+                if !self.fits(len, segs) {
                     return Err((p, Enq::DroppedFull));
                 }
             }
             Qdisc::DropHead => {
-                while !self.fits(len) {
+                while !self.fits(len, segs) {
                     match self.pop() {
                         Some(v) => self.dropped.push(v),
                         None => return Err((p, Enq::DroppedFull)),
@@ -172,7 +190,7 @@ impl Queue {
                 } else {
                     r.count = -1;
                 }
-                if !self.fits(len) {
+                if !self.fits(len, segs) {
                     return Err((p, Enq::DroppedFull));
                 }
             }
@@ -185,7 +203,7 @@ impl Queue {
                 if !early_ok && rng.chance(self.pie.prob) {
                     return Err((p, Enq::DroppedAqm));
                 }
-                if !self.fits(len) {
+                if !self.fits(len, segs) {
                     return Err((p, Enq::DroppedFull));
                 }
             }

@@ -24,9 +24,9 @@ use std::cmp::Ordering;
 use std::collections::BinaryHeap;
 
 use crate::aqm::{Enq, Queue};
-use crate::config::Params;
+use crate::config::{LossModel, Params, Qdisc};
 use crate::model::{jitter_sample, stream, LossState, Rng};
-use crate::packet::{finalize_checksum, flip_payload_bit, Packet};
+use crate::packet::{finalize_checksum, flip_payload_bit, segment, Packet};
 use crate::trace::{TraceCursor, OPPORTUNITY_BYTES};
 
 /// Counters of one direction (written to --stats-out and returned by the
@@ -49,8 +49,15 @@ pub struct DirStats {
     pub corrupted: u64,
     /// Packets that skipped the delay (netem reorder).
     pub reordered: u64,
-    /// Frames larger than MTU+14 (offloads left on), dropped.
+    /// Frames this emulator cannot forward (larger than MTU+14 without
+    /// segmentation offload, or offloaded in a way it cannot segment), dropped.
     pub dropped_oversize: u64,
+    /// Offloaded (GSO) frames received: each is counted in rx_packets as its segments.
+    pub offloaded_frames: u64,
+    /// Of those, frames split into their segments here because a segment was
+    /// lost, duplicated, corrupted, reordered, did not fit the buffer, or
+    /// jitter or an AQM was on (every model then sees each segment).
+    pub segmented_frames: u64,
     /// Frames the kernel refused to send.
     pub tx_errors: u64,
     /// Largest time a packet waited in the queue before its serialisation began, in µs.
@@ -186,12 +193,101 @@ impl Link {
         self.advance(now);
     }
 
-    /// A frame arrived at `now`.
+    /// A frame arrived at `now`. An offloaded frame (several segments) goes on
+    /// whole when every model would treat each of its segments alike;
+    /// otherwise it is split here and each segment goes through the models
+    /// on its own. Either way the decisions, the queue and the timing are
+    /// those of its segments arriving back to back.
     pub fn ingress(&mut self, mut pkt: Packet, now: u64) {
-        self.stats.rx_packets += 1;
-        self.stats.rx_bytes += pkt.len() as u64;
+        self.advance(now);
+        self.queue.backlog = self.in_service_backlog(now);
         pkt.arrival = now;
         pkt.skip_delay = false;
+        if pkt.segs <= 1 {
+            self.ingress_segment(pkt, now);
+            return;
+        }
+        self.stats.offloaded_frames += 1;
+        if self.goes_whole(&pkt) {
+            self.stats.rx_packets += pkt.segs as u64;
+            self.stats.rx_bytes += pkt.wire_len();
+            self.queue_up(pkt, now);
+            return;
+        }
+        self.stats.segmented_frames += 1;
+        let mut segments = Vec::with_capacity(pkt.segs as usize);
+        let size = pkt.hdr_len as usize + pkt.gso_size();
+        segment(pkt, &mut || Vec::with_capacity(size), &mut self.recycle, &mut segments);
+        for s in segments {
+            self.ingress_segment(s, now);
+        }
+    }
+
+    /// Can an offloaded frame skip splitting? Not with jitter (each segment
+    /// draws its own), nor an AQM (it decides per packet), nor when not all of
+    /// its segments fit the buffer. Loss, duplication, corruption and reorder
+    /// are drawn for each segment on copies of the random streams: when none
+    /// of them happens the copies are kept (the streams advanced as if the
+    /// segments had gone one by one); otherwise they are dropped, and the
+    /// split segments draw the same values again.
+    fn goes_whole(&mut self, pkt: &Packet) -> bool {
+        let p = &self.params;
+        if p.jitter_ns > 0.0
+            || p.trace.is_some()
+            || !matches!(self.queue.kind, Qdisc::DropTail)
+            || self.queue.would_overflow(pkt)
+        {
+            return false;
+        }
+        let no_loss = matches!(p.loss, LossModel::None);
+        if no_loss && p.duplicate <= 0.0 && p.corrupt <= 0.0 && p.reorder <= 0.0 {
+            return true;
+        }
+        let (mut state, mut loss) = (self.loss_state.clone(), self.rng_loss.clone());
+        let (mut dup, mut corrupt, mut reorder) =
+            (self.rng_dup.clone(), self.rng_corrupt.clone(), self.rng_reorder.clone());
+        for _ in 0..pkt.segs {
+            if state.lose(&p.loss, &mut loss)
+                || dup.chance(p.duplicate)
+                || corrupt.chance(p.corrupt)
+                || reorder.chance(p.reorder)
+            {
+                return false;
+            }
+        }
+        (self.loss_state, self.rng_loss, self.rng_dup, self.rng_corrupt, self.rng_reorder) =
+            (state, loss, dup, corrupt, reorder);
+        true
+    }
+
+    /// The segments of the offloaded frame on the wire that have not started
+    /// yet at `now` (wire bytes, count): sent one by one they would still be
+    /// in the buffer. Segment j from the end starts at t_done minus the
+    /// serialisation of the last segment and of j full ones.
+    fn in_service_backlog(&self, now: u64) -> (u64, u64) {
+        let Some(s) = &self.in_service else { return (0, 0) };
+        let p = &s.pkt;
+        let rate = self.params.rate_bps as u128;
+        if p.segs <= 1 || rate == 0 || self.params.trace.is_some() || s.t_done <= now {
+            return (0, 0);
+        }
+        let full = (p.hdr_len as usize + p.gso_size()) as u128;
+        let last = p.wire_len() as u128 - full * (p.segs as u128 - 1);
+        let oh = self.params.overhead_bytes as u128;
+        let unit = 8 * 1_000_000_000u128;
+        // Time left on the wire, in units where a byte takes `unit`.
+        let left = (s.t_done - now) as u128 * rate;
+        if left <= (last + oh) * unit {
+            return (0, 0);
+        }
+        let count = ((left - (last + oh) * unit - 1) / ((full + oh) * unit) + 1).min(p.segs as u128 - 1);
+        ((last + (count - 1) * full) as u64, count as u64)
+    }
+
+    /// One packet on the wire (a frame, or one segment of a split one).
+    fn ingress_segment(&mut self, mut pkt: Packet, now: u64) {
+        self.stats.rx_packets += 1;
+        self.stats.rx_bytes += pkt.len() as u64;
         if self.loss_state.lose(&self.params.loss, &mut self.rng_loss) {
             self.stats.lost += 1;
             self.recycle.push(pkt.data);
@@ -199,7 +295,7 @@ impl Link {
         }
         let dup = if self.rng_dup.chance(self.params.duplicate) {
             self.stats.duplicated += 1;
-            Some(Packet { data: pkt.data.clone(), vnet: pkt.vnet, arrival: now, skip_delay: false })
+            Some(pkt.copy(Vec::new()))
         } else {
             None
         };
@@ -221,6 +317,12 @@ impl Link {
             pkt.skip_delay = true;
             self.stats.reordered += 1;
         }
+        self.queue_up(pkt, now);
+    }
+
+    /// Into the queue (decisions made).
+    fn queue_up(&mut self, pkt: Packet, now: u64) {
+        self.queue.backlog = self.in_service_backlog(now);
         let rate = match &self.params.trace {
             Some(t) => t.mean_rate_bps() as u64,
             None => self.params.rate_bps,
@@ -246,11 +348,17 @@ impl Link {
         }
     }
 
-    fn note_sojourn(&mut self, start: u64, arrival: u64) {
+    /// A packet's wait in the queue, from its arrival to `start`, the start of
+    /// its serialisation. An offloaded frame's segments would have started one
+    /// after another, `seg_ns` apart (all but the last are full-sized): they
+    /// count as `segs` packets, the k-th waiting k·seg_ns longer.
+    fn note_sojourn(&mut self, start: u64, arrival: u64, segs: u32, seg_ns: u64) {
         let d = start.saturating_sub(arrival);
-        self.stats.dequeued += 1;
-        self.stats.queue_delay_sum_ns += d as u128;
-        let us = d as f64 / 1000.0;
+        let n = segs.max(1) as u128;
+        let last = d + (n as u64 - 1) * seg_ns;
+        self.stats.dequeued += n as u64;
+        self.stats.queue_delay_sum_ns += d as u128 * n + seg_ns as u128 * n * (n - 1) / 2;
+        let us = last as f64 / 1000.0;
         if us > self.stats.max_queue_delay_us {
             self.stats.max_queue_delay_us = us;
         }
@@ -297,8 +405,15 @@ impl Link {
             let p = self.queue.dequeue(t_start);
             self.collect_queue_drops();
             let Some(p) = p else { continue };
-            self.note_sojourn(t_start, p.arrival);
-            let bytes = p.len() as u64 + self.params.overhead_bytes;
+            let oh = self.params.overhead_bytes;
+            let bytes = p.wire_len() + p.segs as u64 * oh;
+            let seg_ns = if p.segs > 1 && self.params.rate_bps > 0 {
+                ((p.hdr_len as u64 + p.gso_size() as u64 + oh) as u128 * 8_000_000_000 / self.params.rate_bps as u128)
+                    as u64
+            } else {
+                0
+            };
+            self.note_sojourn(t_start, p.arrival, p.segs, seg_ns);
             let t_done = t_start + self.ser_ns(bytes);
             self.in_service = Some(InService { pkt: p, t_done, remaining: 0 });
         }
@@ -323,8 +438,8 @@ impl Link {
                     let p = self.queue.dequeue(t_opp);
                     self.collect_queue_drops();
                     let Some(p) = p else { continue };
-                    self.note_sojourn(t_opp, p.arrival);
-                    let remaining = p.len() as u64 + self.params.overhead_bytes;
+                    self.note_sojourn(t_opp, p.arrival, p.segs, 0);
+                    let remaining = p.wire_len() + p.segs as u64 * self.params.overhead_bytes;
                     self.in_service = Some(InService { pkt: p, t_done: 0, remaining });
                 }
                 let s = self.in_service.as_mut().unwrap();
@@ -388,7 +503,8 @@ impl Link {
         s.mean_queue_delay_us =
             if s.dequeued > 0 { (s.queue_delay_sum_ns as f64 / s.dequeued as f64) / 1000.0 } else { 0.0 };
         s.queued_packets = self.queue.len() as u64;
-        s.in_flight_packets = self.delay_line.len() as u64 + self.in_service.is_some() as u64;
+        s.in_flight_packets = self.delay_line.iter().map(|d| d.pkt.segs as u64).sum::<u64>()
+            + self.in_service.as_ref().map_or(0, |s| s.pkt.segs as u64);
         s
     }
 }
@@ -583,6 +699,97 @@ mod tests {
         // Reordered ones left at departure (t=0), the rest at 10 ms.
         let early = out.iter().filter(|x| x.0 < 10 * MS).count() as u64;
         assert_eq!(early, l.stats.reordered);
+    }
+
+    /// Offloaded frames go through whole when nothing tells their segments
+    /// apart, and are split when something does: either way the decisions,
+    /// counters and delivery times are those of the segments sent one by one.
+    #[test]
+    fn offloaded_frames_behave_as_their_segments() {
+        use crate::packet::offloaded_tcp;
+        let cases = [
+            // Rate and a buffer that bursts of 8 frames overflow: the frames that fit go whole, the one
+            // that fits in part is split.
+            (8, LinkSettings { rate_bps: 1_000_000_000, buffer_bytes: Some(300_000), delay_ms: 5.0, ..Default::default() }),
+            // Rare loss: most frames stay whole, a few are split.
+            (1, LinkSettings {
+                rate_bps: 2_000_000_000,
+                buffer_packets: Some(10_000),
+                loss: LossModel::Bernoulli { p: 0.0005 },
+                duplicate: 0.0002,
+                reorder: 0.0002,
+                delay_ms: 5.0,
+                ..Default::default()
+            }),
+            // Gilbert-Elliott bursts and no rate limit.
+            (1, LinkSettings {
+                loss: LossModel::GilbertElliott { p: 0.001, r: 0.3, one_minus_h: 1.0, one_minus_k: 0.0 },
+                delay_ms: 1.0,
+                buffer_packets: Some(100_000),
+                ..Default::default()
+            }),
+        ];
+        for (burst, settings) in cases {
+            let frames = |split: bool| {
+                let mut out = vec![];
+                for i in 0..400u64 {
+                    let mut p = offloaded_tcp(i % 2 == 1, 60_000 + (i as usize % 7) * 700, 1448, 0x18);
+                    assert!(p.parse_gso());
+                    // 200 µs apart (2.4 Gbit/s offered), or bursts every 5 ms.
+                    let t = if burst == 1 { i * 200_000 } else { i / burst * 5 * MS };
+                    if split {
+                        let mut segs = vec![];
+                        segment(p, &mut Vec::new, &mut vec![], &mut segs);
+                        out.extend(segs.into_iter().map(|s| (t, s)));
+                    } else {
+                        out.push((t, p));
+                    }
+                }
+                out
+            };
+            let deliver = |split: bool| {
+                let mut l = Link::new(settings.compile().unwrap(), 7, 0, 0);
+                let mut released = vec![];
+                let mut input = frames(split).into_iter().peekable();
+                let mut t = 0;
+                while t < 300 * MS {
+                    while let Some((_, p)) = input.next_if(|(at, _)| *at <= t) {
+                        l.ingress(p, t);
+                    }
+                    l.advance(t);
+                    while let Some((r, p)) = l.pop_ready_at(t) {
+                        released.push((r, p.segs as u64, p.wire_len()));
+                    }
+                    t += 10_000;
+                }
+                (l.snapshot(), released)
+            };
+            let (whole, out_whole) = deliver(false);
+            let (split, out_split) = deliver(true);
+            assert!(whole.offloaded_frames == 400 && split.offloaded_frames == 0);
+            assert!(whole.segmented_frames > 0, "{settings:?}: no frame was split");
+
+            for key in ["rx_packets", "rx_bytes", "lost", "duplicated", "reordered", "dropped_queue"] {
+                let (a, b) = (serde_json::to_value(&whole).unwrap()[key].clone(), serde_json::to_value(&split).unwrap()[key].clone());
+                assert_eq!(a, b, "{key} with {settings:?}");
+            }
+            assert_eq!(whole.max_queue_delay_us.round(), split.max_queue_delay_us.round());
+            // When a whole frame is delivered, the same packets and bytes have been delivered in both runs
+            // (a whole frame leaves with its last segment: in between, the split run is ahead by the
+            // segments already out).
+            let upto = |out: &Vec<(u64, u64, u64)>, t: u64| {
+                out.iter().filter(|x| x.0 <= t).fold((0, 0), |acc, x| (acc.0 + x.1, acc.1 + x.2))
+            };
+            let mut whole_releases = 0;
+            for &(t, segs, _) in &out_whole {
+                if segs > 1 {
+                    whole_releases += 1;
+                    assert_eq!(upto(&out_whole, t), upto(&out_split, t), "at {t} with {settings:?}");
+                }
+            }
+            assert!(whole_releases > 100, "{whole_releases} whole frames delivered");
+            assert_eq!(upto(&out_whole, u64::MAX), upto(&out_split, u64::MAX));
+        }
     }
 
     #[test]

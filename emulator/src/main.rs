@@ -218,13 +218,15 @@ fn main() {
                     warned_oversize = true;
                     let s = socks[d];
                     eprintln!(
-                        "vnb-link: warning: dropped a {}-byte frame on {} (MTU {} allows {}): segmentation/receive \
-                         offloads are on; turn them off on both ends of the lab link \
-                         (ethtool -K IFACE gso off gro off tso off); further oversize frames are counted as dropped_oversize",
+                        "vnb-link: warning: dropped a {}-byte frame on {} that cannot be forwarded (MTU {} allows {} \
+                         bytes; offloaded TCP and UDP frames up to {} bytes are forwarded and counted as their \
+                         segments): turn segmentation offloads off on the sending end \
+                         (ethtool -K IFACE gso off tso off); further such frames are counted as dropped_oversize",
                         r.oversize_len,
                         s.name,
                         s.mtu,
-                        s.mtu + packet::ETH_HLEN
+                        s.mtu + packet::ETH_HLEN,
+                        afpacket::MAX_OFFLOADED_FRAME
                     );
                 }
             }

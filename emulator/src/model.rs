@@ -8,6 +8,7 @@ use crate::config::{JitterDist, LossModel};
 /// Independent RNG streams per direction and purpose, so that turning on
 /// jitter does not change the loss pattern, and a given seed and packet
 /// sequence always give the same decisions.
+#[derive(Clone)]
 pub struct Rng(ChaCha8Rng);
 
 pub mod stream {

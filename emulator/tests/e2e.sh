@@ -4,9 +4,11 @@
 #   vnb-emu-<pid>-h1            vnb-emu-<pid>-mid                 vnb-emu-<pid>-h2
 #   eth0 198.18.0.1/24 ──veth── a   vnb-link (cpu 1)   b ──veth── eth0 198.18.0.2/24
 #
-# Offloads (GSO/GRO/TSO) are turned off on the middle ends. Measures: ping RTT
-# with 10 ms delay each way, iperf3 TCP goodput at 50 and 500 Mbit/s, and the
-# unlimited-rate throughput with 10 ms each way. Traffic only on 198.18.0.0/15.
+# Measures, offloads off on all four veth ends: ping RTT with 10 ms delay each
+# way, iperf3 TCP goodput at 50 and 500 Mbit/s, and the unlimited-rate
+# throughput with 10 ms each way (1 and 8 flows); then that throughput again
+# with the veths' own offloads (TSO/GSO on), which vnb-link forwards whole.
+# Traffic only on 198.18.0.0/15.
 # The namespaces and every process started here are removed on exit.
 #
 # Environment: VNB_LINK=path to the binary (default: build with cargo),
@@ -71,10 +73,9 @@ for ns in "$H1" "$H2"; do
 done
 ip -n "$H1" addr add 198.18.0.1/24 dev eth0
 ip -n "$H2" addr add 198.18.0.2/24 dev eth0
-# Offloads off on the middle ends AND on the hosts' ends: a sender with TSO/GSO
-# on hands 64 KB super-frames to its veth, which arrive as such at the middle
-# end whatever its own settings (vnb-link drops and counts them as oversize).
-# Checksum offload may stay on (vnb-link keeps the checksum state via PACKET_VNET_HDR).
+# Offloads off on the middle ends and on the hosts' ends for the timing checks:
+# every frame is one packet. Checksum offload stays on (vnb-link keeps the
+# checksum state via PACKET_VNET_HDR). Section 4 turns segmentation offload back on.
 for i in a b; do
   nsx "$MID" ethtool -K "$i" gso off gro off tso off >/dev/null
   ip -n "$MID" link set dev "$i" up
@@ -184,12 +185,26 @@ for RATE in 50 500; do
 done
 
 # --- 3. Unlimited rate, 10 ms each way ----------------------------------------
+# One flow at 10 Gbit/s over a 20 ms RTT needs 25 MB in flight: TCP's buffer
+# limits are raised in both hosts so that the window does not cap what is measured.
+for ns in "$H1" "$H2"; do
+  nsx "$ns" sysctl -qw net.ipv4.tcp_rmem="4096 131072 67108864" net.ipv4.tcp_wmem="4096 16384 67108864"
+done
 ctl '{"both": {"rate_bps": 0, "buffer_bytes": null, "buffer_packets": 100000}}'
 G1=$(iperf)
-G4=$(iperf -P 4)
-echo "iperf3 TCP unlimited rate, 10 ms each way: 1 flow ${G1} Mbit/s, 4 flows ${G4} Mbit/s"
-BEST=$(python3 -c "print(max($G1,$G4))")
-check "max throughput Mbit/s" "$BEST" ">=" 1000
+G8=$(iperf -P 8)
+echo "iperf3 TCP unlimited rate, 10 ms each way, offloads off: 1 flow ${G1} Mbit/s, 8 flows ${G8} Mbit/s"
+check "offloads off, 1 flow Mbit/s" "$G1" ">=" 3000
+check "offloads off, 8 flows Mbit/s" "$G8" ">=" 3000
+
+# --- 4. The same with segmentation offload on ----------------------------------
+for i in a b; do nsx "$MID" ethtool -K "$i" gso on tso on >/dev/null; done
+for ns in "$H1" "$H2"; do nsx "$ns" ethtool -K eth0 gso on tso on >/dev/null; done
+O1=$(iperf)
+O8=$(iperf -P 8)
+echo "iperf3 TCP unlimited rate, 10 ms each way, offloads on: 1 flow ${O1} Mbit/s, 8 flows ${O8} Mbit/s"
+check "offloads on, 1 flow Mbit/s" "$O1" ">=" 8000
+check "offloads on, 8 flows Mbit/s" "$O8" ">=" 8000
 
 kill "$IPERF_PID" 2>/dev/null; wait "$IPERF_PID" 2>/dev/null || true; IPERF_PID=""
 kill -TERM "$EMU_PID"; wait "$EMU_PID" || true; EMU_PID=""
@@ -199,7 +214,8 @@ s = json.load(open(sys.argv[1]))
 for d in ("a_to_b", "b_to_a"):
     x = s[d]
     print(f"stats {d}: rx {x['rx_packets']} fwd {x['forwarded_packets']} drop_queue {x['dropped_queue']} "
-          f"oversize {x['dropped_oversize']} tx_err {x['tx_errors']} max_qdelay {x['max_queue_delay_us']:.0f} us")
+          f"offloaded {x['offloaded_frames']} split {x['segmented_frames']} oversize {x['dropped_oversize']} "
+          f"tx_err {x['tx_errors']} max_qdelay {x['max_queue_delay_us']:.0f} us")
 PY
 if [ -s "$WORK/emu.err" ]; then echo "vnb-link stderr:"; sed 's/^/  /' "$WORK/emu.err"; fi
 echo "e2e: $FAILS target(s) missed"

@@ -22,6 +22,7 @@ import pytest
 from helpers import ROOT, cli, run_id_of
 from vnetbench.impair import fidelity as F
 from vnetbench.impair.backends import find_binary
+from vnetbench.impair.model import LinkSpec
 from vnetbench.lab import netns
 from vnetbench.lab.clean import leftovers
 from vnetbench.store.db import Store
@@ -62,6 +63,22 @@ def test_rate_50mbit_tcp_goodput(lab):
     c = F.check_rate(lab, "userspace", 50e6, 0.95)
     assert c.values["fraction"] >= 0.95, c.achieved
     assert c.values["goodput_bps"] <= 50e6 * 1448 / 1514 * 1.01  # and never above the rate
+
+
+def test_offloaded_frames_count_as_their_segments(lab):
+    """The endpoints keep their offloads (a veth sends with TSO): vnb-link forwards 64 KB frames whole, and its
+    rate, its buffer limit in packets and its counters see their segments. At 100 Mbit/s with no buffer size,
+    the buffer is vnb-link's default 1000 packets: 1000 x 1514 B = 121 ms at the rate. Were a 64 KB frame one
+    packet, it would hold 5 s, and the flow's RTT with it."""
+    lab.set_offload(True)
+    backend = lab.use("userspace", LinkSpec.model_validate({"forward": {"rate": 100e6}, "both": {"delay": "10ms"}}))
+    goodput = lab.tcp(lab.settings.iperf_s)
+    forward = backend.emulator.stats()["stats"]["a_to_b"]
+    assert forward["offloaded_frames"] > 100, forward
+    assert forward["rx_bytes"] / forward["rx_packets"] <= 1514, forward
+    assert goodput >= 0.9 * 100e6 * F.TCP_EFFICIENCY and goodput <= 100e6 * F.TCP_EFFICIENCY * 1.01
+    full_ms, packet_ms = 1000 * 1514 * 8 / 100e6 * 1e3, 1514 * 8 / 100e6 * 1e3
+    assert full_ms / 2 <= forward["max_queue_delay_us"] / 1e3 <= full_ms + packet_ms, forward
 
 
 def test_queue_delay_is_buffer_over_rate_and_no_early_drop(lab):

@@ -352,10 +352,9 @@ class UserspaceBackend(Backend):
         self.spec: LinkSpec | None = None
 
     def install(self) -> None:
-        from vnetbench.lab.splice import middle_namespace, set_offloads, splice
+        from vnetbench.lab.splice import middle_namespace, splice
 
         if self.splice is not None:
-            set_offloads(self.link.host_end, False)  # an environment may have turned them back on
             return
         if self.middle is None:
             self.middle = middle_namespace(self.ctx.middle_name, self.ctx.registry)
@@ -384,7 +383,6 @@ class UserspaceBackend(Backend):
         emu = self.emulator
         return {"backend": "userspace", "binary": emu.binary, "namespace": emu.ns, "cpu": emu.cpu,
                 "nice": emu.nice, "autogroup_nice": emu.autogroup_nice,
-                "offloads_off": [f"{i.ns.name}/{i.name}" for i in self.splice.ends()],
                 "applied": {"forward": None, "reverse": None, **_directions(emu.applied())},
                 "schedule": self.spec.schedule.describe() if self.spec and self.spec.schedule else None}
 

@@ -59,6 +59,12 @@ class Namespace:
         with netns.inside(self.name):
             path.write_text(value)
 
+    def sysctl_read(self, key: str) -> str:
+        """Read a per-namespace sysctl (net.*) from inside the namespace."""
+        path = Path("/proc/sys") / key.replace(".", "/")
+        with netns.inside(self.name):
+            return path.read_text().strip()
+
 
 @dataclass
 class Interface:

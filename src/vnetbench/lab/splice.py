@@ -12,51 +12,20 @@ addresses, routes and neighbours stay)::
 
 The switch's old end moves into the middle namespace (renamed ``a`` or ``b``,
 so that ``a -> b`` is the link's forward direction) and a new veth pair joins
-the switch to the middle. Offloads: segmentation and receive offloads are off
-on both ends of both pairs (a TSO sender would hand 64 kB super-frames through
-a veth as they are); checksum offload stays on. ``unsplice`` restores the
-original wiring and the host end's offload settings.
+the switch to the middle. Offloads stay as they were: vnb-link forwards a
+segmentation-offloaded frame whole and counts it as its segments (see
+emulator/README.md); a scenario's ``offload = "off"`` turns them off on the
+endpoints. ``unsplice`` restores the original wiring.
 """
 
 from __future__ import annotations
 
-import subprocess
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from vnetbench.errors import LabError
 from vnetbench.lab import netns
 from vnetbench.lab.nodes import Interface, Link, Namespace
 from vnetbench.lab.teardown import Registry, atomic
-
-OFFLOADS = ("tso", "gso", "gro")
-
-
-def ethtool_features(iface: Interface) -> dict[str, bool]:
-    """Current state of the offloads we touch (ethtool -k)."""
-    r = subprocess.run(["ip", "netns", "exec", iface.ns.name, "ethtool", "-k", iface.name], capture_output=True,
-                       text=True, timeout=10)
-    names = {"tcp-segmentation-offload": "tso", "generic-segmentation-offload": "gso",
-             "generic-receive-offload": "gro"}
-    out = {}
-    for line in r.stdout.splitlines():
-        key, _, value = line.strip().partition(":")
-        if key in names:
-            out[names[key]] = value.strip().startswith("on")
-    return out
-
-
-def set_offloads(iface: Interface, on: bool | dict[str, bool]) -> None:
-    wanted = {k: on for k in OFFLOADS} if isinstance(on, bool) else on
-    args = []
-    for k, v in wanted.items():
-        args += [k, "on" if v else "off"]
-    if not args:
-        return
-    r = subprocess.run(["ip", "netns", "exec", iface.ns.name, "ethtool", "-K", iface.name, *args],
-                       capture_output=True, text=True, timeout=10)
-    if r.returncode != 0 and "Could not change any device features" not in r.stderr:
-        raise LabError(f"ethtool -K {iface.name} {' '.join(args)} in {iface.ns.name} failed: {r.stderr.strip()}")
-
 
 @dataclass
 class Splice:
@@ -67,8 +36,6 @@ class Splice:
     host_end: Interface  # unchanged
     moved_name: str  # "a" or "b": the switch's old end, now in the middle
     original_name: str
-    host_features: dict[str, bool] = field(default_factory=dict)
-    switch_features: dict[str, bool] = field(default_factory=dict)
 
     @property
     def a(self) -> Interface:
@@ -77,9 +44,6 @@ class Splice:
     @property
     def b(self) -> Interface:
         return Interface(self.middle, "b")
-
-    def ends(self) -> list[Interface]:
-        return [self.switch_end, self.a, self.b, self.host_end]
 
 
 def middle_namespace(name: str, registry: Registry) -> Namespace:
@@ -106,8 +70,6 @@ def splice(switch_end: Interface, host_end: Interface, middle: Namespace, regist
         raise LabError(f"cannot place an emulator on {sw.name}/{name}: it is a {kind or 'non-veth'} device, not a veth")
     master = info.get_attr("IFLA_MASTER")
     mtu = info.get_attr("IFLA_MTU") or 1500
-    host_features = ethtool_features(host_end)
-    switch_features = ethtool_features(switch_end)
     moved, new = ("a", "b") if host_upstream else ("b", "a")
     tmp = f"vnbmv{index}"[:15]
     with atomic():
@@ -120,10 +82,7 @@ def splice(switch_end: Interface, host_end: Interface, middle: Namespace, regist
         Link.connect(sw, name, middle, new, registry, mtu=mtu)
         if master:
             sw.ipr.link("set", index=sw.index(name), master=master)
-    result = Splice(middle, Interface(sw, name), host_end, moved, name, host_features, switch_features)
-    for iface in result.ends():
-        set_offloads(iface, False)
-    return result
+    return Splice(middle, Interface(sw, name), host_end, moved, name)
 
 
 def unsplice(s: Splice) -> None:
@@ -142,8 +101,3 @@ def unsplice(s: Splice) -> None:
         if master:
             sw.ipr.link("set", index=sw_idx, master=master)
         sw.link_up(s.original_name)
-    # Both ends get their settings from before the splice back.
-    if s.switch_features:
-        set_offloads(Interface(sw, s.original_name), s.switch_features)
-    if s.host_features:
-        set_offloads(s.host_end, s.host_features)
