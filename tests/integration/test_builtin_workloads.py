@@ -88,6 +88,17 @@ def test_overlay_latency_short_measures_rr_and_the_voice_stream(tmp_path, no_lef
     store.close()
 
 
+def test_tcp_over_vxlan_crosses_the_emulated_link(tmp_path, no_leftovers):
+    # The overlay's TCP leaves the hosts as VXLAN-tunnelled 64 KB frames, which the link emulator cannot take
+    # whole: the ends that feed it segment them in the kernel (lab.splice.KERNEL_SEGMENTS). A 5 ms link with no
+    # rate limit carries hundreds of Mbit/s of it; a path that drops those frames carries under 1 Mbit/s.
+    store, _, values = _run(tmp_path, "overlay-latency", "delay=[5ms]", 'load=[{proto="tcp",parallel=1}]',
+                            "duration=2s", "workload.stream.omit=0s", 'env=[{env="overlay",overlay="vxlan"}]')
+    (got,) = values.values()
+    assert got["throughput.rx_mbps"] > 100, got
+    store.close()
+
+
 def test_congestion_with_its_optional_tcp_crr(tmp_path, no_leftovers):
     # Over-subscribed TCP fills the bottleneck's queue (tens of ms): a connect crosses it once (the SYN; the
     # answer comes back unshaped), as ping's echo request does; a whole transaction crosses it twice (the SYN,

@@ -43,6 +43,17 @@ def read_offload(iface: Interface) -> dict[str, Any]:
     return {"netns": iface.ns.name, "dev": iface.name, **parse_features(out.stdout)}
 
 
+def changeable_features(iface: Interface, names: tuple[str, ...]) -> dict[str, bool]:
+    """{ethtool feature name: active} of those among `names` that the device has and can change."""
+    out = _ethtool(iface.ns.name, ["--json", "-k", iface.name])
+    try:
+        doc = json.loads(out.stdout)[0]
+    except (json.JSONDecodeError, IndexError, KeyError, TypeError):
+        raise LabError(f"ethtool --json -k {iface.name} in {iface.ns.name} printed no features: "
+                       f"{(out.stderr or out.stdout).strip()[:200]}") from None
+    return {n: bool(doc[n]["active"]) for n in names if isinstance(doc.get(n), dict) and not doc[n].get("fixed")}
+
+
 def parse_features(text: str) -> dict[str, bool]:
     """{short name: active} from `ethtool --json -k DEV`, or from an older ethtool's "feature: on [fixed]"."""
     entry: dict[str, bool] = {}
