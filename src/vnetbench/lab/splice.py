@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 
 from vnetbench.errors import LabError
 from vnetbench.lab import netns
-from vnetbench.lab.offload import changeable_features, set_features
 from vnetbench.lab.nodes import Interface, Link, Namespace
+from vnetbench.lab.offload import changeable_features, set_features
 from vnetbench.lab.teardown import Registry, atomic
 
 # Segmentation offloads vnb-link does not take whole (it forwards TCP and UDP ones, emulator/README.md):
