@@ -105,9 +105,20 @@ def test_jitter_standard_deviation(lab):
 
 
 def test_schedule_rate_change_on_time(lab):
-    c = F.check_schedule(lab, at_s=1.0)
-    assert c.ok is not None and "lag_ms" in c.values, c.achieved
-    assert abs(c.values["lag_ms"]) <= 5.0, c.achieved
+    # The emulator applies a step within microseconds of its time when it has its core; other work on that core
+    # takes it for whole scheduler slices (a busy core once made it 6.5 ms late in ten runs). As for the delay:
+    # up to three attempts, and when other work held the emulator's core in every late one, skip saying so.
+    attempts = []
+    for _ in range(3):
+        c = F.check_schedule(lab, at_s=1.0)
+        assert c.ok is not None and "lag_ms" in c.values, c.achieved
+        attempts.append((c.values["lag_ms"], c.values["emulator_waiting"]))
+        if abs(c.values["lag_ms"]) <= 5.0:
+            return
+    if all((w or 0) > 0.05 for _, w in attempts):
+        pytest.skip("rate change more than 5 ms late while other work held the emulator's core: "
+                    + "; ".join(f"{lag:+.1f} ms, waiting {w:.0%}" for lag, w in attempts))
+    assert False, f"rate change late in every attempt (lag ms, emulator waiting): {attempts}"
 
 
 # ------------------------------------------------------------ a dying emulator
