@@ -105,20 +105,23 @@ def test_jitter_standard_deviation(lab):
 
 
 def test_schedule_rate_change_on_time(lab):
-    # The emulator applies a step within microseconds of its time when it has its core; other work on that core
-    # takes it for whole scheduler slices (a busy core once made it 6.5 ms late in ten runs). As for the delay:
-    # up to three attempts, and when other work held the emulator's core in every late one, skip saying so.
+    # The emulator applies a step within microseconds of its time when it has its core. Other work on that core
+    # takes it for whole scheduler slices: with one core kept busy, steps came 5.5-16 ms late in about one
+    # attempt in four, with the old emulator as with this one. Lateness beyond 5 ms is the machine's only when
+    # the emulator spent at least that long waiting for its core during the attempt (schedstat); then up to three
+    # attempts, and a skip saying so. On an idle machine it never waits, and a late step fails.
     attempts = []
     for _ in range(3):
         c = F.check_schedule(lab, at_s=1.0)
         assert c.ok is not None and "lag_ms" in c.values, c.achieved
-        attempts.append((c.values["lag_ms"], c.values["emulator_waiting"]))
-        if abs(c.values["lag_ms"]) <= 5.0:
+        lag, waited = c.values["lag_ms"], c.values["emulator_waited_ms"]
+        attempts.append((round(lag, 2), waited))
+        if abs(lag) <= 5.0:
             return
-    if all((w or 0) > 0.05 for _, w in attempts):
-        pytest.skip("rate change more than 5 ms late while other work held the emulator's core: "
-                    + "; ".join(f"{lag:+.1f} ms, waiting {w:.0%}" for lag, w in attempts))
-    assert False, f"rate change late in every attempt (lag ms, emulator waiting): {attempts}"
+        assert lag > 0 and waited is not None and waited >= lag - 5.0, \
+            f"rate change {lag:+.2f} ms from its time, the emulator waited {waited} ms for its core: {attempts}"
+    pytest.skip("rate change more than 5 ms late in three attempts, each while other work held the emulator's "
+                f"core at least that long (lag ms, emulator waited ms): {attempts}")
 
 
 # ------------------------------------------------------------ a dying emulator
