@@ -199,6 +199,8 @@ impl Link {
     /// on its own. Either way the decisions, the queue and the timing are
     /// those of its segments arriving back to back.
     pub fn ingress(&mut self, mut pkt: Packet, now: u64) {
+        // The wire and the queue as of `now`, and what of an offloaded frame on the wire is still to start
+        // (it counts in the buffer for this packet and, if split, for each of its segments).
         self.advance(now);
         self.queue.backlog = self.in_service_backlog(now);
         pkt.arrival = now;
@@ -295,7 +297,7 @@ impl Link {
         }
         let dup = if self.rng_dup.chance(self.params.duplicate) {
             self.stats.duplicated += 1;
-            Some(pkt.copy(Vec::new()))
+            Some(pkt.duplicate())
         } else {
             None
         };
@@ -322,7 +324,6 @@ impl Link {
 
     /// Into the queue (decisions made).
     fn queue_up(&mut self, pkt: Packet, now: u64) {
-        self.queue.backlog = self.in_service_backlog(now);
         let rate = match &self.params.trace {
             Some(t) => t.mean_rate_bps() as u64,
             None => self.params.rate_bps,

@@ -243,8 +243,7 @@ fn main() {
                     let t = if p.arrival == 0 { after } else { p.arrival.min(after) };
                     let t = t.max(last_arrival[d]);
                     last_arrival[d] = t;
-                    link.advance(t);
-                    link.ingress(p, t);
+                    link.ingress(p, t); // runs the link up to t first
                 }
                 if r.raw == afpacket::BATCH {
                     // More may be waiting: only the last frame's time is known complete.

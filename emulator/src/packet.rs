@@ -54,11 +54,8 @@ impl Packet {
         u16::from_le_bytes([self.vnet[4], self.vnet[5]]) as usize
     }
     /// A copy with its own buffer (duplicates).
-    pub fn copy(&self, data: Vec<u8>) -> Packet {
-        let mut data = data;
-        data.clear();
-        data.extend_from_slice(&self.data);
-        Packet { data, vnet: self.vnet, arrival: self.arrival, skip_delay: false, segs: self.segs, hdr_len: self.hdr_len }
+    pub fn duplicate(&self) -> Packet {
+        Packet { data: self.data.clone(), skip_delay: false, ..*self }
     }
 
     /// Read the segmentation state the kernel gave (PACKET_VNET_HDR). Sets
