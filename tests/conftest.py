@@ -3,10 +3,23 @@
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 
 import pytest
 
+from vnetbench.impair.capacity import STATE_DIR_ENV
 from vnetbench.lab.clean import leftovers
+
+# The machine's measured link capacity (doctor --fidelity's, in /var/lib/vnetbench) changes the rates of
+# scenarios with a [scale] table: the tests, and the CLI they run, see an empty state directory of their own
+# unless a test gives one (tests/unit/test_scale.py).
+_STATE_DIR = tempfile.mkdtemp(prefix="vnbtest-state-")
+os.environ[STATE_DIR_ENV] = _STATE_DIR
+
+
+def pytest_unconfigure(config):
+    shutil.rmtree(_STATE_DIR, ignore_errors=True)
 
 @pytest.fixture
 def no_leftovers():

@@ -70,7 +70,8 @@ def _doctor_fidelity() -> int:
     """Measure the link backends against issue 5's targets (impair/fidelity.py, as bench/emulator.py)."""
     import os
 
-    from vnetbench.impair import fidelity
+    from vnetbench import units
+    from vnetbench.impair import capacity, fidelity
 
     if os.geteuid() != 0:
         raise VnetbenchError("doctor --fidelity builds a lab of network namespaces: run it with sudo")
@@ -81,6 +82,20 @@ def _doctor_fidelity() -> int:
     passed, total = fidelity.summary(checks)
     out.print(f"userspace backend (vnb-link): {passed} of {total} targets met (load average "
               f"{os.getloadavg()[0]:.2f})")
+    rows = capacity.rows_of(checks)
+    if rows:  # for the scenarios that scale their rates to this machine ([scale] to = "measured")
+        try:
+            where = capacity.save(rows)
+        except OSError as e:
+            err.print(f"[yellow]the capacity was not stored ({escape(str(e))}): scenarios with [scale] "
+                      "to = \"measured\" run at their fallback rate[/]")
+        else:
+            measured, _ = capacity.latest()
+            per_packet = measured.per_packet_bps if measured else None
+            line = (f"a line rate of at most {units.format_rate(capacity.round_down(per_packet))}"
+                    if per_packet else "their fallback rate")
+            out.print(f"capacity stored in {escape(str(where))}: scenarios that scale to it (static-congestion) "
+                      f"run at {line}")
     return 0 if passed == total else 1
 
 

@@ -245,8 +245,12 @@ def test_static_congestion_short_run_shows_the_bdp_limit(tmp_path):
     # 30 ms: the window (400 kB socket buffers) caps TCP near window / RTT, far below a 500 Mbit/s bottleneck
     assert rx[("30ms", 2)] < 0.5 * 500 and rx[("30ms", 2)] < 0.6 * rx[("0.3ms", 2)]
     assert "delay" in proc.stdout and "bottleneck" in proc.stdout and "30ms" in proc.stdout
+    # Nothing measured in the tests' state directory: the thesis' rates scaled to the fallback, and said so
+    assert "line rate 1Gbit: the scenario's fallback" in proc.stderr
+    assert store.run(run_id)["fingerprint"]["scale"].startswith("line rate 1Gbit")
     # The report plots throughput against the bottleneck ratio, one line per delay, with the theory.
     html = report.read_text()
+    assert "Scaled: line rate 1Gbit" in html
     assert '<h2>Against ratio</h2>' in html and "throughput.rx_mbps against ratio" in html
     assert all(f"delay={d}" in html or f'"{d}"' in html for d in ("0.3ms", "3ms", "30ms"))
     assert not leftovers(f"vnb-{run_id[:6]}-")

@@ -599,6 +599,8 @@ def plan_view(plan: Any, console: Console, rows: int = 20) -> None:
         console.print(f"endpoints on real hosts (vnetbench run ... --hosts INVENTORY): receiver "
                       f"{escape(plan.hosts['receiver'])}, senders {escape(', '.join(plan.hosts['senders']))}; "
                       "the hosts are checked over SSH when the run starts")
+    if plan.scale:
+        console.print(f"scaled: {escape(plan.scale)}", soft_wrap=True, highlight=False)
     for e in plan.left_out:
         console.print(f"[yellow]left out here[/] (if_available): {escape(e['environment'])}, "
                       f"{e['configurations']} configuration{'s' if e['configurations'] != 1 else ''}: {escape(e['reason'])}", soft_wrap=True)

@@ -113,4 +113,10 @@ def clock_note(fp: dict[str, Any]) -> str | None:
 
 def run_notes(fp: dict[str, Any]) -> list[str]:
     """What `show` and the report say about a run from its fingerprint, beside the machine's load."""
-    return [n for n in (left_out_note(fp), clock_note(fp)) if n]
+    return [n for n in (scale_note(fp), left_out_note(fp), clock_note(fp)) if n]
+
+
+def scale_note(fp: dict[str, Any]) -> str | None:
+    """The line rate a scenario with a [scale] table ran at, and where it came from (scenario/load.py)."""
+    note = fp.get("scale")
+    return f"Scaled: {note}" if isinstance(note, str) and note else None

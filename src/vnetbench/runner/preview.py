@@ -54,6 +54,7 @@ class Plan:
     problems: list[str] = field(default_factory=list)  # what stops `run` on this machine
     left_out: list[dict[str, Any]] = field(default_factory=list)  # if_available environments this machine lacks
     hosts: dict[str, Any] | None = None  # the scenario's [hosts] placement (run --hosts INVENTORY)
+    scale: str | None = None  # the line rate a [scale] table chose here, and why
 
     @property
     def trials(self) -> tuple[int, int]:
@@ -77,7 +78,7 @@ class Plan:
             "estimated_s": {"min": round(self.wall_s[0]), "max": round(self.wall_s[1]),
                             "setup": round(self.setup_s, 1), "per_trial_overhead": TRIAL_OVERHEAD_S},
             "tools": self.tools, "environments": self.environments, "links": self.links,
-            "problems": self.problems, "left_out": self.left_out, "hosts": self.hosts,
+            "problems": self.problems, "left_out": self.left_out, "hosts": self.hosts, "scale": self.scale,
         }
 
 
@@ -180,4 +181,5 @@ def make_plan(loaded: LoadedScenario, max_configurations: int = MAX_CONFIGURATIO
     return Plan(scenario=loaded.scenario.name, source=loaded.source, configurations=planned,
                 repetitions=repetitions, warmup=rep.warmup, setup_s=setup, tools=tools, environments=envs,
                 links=link_info, problems=list(dict.fromkeys(problems)), left_out=left_out,
-                hosts=loaded.scenario.hosts.model_dump() if loaded.scenario.hosts else None)
+                hosts=loaded.scenario.hosts.model_dump() if loaded.scenario.hosts else None,
+                scale=loaded.scale_note)

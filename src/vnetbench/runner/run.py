@@ -191,6 +191,8 @@ def execute(loaded: LoadedScenario, store: Store, *, resume_run_id: str | None =
                 fp["allow_concurrent"] = True  # stored from the start: a killed run keeps it too
             if left_out:
                 fp["left_out"] = left_out
+            if loaded.scale_note:
+                fp["scale"] = loaded.scale_note
             if hosts is not None:  # the controller's fingerprint above, each host's here
                 fp["hosts"], fp["inventory"] = host_facts, str(hosts.inventory.path)
             store.create_run(run_id, loaded.scenario.name, loaded.source, loaded.text, loaded.text_hash,
@@ -203,6 +205,8 @@ def execute(loaded: LoadedScenario, store: Store, *, resume_run_id: str | None =
         raise
     if left_out:
         console.print(f"[yellow]{escape(fingerprint.left_out_note({'left_out': left_out}) or '')}[/]")
+    if loaded.scale_note and not resume_run_id:
+        console.print(escape(loaded.scale_note), highlight=False, soft_wrap=True)
     if lock.others:
         console.print("[yellow]sharing the machine with " + "; ".join(o.describe() for o in lock.others)
                       + " (--allow-concurrent): both runs' numbers are compromised[/]")

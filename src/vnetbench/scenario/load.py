@@ -12,11 +12,12 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from vnetbench import units
 from vnetbench.errors import ScenarioError
-from vnetbench.scenario.model import LabSpec, RepeatSpec, Scenario
+from vnetbench.impair import capacity
+from vnetbench.scenario.model import MEASURED, LabSpec, RepeatSpec, ScaleSpec, Scenario
 from vnetbench.workloads import registry
 
 BUILTIN_PACKAGE = "vnetbench.scenario.builtin"
@@ -29,6 +30,9 @@ class LoadedScenario:
     source: str  # path or "builtin:NAME"
     text: str  # the file as written, for the record
     overrides: tuple[str, ...]
+    # What a [scale] table did: the line rate run and where it came from (stored in the run's fingerprint,
+    # shown by `plan`, `show` and the report).
+    scale_note: str | None = None
 
     @property
     def text_hash(self) -> str:
@@ -90,15 +94,26 @@ def load_text(text: str, source: str, overrides: list[str] | tuple[str, ...] = (
         raise ScenarioError(f"{source}: a value is beyond what can be read: {e}".split("; use sys.")[0]) from None
     except RecursionError:
         raise ScenarioError(f"{source}: arrays or tables nested too deep to read") from None
-    for item in overrides:
+    # The file's rates are scaled to the line rate run here; what --set gives runs as typed. So the [scale]
+    # table's own overrides come first, then the scaling (its resolved line rate kept as one more override, so
+    # that --resume runs the rates the run started with), then every other override.
+    scaling = [item for item in overrides if _is_scale_override(item)]
+    for item in scaling:
         apply_override(raw, item, source)
+    scale_note, pinned = apply_scale(raw, source)
+    if pinned:
+        overrides = (*overrides, pinned)
+    for item in overrides:
+        if item not in scaling and item != pinned:
+            apply_override(raw, item, source)
     check_text(raw, source)
     try:
         scenario = validate(raw, source)
     except RecursionError:
         raise ScenarioError(f"{source}: arrays or tables nested too deep: a scenario's values are at most a few "
                             "levels deep") from None
-    return LoadedScenario(scenario=scenario, source=source, text=text, overrides=tuple(overrides))
+    return LoadedScenario(scenario=scenario, source=source, text=text, overrides=tuple(overrides),
+                          scale_note=scale_note)
 
 
 # Characters no scenario needs and a terminal or a reader acts on: C0 and C1 controls (ESC starts a terminal
@@ -135,6 +150,101 @@ def validate(raw: dict[str, Any], source: str) -> Scenario:
         return Scenario.model_validate(raw)
     except ValidationError as e:
         raise ScenarioError(format_validation_error(e, raw, source)) from None
+
+
+# ------------------------------------------------------------------- scale
+
+# What a [scale] table scales, by key, wherever it appears in [lab], [workload.*] and [matrix] (an axis of that
+# name, or a key of an axis' inline tables): bandwidths, and the sizes that follow the bandwidth-delay product.
+# A buffer given as a time ("10ms") is already relative to its rate and stays; schedules and traces stay too.
+_SCALED_RATES = frozenset({"bottleneck", "rate", "offered"})  # offered only as a literal rate, not an expression
+_SCALED_SIZES = frozenset({"window", "buffer"})  # buffer only in bytes
+
+
+def _is_scale_override(item: str) -> bool:
+    key = item.split("=", 1)[0].strip()
+    return key == "scale" or key.startswith("scale.")
+
+
+class _ScaleOnly(BaseModel):
+    """The [scale] table read before the rest of the scenario, with the rest's errors left to validation."""
+
+    model_config = ConfigDict(extra="ignore")
+    scale: ScaleSpec | None = None
+
+
+def apply_scale(raw: dict[str, Any], source: str) -> tuple[str | None, str | None]:
+    """Scale the scenario's rates to the line rate of this machine, in place. Returns what was done, for people,
+    and the override that pins a line rate found here (``"measured"`` resolved), or None."""
+    if "scale" not in raw:
+        return None, None
+    try:
+        spec = _ScaleOnly.model_validate(raw).scale
+    except ValidationError as e:
+        raise ScenarioError(format_validation_error(e, raw, source)) from None
+    if spec is None:
+        return None, None
+    written = spec.line_rate
+    pinned = None
+    if spec.to == MEASURED:
+        measured, why_not = capacity.latest()
+        per_packet = measured.per_packet_bps if measured else None
+        if measured is not None and per_packet is not None:
+            target = min(written, capacity.round_down(per_packet))
+            origin = (f"vnb-link's capacity on this machine is {per_packet / 1e6:.0f} Mbit/s with one TCP flow, "
+                      f"offloads off and 10 ms each way, {measured.describe()}")
+        else:
+            target = spec.fallback or written
+            origin = f"the scenario's fallback, because {why_not or 'the measurement has no per-packet capacity'}"
+        pinned = f"scale.to={units.format_rate(target)}"
+        raw["scale"]["to"] = units.format_rate(target)
+    else:
+        target = units.parse_rate(spec.to)
+        origin = "as scale.to sets it"
+    if target >= written:
+        return f"line rate {units.format_rate(written)}, as the scenario is written: {origin}.", pinned
+    factor = target / written
+    _scale_tree(raw.get("lab"), factor, None)
+    _scale_tree(raw.get("workload"), factor, None)
+    for axis, values in (raw.get("matrix") or {}).items():
+        _scale_tree(values, factor, axis)
+    return (f"line rate {units.format_rate(target)}: {origin}. The scenario is written for "
+            f"{units.format_rate(written)}: its bandwidths, byte buffers and socket windows are scaled by "
+            f"{factor:.4g}.", pinned)
+
+
+def _scale_tree(node: Any, factor: float, key: str | None) -> Any:
+    """Scale, in place, every value under a scaled key in this part of the raw scenario; returns the node."""
+    if isinstance(node, dict):
+        for k, v in node.items():
+            node[k] = _scale_tree(v, factor, k)
+        return node
+    if isinstance(node, list):
+        for i, v in enumerate(node):
+            node[i] = _scale_tree(v, factor, key)
+        return node
+    if key in _SCALED_RATES:
+        return _scaled(node, factor, units.parse_rate, units.format_rate)
+    if key in _SCALED_SIZES:
+        if key == "buffer":
+            try:
+                if "bytes" not in units.parse_buffer(node):
+                    return node
+            except units.UnitError:
+                return node
+        return _scaled(node, factor, units.parse_size, units.format_size)
+    return node
+
+
+def _scaled(value: Any, factor: float, parse: Any, fmt: Any) -> Any:
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        return value
+    try:
+        base = parse(value)
+    except units.UnitError:
+        return value  # 'unlimited', an expression: not a quantity to scale (validation judges the rest)
+    scaled = float(f"{base * factor:.6g}")  # 1.25Gbit x 0.24 is 300Mbit, not 299.99999999999994Mbit
+    return scaled if isinstance(value, (int, float)) else fmt(scaled)
 
 
 # ---------------------------------------------------------------- overrides

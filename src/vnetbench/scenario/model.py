@@ -406,6 +406,31 @@ class HostsSpec(Strict):
         return v
 
 
+class ScaleSpec(Strict):
+    """Rates written for one line rate, run at another: ``line_rate`` is the rate the scenario's bandwidths and
+    windows are written for (the study's), ``to`` the line rate this machine runs (a rate, or ``"measured"``:
+    the link emulator's capacity that ``doctor --fidelity`` stored for this machine, else ``fallback``). Below
+    the written rate, every bottleneck and link rate, every buffer given in bytes and every socket window and
+    literal offered rate is scaled by the same factor (scenario/load.py), so ratios, queueing delays and the
+    bandwidth-delay-product limits stay those of the study; above it, nothing changes."""
+
+    line_rate: Rate
+    to: str = Field(default="measured", description="a rate, or 'measured' (doctor --fidelity's capacity)")
+    fallback: Rate | None = Field(default=None, description="the line rate when nothing was measured on this "
+                                  "machine (default: the written line_rate)")
+
+    @field_validator("to")
+    @classmethod
+    def _to(cls, v: str) -> str:
+        if v == MEASURED:
+            return v
+        quantities.rate(v)  # a ValueError names the value
+        return v
+
+
+MEASURED = "measured"
+
+
 class Scenario(Strict):
     name: str = Field(min_length=1, max_length=80)
     description: str = ""
@@ -417,6 +442,8 @@ class Scenario(Strict):
                                         "several tools runs each tool in its own configurations")
     repeat: RepeatSpec = Field(default_factory=RepeatSpec)
     hosts: HostsSpec | None = Field(default=None, description="endpoints on real hosts (run --hosts INVENTORY)")
+    scale: ScaleSpec | None = Field(default=None, description="rates written for one line rate, run at this "
+                                    "machine's (applied when the file is read)")
 
     @field_validator("matrix")
     @classmethod
