@@ -69,10 +69,20 @@ def link_emulator_check() -> tuple[str, bool, str, str]:
     """The userspace link emulator: what `backend = "auto"` uses for delay, loss... without netem."""
     from vnetbench.impair.backend import find_binary, missing_binary_message
 
+    from vnetbench import units
+    from vnetbench.impair import capacity
+
     path = find_binary()
     if path is None:
         return "link emulator vnb-link", False, "not built", missing_binary_message()
-    return "link emulator vnb-link", True, f"{path} (userspace backend; `doctor --fidelity` measures it)", ""
+    measured, why_not = capacity.latest()
+    per_packet = measured.per_packet_bps if measured else None
+    if measured is not None and per_packet is not None:
+        said = (f"capacity {per_packet / 1e6:.0f} Mbit/s per packet, {measured.describe()}: scenarios with a "
+                f"[scale] table run at up to {units.format_rate(capacity.round_down(per_packet))}")
+    else:
+        said = why_not or "no per-packet capacity measured: `doctor --fidelity` measures it"
+    return "link emulator vnb-link", True, f"{path} (userspace backend); {said}", ""
 
 
 def report_bundle_check() -> tuple[str, bool, str, str]:
