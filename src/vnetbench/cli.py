@@ -90,10 +90,8 @@ def _doctor_fidelity() -> int:
             err.print(f"[yellow]the capacity was not stored ({escape(str(e))}): scenarios with [scale] "
                       "to = \"measured\" run at their fallback rate[/]")
         else:
-            measured, _ = capacity.latest()
-            per_packet = measured.per_packet_bps if measured else None
-            line = (f"a line rate of at most {units.format_rate(capacity.round_down(per_packet))}"
-                    if per_packet else "their fallback rate")
+            rate, _ = capacity.line_rate()
+            line = f"a line rate of at most {units.format_rate(rate)}" if rate else "their fallback rate"
             out.print(f"capacity stored in {escape(str(where))}: scenarios that scale to it (static-congestion) "
                       f"run at {line}")
     return 0 if passed == total else 1

@@ -75,13 +75,8 @@ def link_emulator_check() -> tuple[str, bool, str, str]:
     path = find_binary()
     if path is None:
         return "link emulator vnb-link", False, "not built", missing_binary_message()
-    measured, why_not = capacity.latest()
-    per_packet = measured.per_packet_bps if measured else None
-    if measured is not None and per_packet is not None:
-        said = (f"capacity {per_packet / 1e6:.0f} Mbit/s per packet, {measured.describe()}: scenarios with a "
-                f"[scale] table run at up to {units.format_rate(capacity.round_down(per_packet))}")
-    else:
-        said = why_not or "no per-packet capacity measured: `doctor --fidelity` measures it"
+    rate, origin = capacity.line_rate()
+    said = origin if rate is None else f"{origin}: scenarios with a [scale] table run at up to {units.format_rate(rate)}"
     return "link emulator vnb-link", True, f"{path} (userspace backend); {said}", ""
 
 

@@ -134,6 +134,17 @@ def latest() -> tuple[Measured | None, str]:
                   "`sudo vnetbench doctor --fidelity` measures this one")
 
 
+def line_rate() -> tuple[float | None, str]:
+    """The line rate this machine's stored measurement allows (its per-packet capacity read down to two digits)
+    and where it comes from, for people; or None and why there is none."""
+    measured, why_not = latest()
+    per_packet = measured.per_packet_bps if measured else None
+    if measured is None or per_packet is None:
+        return None, why_not or f"the measurement in {state_file()} has no per-packet capacity"
+    return round_down(per_packet), (f"vnb-link's capacity on this machine is {per_packet / 1e6:.0f} Mbit/s with "
+                                    f"one TCP flow, offloads off and 10 ms each way, {measured.describe()}")
+
+
 def round_down(bps: float, digits: int = 2) -> float:
     """A rate people can read and that does not move with every measurement's noise: 2461 Mbit/s -> 2.4 Gbit/s."""
     if bps <= 0:

@@ -187,15 +187,12 @@ def apply_scale(raw: dict[str, Any], source: str) -> tuple[str | None, str | Non
     written = spec.line_rate
     pinned = None
     if spec.to == MEASURED:
-        measured, why_not = capacity.latest()
-        per_packet = measured.per_packet_bps if measured else None
-        if measured is not None and per_packet is not None:
-            target = min(written, capacity.round_down(per_packet))
-            origin = (f"vnb-link's capacity on this machine is {per_packet / 1e6:.0f} Mbit/s with one TCP flow, "
-                      f"offloads off and 10 ms each way, {measured.describe()}")
+        measured, origin = capacity.line_rate()
+        if measured is not None:
+            target = min(written, measured)
         else:
             target = spec.fallback or written
-            origin = f"the scenario's fallback, because {why_not or 'the measurement has no per-packet capacity'}"
+            origin = f"the scenario's fallback, because {origin}"
         pinned = f"scale.to={units.format_rate(target)}"
         raw["scale"]["to"] = units.format_rate(target)
     else:
