@@ -260,7 +260,7 @@ def test_dynamic_congestion_series_follow_the_alternating_rate(tmp_path):
     db = tmp_path / "r.db"
     proc = cli("run", "dynamic-congestion", "--db", str(db), "--no-progress", "--set", "duration=10s",
                "--set", "bottleneck_schedule=100Mbit/2s 20Mbit/2s", "--set", "congestion_controls=[cubic]",
-               "--set", "repetitions=1", "--set", 'workload.stream.flows=[{start="0s"}, {start="2s", duration="4.5s"}]',
+               "--set", "repetitions=1", "--set", 'workload.stream.flows=[{start="0s"}, {start="2.5s", duration="4s"}]',
                timeout=300)
     run_id = run_id_of(proc)
     store = Store(db)
@@ -288,7 +288,7 @@ def test_dynamic_congestion_series_follow_the_alternating_rate(tmp_path):
     assert state["backend"] == "userspace" and "repeat: rate 100Mbit for 2s; rate 20Mbit for 2s" in state["schedule"]
     names = {s.name.split("/")[0] for s in store.series(trial["id"])}
     assert {"ss.cwnd_segments", "ss.srtt_ms", "ss.delivery_rate_mbps", "ss.retrans", "rtt_ms"} <= names
-    # The second flow ended at 7.5 s (2 s start + 1 s omit + 4.5 s); from 8.5 s on, mid-way through a 100 Mbit/s
+    # The second flow ended at 7.5 s (2.5 s start + 1 s omit + 4 s); from 8.5 s on, mid-way through a 100 Mbit/s
     # phase, the first flow alone keeps the queue standing (seed 001, figure 4.8): after a back-off CUBIC's window
     # stays above the BDP, so ping's 5th percentile stays above the 5 ms base. The window starts half a second
     # after the 20 -> 100 Mbit/s step on purpose: the 100 -> 20 step two seconds earlier costs CUBIC a train of
