@@ -133,9 +133,8 @@ def unsplice(s: Splice) -> None:
 # segments it sends, up to their arrival at the emulator's socket. On a two-core machine that leaves the hosts'
 # core a quarter idle while the emulator's core is saturated. RPS on the end that receives the reverse direction
 # hands its share to the hosts' cores, and the two cores split the per-packet work. Measured in the bridged
-# fidelity lab, offloads off, 10 ms each way, 5 s per row (emulator/README.md, Capacity): without steering
-# 2469-2560 Mbit/s for one flow and 1554-1689 for eight; with the reverse end steered 3495-3751 and 3080-3417;
-# with both ends steered the hosts' core saturates instead (2675-3962 and 2877-3127).
+# fidelity lab, offloads off, 10 ms each way (emulator/README.md, Capacity): 2.4-2.9 -> 3.5-3.7 Gbit/s for one
+# flow, 1.4-1.6 -> 3.3-3.9 for eight. With both ends steered the hosts' core saturates instead.
 
 def rps_mask(cpus: Iterable[int]) -> str:
     """`cpus` as the kernel's cpumask text: hex words of 32 CPUs, highest first, comma-separated."""
