@@ -187,9 +187,9 @@ def apply_scale(raw: dict[str, Any], source: str) -> tuple[str | None, str | Non
     written = spec.line_rate
     pinned = None
     if spec.to == MEASURED:
-        measured, origin = capacity.line_rate()
-        if measured is not None:
-            target = min(written, measured)
+        allowed, origin = capacity.line_rate()
+        if allowed is not None:
+            target = min(written, allowed)
         else:
             target = spec.fallback or written
             origin = f"the scenario's fallback, because {origin}"
