@@ -11,6 +11,7 @@ at most rate x 1448/1514 of TCP payload; TCP cannot exceed window / RTT
 (seed 001, equation 4.4).
 """
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -79,6 +80,41 @@ def test_offloaded_frames_count_as_their_segments(lab):
     assert goodput >= 0.9 * 100e6 * F.TCP_EFFICIENCY and goodput <= 100e6 * F.TCP_EFFICIENCY * 1.01
     full_ms, packet_ms = 1000 * 1514 * 8 / 100e6 * 1e3, 1514 * 8 / 100e6 * 1e3
     assert full_ms / 2 <= forward["max_queue_delay_us"] / 1e3 <= full_ms + packet_ms, forward
+
+
+def _received_rps() -> list[int]:
+    """Per CPU, how many times other cores handed it receive work (RPS): /proc/net/softnet_stat's 10th column."""
+    return [int(line.split()[9], 16) for line in open("/proc/net/softnet_stat")]
+
+
+def test_the_hosts_cores_take_the_reverse_directions_receive(lab):
+    """The end the emulator's reverse direction arrives at (the switch end of the receiver's link: the ACKs on
+    their way to the sender) hands its receive to the hosts' core (RPS), so the sender's TCP and the next segments
+    it sends run there, not on the emulator's core; the other end does not. The kernel counts each hand-off on the
+    core that takes it. Taken off the link, the steering goes with the switch end and the host end is as before."""
+    from vnetbench.lab.splice import read_rps, reverse_end
+
+    if lab.emu_cpu is None:
+        pytest.skip("one core: the emulator shares it with the hosts, nothing to steer")
+    hosts = [c for c in sorted(os.sched_getaffinity(0)) if c != lab.emu_cpu]
+    lab.set_offload(False)
+    backend = lab.use("userspace", LinkSpec.model_validate({"both": {"delay": "1ms"}}))
+    splice = backend.splice
+    assert reverse_end(splice) is splice.switch_end  # the receiver's link: the reverse direction goes to the switch
+    mask = int(read_rps(splice.switch_end).replace(",", ""), 16)
+    assert mask == sum(1 << c for c in hosts) and int(read_rps(splice.host_end).replace(",", ""), 16) == 0
+    assert backend.record()["receive_cpus"] == backend.receive_steering and backend.receive_steering
+    before = _received_rps()
+    goodput = lab.tcp(2)
+    handed = [after - b for after, b in zip(_received_rps(), before)]
+    # Thousands of ACKs per second arrive at the switch end; the emulator sends them in batches of up to 64, and
+    # each batch hands its ACKs over with at least one hand-off: far more than 100 in 2 s at any goodput above
+    # 100 Mbit/s (4 ACKs per ms at one ACK per two 1448-byte segments).
+    assert goodput > 100e6 and sum(handed[c] for c in hosts) > 100, (goodput, handed)
+    assert handed[lab.emu_cpu] <= sum(handed[c] for c in hosts) / 10, handed
+    lab.use("tbf", LinkSpec())
+    assert int(read_rps(lab.link.host_end).replace(",", ""), 16) == 0
+    lab.set_offload(True)
 
 
 def test_queue_delay_is_buffer_over_rate_and_no_early_drop(lab):

@@ -224,3 +224,38 @@ def test_the_scenario_accepts_exactly_the_registered_backends():
     from vnetbench.impair.model import BACKENDS
 
     assert set(BACKENDS) == {"auto", *B.REGISTRY}  # `backends` imported every backend module
+
+
+def test_receive_steering_masks_and_the_end_that_gets_the_reverse_direction():
+    """RPS masks as the kernel writes them (32-CPU hex words, highest first), and the steered end: what the
+    emulator sends out of `a`, i.e. the host end of a sender's link (its ACKs arrive there) and the switch end
+    of the receiver's link."""
+    from types import SimpleNamespace
+
+    from vnetbench.lab.splice import Splice, reverse_end, rps_mask
+
+    assert rps_mask([0]) == "00000001" and rps_mask([0, 1, 3]) == "0000000b"
+    assert rps_mask([1, 33]) == "00000002,00000002" and rps_mask([64]) == "00000001,00000000,00000000"
+    host, switch = SimpleNamespace(name="eth0"), SimpleNamespace(name="s1")
+    sender_link = Splice(middle=None, switch_end=switch, host_end=host, moved_name="a", original_name="s1")
+    receiver_link = Splice(middle=None, switch_end=switch, host_end=host, moved_name="b", original_name="s1")
+    assert reverse_end(sender_link) is host and reverse_end(receiver_link) is switch
+
+
+def test_hosts_receive_on_the_cores_no_emulator_spins(tmp_path, monkeypatch):
+    """Emulators get the last cores; the hosts' receive steering gets the rest, and nothing when the machine had
+    no core to spare for the emulator (it then shares the hosts' and steering would only move work around)."""
+    from types import SimpleNamespace
+
+    from vnetbench.impair import links as L
+
+    lab = SimpleNamespace(hosts={n: SimpleNamespace(name=n, cpu=None) for n in ("r", "s1")}, groups={})
+    monkeypatch.setattr(L.os, "sched_getaffinity", lambda _pid: {0, 1, 2, 3})
+    manager = L.LinkManager(lab, registry=None, workdir=tmp_path, run_prefix="vnb-x")
+    manager._place_emulators(["bottleneck", "access1"])
+    assert sorted(manager.emulator_cpus.values()) == [2, 3]
+    assert manager._host_cpus("bottleneck") == (0, 1) and manager._host_cpus("access1") == (0, 1)
+    monkeypatch.setattr(L.os, "sched_getaffinity", lambda _pid: {0})
+    single = L.LinkManager(lab, registry=None, workdir=tmp_path, run_prefix="vnb-y")
+    single._place_emulators(["bottleneck"])
+    assert single.emulator_cpus["bottleneck"] is None and single._host_cpus("bottleneck") == ()

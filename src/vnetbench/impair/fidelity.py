@@ -132,7 +132,9 @@ class FidelityLab:
             if name == "userspace":
                 from vnetbench.impair.userspace import UserspaceBackend, UserspaceContext
 
-                ctx = UserspaceContext(self.registry, self.workdir, f"{self.prefix}-emu", self.emu_cpu)
+                hosts = tuple(c for c in sorted(os.sched_getaffinity(0)) if c != self.emu_cpu)
+                ctx = UserspaceContext(self.registry, self.workdir, f"{self.prefix}-emu", self.emu_cpu,
+                                       receive_cpus=hosts if self.emu_cpu is not None else ())
                 backend = UserspaceBackend(self.link, context=ctx)
             else:
                 backend = B.backend_class(name)(self.link, shaper="tbf")

@@ -168,6 +168,13 @@ class LinkManager:
                 host.cpu = rest[i % len(rest)]
                 self.repinned = True
 
+    def _host_cpus(self, name: str) -> tuple[int, ...]:
+        """The cores that are no emulator's, when link `name`'s emulator has a core of its own."""
+        if self.emulator_cpus.get(name) is None:
+            return ()
+        taken = {c for c in self.emulator_cpus.values() if c is not None}
+        return tuple(c for c in sorted(os.sched_getaffinity(0)) if c not in taken)
+
     # -------------------------------------------------------------- applying
 
     def apply(self, config: Any, receiver: str = "r", senders: list[str] | None = None) -> dict[str, Any]:
@@ -232,7 +239,7 @@ class LinkManager:
 
             self._place_emulators([name])
             ctx = UserspaceContext(self.registry, self.workdir, f"{self.run_prefix}-e{host}"[:60],
-                                   self.emulator_cpus.get(name))
+                                   self.emulator_cpus.get(name), receive_cpus=self._host_cpus(name))
             backend = cls(link, self._mtu(host), shaper, context=ctx)
         else:
             backend = cls(link, self._mtu(host), wanted_shaper)

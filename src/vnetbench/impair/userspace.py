@@ -333,6 +333,9 @@ class UserspaceContext:
     middle_name: str
     cpu: int | None
     nice: int = NICE
+    # Where the hosts' stacks process what the emulator delivers (splice.steer_receive): the cores that are not
+    # an emulator's. Empty: where the kernel puts it (the emulator's core, when it is not pinned to one).
+    receive_cpus: tuple[int, ...] = ()
 
 
 # The emulator is the reference: it expresses every condition a LinkSpec can ask for.
@@ -350,9 +353,10 @@ class UserspaceBackend(Backend):
         self.middle = None
         self.emulator: Emulator | None = None
         self.spec: LinkSpec | None = None
+        self.receive_steering: str | None = None  # the hosts' receive on these CPUs (RPS mask), if steered
 
     def install(self) -> None:
-        from vnetbench.lab.splice import middle_namespace, splice
+        from vnetbench.lab.splice import middle_namespace, splice, steer_receive
 
         if self.splice is not None:
             return
@@ -360,6 +364,7 @@ class UserspaceBackend(Backend):
             self.middle = middle_namespace(self.ctx.middle_name, self.ctx.registry)
         self.splice = splice(self.link.switch_end, self.link.host_end, self.middle, self.ctx.registry,
                              host_upstream=self.link.host_upstream)
+        self.receive_steering = steer_receive(self.splice, self.ctx.receive_cpus) if self.ctx.receive_cpus else None
         if self.emulator is None:
             self.emulator = Emulator(self.ctx.middle_name, self.ctx.workdir / f"emu-{self.link.name}",
                                      self.ctx.registry, cpu=self.ctx.cpu, nice=self.ctx.nice, tag=self.link.name)
@@ -382,7 +387,7 @@ class UserspaceBackend(Backend):
     def record(self) -> dict:
         emu = self.emulator
         return {"backend": "userspace", "binary": emu.binary, "namespace": emu.ns, "cpu": emu.cpu,
-                "nice": emu.nice, "autogroup_nice": emu.autogroup_nice,
+                "nice": emu.nice, "autogroup_nice": emu.autogroup_nice, "receive_cpus": self.receive_steering,
                 "applied": {"forward": None, "reverse": None, **_directions(emu.applied())},
                 "schedule": self.spec.schedule.describe() if self.spec and self.spec.schedule else None}
 
