@@ -133,8 +133,9 @@ def unsplice(s: Splice) -> None:
 # segments it sends, up to their arrival at the emulator's socket. On a two-core machine that leaves the hosts'
 # core a quarter idle while the emulator's core is saturated. RPS on the end that receives the reverse direction
 # hands its share to the hosts' cores, and the two cores split the per-packet work. Measured in the bridged
-# fidelity lab, offloads off, 10 ms each way (emulator/README.md, Capacity): 2.4-2.9 -> 3.5-3.7 Gbit/s for one
-# flow, 1.4-1.6 -> 3.3-3.9 for eight. With both ends steered the hosts' core saturates instead.
+# fidelity lab, offloads off, 10 ms each way (emulator/README.md, Capacity): 2.4-2.9 -> 2.5-3.7 Gbit/s for one
+# flow (it varies from run to run), 1.4-1.6 -> 3.1-3.9 for eight. With both ends steered the hosts' core
+# saturates instead.
 
 def rps_mask(cpus: Iterable[int]) -> str:
     """`cpus` as the kernel's cpumask text: hex words of 32 CPUs, highest first, comma-separated."""
