@@ -100,6 +100,7 @@ class FidelityLab:
         self.link = lab_link(self.lab, "bottleneck")
         cpus = sorted(os.sched_getaffinity(0))
         self.emu_cpu = cpus[-1] if len(cpus) > 1 else None
+        self.host_cpus = tuple(cpus[:-1]) if self.emu_cpu is not None else ()  # where the hosts' receive goes
         for h in (self.s1, self.r):  # the emulator's core is its own, for every backend alike
             h.cpu = cpus[0]
         self.backends: dict[str, B.Backend] = {}
@@ -132,9 +133,8 @@ class FidelityLab:
             if name == "userspace":
                 from vnetbench.impair.userspace import UserspaceBackend, UserspaceContext
 
-                hosts = tuple(c for c in sorted(os.sched_getaffinity(0)) if c != self.emu_cpu)
                 ctx = UserspaceContext(self.registry, self.workdir, f"{self.prefix}-emu", self.emu_cpu,
-                                       receive_cpus=hosts if self.emu_cpu is not None else ())
+                                       receive_cpus=self.host_cpus)
                 backend = UserspaceBackend(self.link, context=ctx)
             else:
                 backend = B.backend_class(name)(self.link, shaper="tbf")

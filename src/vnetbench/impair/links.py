@@ -127,6 +127,7 @@ class LinkManager:
     auto: dict[str, str] = field(default_factory=dict)  # run-wide choice for links left on auto
     backends: dict[str, B.Backend] = field(default_factory=dict)
     emulator_cpus: dict[str, int | None] = field(default_factory=dict)
+    host_cpus: tuple[int, ...] = ()  # the cores no emulator spins on: the hosts' (set with emulator_cpus)
     repinned: bool = False
     _current: dict[str, LinkSpec] = field(default_factory=dict)  # host -> spec applied on its link
     _records: dict[str, dict] = field(default_factory=dict)  # host -> what apply() returned
@@ -162,7 +163,8 @@ class LinkManager:
             self.emulator_cpus[name] = cpu
             if cpu is not None:
                 taken.add(cpu)
-        rest = [c for c in cpus if c not in taken] or cpus
+        self.host_cpus = tuple(c for c in cpus if c not in taken)
+        rest = list(self.host_cpus) or cpus
         for i, host in enumerate(sorted(self.lab.hosts.values(), key=lambda h: h.name)):
             if host.cpu is not None and host.cpu in taken:
                 host.cpu = rest[i % len(rest)]
@@ -170,10 +172,7 @@ class LinkManager:
 
     def _host_cpus(self, name: str) -> tuple[int, ...]:
         """The cores that are no emulator's, when link `name`'s emulator has a core of its own."""
-        if self.emulator_cpus.get(name) is None:
-            return ()
-        taken = {c for c in self.emulator_cpus.values() if c is not None}
-        return tuple(c for c in sorted(os.sched_getaffinity(0)) if c not in taken)
+        return self.host_cpus if self.emulator_cpus.get(name) is not None else ()
 
     # -------------------------------------------------------------- applying
 
