@@ -325,18 +325,25 @@ def test_dynamic_congestion_series_follow_the_alternating_rate(tmp_path):
     names = {s.name.split("/")[0] for s in store.series(trial["id"])}
     assert {"ss.cwnd_segments", "ss.srtt_ms", "ss.delivery_rate_mbps", "ss.retrans", "rtt_ms"} <= names
     # The second flow ended at 7.5 s (2.5 s start + 1 s omit + 4 s); from 8.5 s on, mid-way through a 100 Mbit/s
-    # phase, the first flow alone keeps the queue standing (seed 001, figure 4.8): after a back-off CUBIC's window
-    # stays above the BDP, so ping's 5th percentile stays above the 5 ms base. The window starts half a second
-    # after the 20 -> 100 Mbit/s step on purpose: the 100 -> 20 step two seconds earlier costs CUBIC a train of
-    # losses, and in the first ~0.1 s after the step up the queue is often empty (ping at base RTT in 9 of 10
-    # runs with a core kept busy; a CI run whose window began at the step measured 0.36 ms). From 8.5 s on, the
-    # same 10 runs left 4.3-6.8 ms. The bound is that the queue never drained: at least 0.4 ms, three full
-    # frames at 100 Mbit/s (0.12 ms each) above the emulator's own ~0.05 ms per packet; and no more than TCP's
-    # own smoothed RTT floor over the same seconds (ss -ti, an independent instrument on the same queue) less
-    # the base: ping's 5th percentile cannot sit above the sender's smoothed floor (it sat 1.5-2.6 ms below).
+    # phase, the first flow alone keeps the queue standing (seed 001, figure 4.8). The window starts half a second
+    # after the 20 -> 100 Mbit/s step on purpose: in the first ~0.1 s after the step up the queue is often empty.
+    # queue.standing_ms is ping's 5th percentile over that window less the 5 ms base: recomputed here from the
+    # stored RTT series, which checks where the window starts on the trial's clock and which base it takes.
     (standing,) = store.values(run_id)[store.configurations(run_id)[0]["key"]]["queue.standing_ms"]
+    ping_rtt = _series(store, trial["id"], "rtt_ms")[0]
+    queue = ping_rtt.v[ping_rtt.t >= 8.5] - 5.0
+    assert standing == pytest.approx(max(0.0, float(np.percentile(queue, 5))), abs=1e-6)
+    # The standing queue, seed 001's claim: CUBIC's window stays above the BDP (43 segments at 100 Mbit/s and 5 ms;
+    # its least from 8.5 s on was 79-131 segments in 22 runs with a core kept busy), so the queue's median is at
+    # least the ~4 ms the excess takes at 100 Mbit/s (0.116 ms a segment): 6.9-10.6 ms in those runs, 2 ms the
+    # bound. Not the 5th percentile: that is the trough between the sender's bursts, which empties now
+    # and then (2.6-6.9 ms in the same runs; one CI run measured 0.39 ms while ss's smoothed RTT never fell below
+    # 4.7 ms of queue). At most the buffer: 250 kB drain in 20 ms. And no more than TCP's own smoothed RTT floor
+    # over the same seconds (ss -ti, an independent instrument on the same queue) less the base, plus 1 ms:
+    # ping's 5th percentile sat 1.4-3.3 ms below it.
+    assert 2.0 <= float(np.median(queue)) <= 20.5, np.median(queue)
     srtt_floor = float(np.percentile(srtt.v[srtt.t >= 8.5], 5)) - 5.0
-    assert 0.4 <= standing <= srtt_floor + 1.0, (standing, srtt_floor)
+    assert standing <= srtt_floor + 1.0, (standing, srtt_floor)
     assert not leftovers(f"vnb-{run_id[:6]}-")
 
 
