@@ -183,6 +183,11 @@ class Backend:
         """Kernel qdiscs on the link's interfaces, as the kernel reports them."""
         return []
 
+    def endpoints_offload(self, on: bool) -> bool:
+        """The endpoints' offloads are now on (or off): a backend whose own settings depend on that adjusts
+        them. Whether anything changed (what apply() returned is then out of date)."""
+        return False
+
     # trials --------------------------------------------------------------
     def start_trial(self, spec: LinkSpec, seconds: float) -> None:
         """Called right before a trial's flows start (schedules count from here)."""

@@ -109,6 +109,7 @@ class FidelityLab:
                                           self.workdir / "srv.err")
         self._quiet = False
         self._offload: OffloadControl | None = None
+        self._offload_on: bool | None = None  # as set_offload last set them (None: the devices' defaults)
         time.sleep(0.2)
 
     def __enter__(self) -> "FidelityLab":
@@ -144,6 +145,8 @@ class FidelityLab:
             self.current.uninstall()
         self.current = backend
         backend.install()
+        if self._offload_on is not None:
+            backend.endpoints_offload(self._offload_on)
         backend.apply(spec)
         if self._quiet:
             self._static_neighbours()
@@ -169,6 +172,9 @@ class FidelityLab:
         if self._offload is None:
             self._offload = OffloadControl([self.s1.iface, self.r.iface])
         self._offload.set(on)
+        self._offload_on = on
+        if self.current is not None:
+            self.current.endpoints_offload(on)  # the emulator steers the hosts' receive only with them off
 
     def quiet(self) -> None:
         """Only our datagrams cross the link: IPv6 off on both hosts, permanent ARP entries

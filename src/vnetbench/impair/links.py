@@ -193,6 +193,8 @@ class LinkManager:
             backend_name = self._name_of(name, spec, lab_spec)
             backend = self._backend(name, host, backend_name, lab_spec.qdisc)
             cached = self._records.get(host)
+            if backend.endpoints_offload(lab_spec.offload == "on"):  # the emulator's receive steering
+                cached = None
             if cached is None or self._current.get(host) != spec or not backend.healthy():
                 cached = backend.apply(spec)
                 self._current[host] = spec

@@ -354,9 +354,10 @@ class UserspaceBackend(Backend):
         self.emulator: Emulator | None = None
         self.spec: LinkSpec | None = None
         self.receive_steering: str | None = None  # the hosts' receive on these CPUs (RPS mask), if steered
+        self.offload_on: bool | None = None  # the endpoints' offloads, as last said (None: their defaults)
 
     def install(self) -> None:
-        from vnetbench.lab.splice import middle_namespace, splice, steer_receive
+        from vnetbench.lab.splice import middle_namespace, splice
 
         if self.splice is not None:
             return
@@ -364,7 +365,7 @@ class UserspaceBackend(Backend):
             self.middle = middle_namespace(self.ctx.middle_name, self.ctx.registry)
         self.splice = splice(self.link.switch_end, self.link.host_end, self.middle, self.ctx.registry,
                              host_upstream=self.link.host_upstream)
-        self.receive_steering = steer_receive(self.splice, self.ctx.receive_cpus) if self.ctx.receive_cpus else None
+        self._steer()
         if self.emulator is None:
             self.emulator = Emulator(self.ctx.middle_name, self.ctx.workdir / f"emu-{self.link.name}",
                                      self.ctx.registry, cpu=self.ctx.cpu, nice=self.ctx.nice, tag=self.link.name)
@@ -375,8 +376,30 @@ class UserspaceBackend(Backend):
         if self.emulator is not None:
             self.emulator.stop()
         if self.splice is not None:
-            unsplice(self.splice)
+            unsplice(self.splice)  # the switch end goes, and the host end's steering is put back
             self.splice = None
+            self.receive_steering = None
+
+    def endpoints_offload(self, on: bool) -> bool:
+        self.offload_on = on
+        if self.splice is None:
+            return False  # install() steers as they are
+        before = self.receive_steering
+        self._steer()
+        return self.receive_steering != before
+
+    def _steer(self) -> None:
+        """The hosts' receive of the reverse direction on their own cores (splice.steer_receive) while the
+        endpoints' offloads are off; where the kernel puts it while they are on (or at their devices' defaults,
+        never said), when the hand-off costs more than it saves (emulator/README.md, Capacity)."""
+        from vnetbench.lab.splice import steer_receive, unsteer_receive
+
+        wanted = bool(self.ctx.receive_cpus) and self.offload_on is False
+        if wanted and self.receive_steering is None:
+            self.receive_steering = steer_receive(self.splice, self.ctx.receive_cpus)
+        elif not wanted and self.receive_steering is not None:
+            unsteer_receive(self.splice)
+            self.receive_steering = None
 
     def apply(self, spec: LinkSpec) -> dict:
         self.install()

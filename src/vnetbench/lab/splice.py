@@ -52,6 +52,7 @@ class Splice:
     original_name: str
     host_features: dict[str, bool] = field(default_factory=dict)  # KERNEL_SEGMENTS before, to put back
     host_rps: str | None = None  # the host end's receive steering (rps_cpus) before steer_receive, to put back
+    reverse_rps: str | None = None  # the reverse direction's end's, before steer_receive (unsteer_receive's)
 
     @property
     def a(self) -> Interface:
@@ -135,7 +136,8 @@ def unsplice(s: Splice) -> None:
 # hands its share to the hosts' cores, and the two cores split the per-packet work. Measured in the bridged
 # fidelity lab, offloads off, 10 ms each way (emulator/README.md, Capacity): 2.4-2.9 -> 2.5-3.7 Gbit/s for one
 # flow (it varies from run to run), 1.4-1.6 -> 3.1-3.9 for eight. With both ends steered the hosts' core
-# saturates instead.
+# saturates instead. With the endpoints' offloads on, the ACKs of 64 KB frames are few and the hand-off is
+# overhead (8 flows: 11.8-12.5 -> 7.9-8.4 Gbit/s): the userspace backend steers only while they are off.
 
 def rps_mask(cpus: Iterable[int]) -> str:
     """`cpus` as the kernel's cpumask text: hex words of 32 CPUs, highest first, comma-separated."""
@@ -187,8 +189,16 @@ def steer_receive(s: Splice, cpus: Iterable[int]) -> str | None:
     before = read_rps(end)
     if before is None:
         return None
+    if s.reverse_rps is None:
+        s.reverse_rps = before
     if end is s.host_end and s.host_rps is None:
         s.host_rps = before  # the switch end is made by splice and goes with unsplice: nothing to put back
     mask = rps_mask(cpus)
     _write_rps(end, mask)
     return mask
+
+
+def unsteer_receive(s: Splice) -> None:
+    """The reverse direction's arrivals back where the kernel puts them (the mask before steer_receive)."""
+    if s.reverse_rps is not None:
+        _write_rps(reverse_end(s), s.reverse_rps)
