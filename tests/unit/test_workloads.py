@@ -403,3 +403,23 @@ def test_optional_workloads_are_off_until_enabled():
 def test_every_builtin_expands():
     for name in L.builtin_names():
         assert expand(L.load(name)), name
+
+
+def test_a_metric_without_a_value_is_named_not_stored_as_a_number():
+    """NaN is no sample (the store's values are numbers, and a NULL there lost a whole run): a loss ratio of
+    no packets is named among the trial's undefined metrics instead, and extend() carries the names along."""
+    from vnetbench.workloads import iperf3 as I3
+    from vnetbench.workloads.base import Measurement
+
+    flow = I3.FlowResult(proto="udp", sent_bps=0.0, received_bps=0.0, sent_bytes=0.0, received_bytes=0.0,
+                         sent_packets=0, received_packets=0, lost_packets=0, jitter_ms=0.0, retransmits=None,
+                         congestion_control=None, rx_t=np.array([]), rx_mbps=np.array([]), tx_t=np.array([]),
+                         tx_mbps=np.array([]), cwnd_bytes=None, srtt_ms=None)
+    m = I3.measure({"s1": flow, "s2": flow}, offered_bps=None)
+    names = {s.metric for s in m.samples}
+    assert "udp.loss_ratio" not in names and "flows.jain_fairness" not in names and "udp.sent_packets" in names
+    assert sorted(m.undefined) == ["flows.jain_fairness", "udp.loss_ratio"]
+    total = Measurement()
+    total.add("throughput.rx_mbps", float("inf"))
+    total.extend(m)
+    assert total.samples == m.samples and total.undefined == ["throughput.rx_mbps", *m.undefined]

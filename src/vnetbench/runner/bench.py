@@ -350,6 +350,8 @@ class DumbbellBench:
                     measurement.add("start.spread_ms", spread_ms)
             except ToolFailed as e:
                 status, reason = "failed", _with_what_failed_said(str(e), runs)
+        if measurement.undefined:
+            raw["undefined_metrics"] = sorted(set(measurement.undefined))
         shutil.rmtree(tmp, ignore_errors=True)
         if status != "ok":
             # A client that died mid-test can leave its server waiting; start clean.

@@ -21,6 +21,7 @@ ping probes the queue an iperf3 stream builds).
 
 from __future__ import annotations
 
+import math
 import shutil
 import subprocess
 from contextlib import contextmanager
@@ -102,10 +103,17 @@ class Measurement:
 
     samples: list[SampleRecord] = field(default_factory=list)
     series: list[SeriesRecord] = field(default_factory=list)
+    # Metrics this trial has no value of (NaN: a loss ratio of no packets, the fairness of flows that all carried
+    # nothing): not samples, which are numbers, but named in the trial's record.
+    undefined: list[str] = field(default_factory=list)
 
     def add(self, name: str, value: float) -> None:
         m = metric(name)
-        self.samples.append(SampleRecord(name, float(value), m.unit, m.direction))
+        value = float(value)
+        if not math.isfinite(value):
+            self.undefined.append(name)
+            return
+        self.samples.append(SampleRecord(name, value, m.unit, m.direction))
 
     def add_series(self, name: str, unit: str, t: Any, v: Any) -> None:
         self.series.append(SeriesRecord(name, unit, np.asarray(t, dtype=float), np.asarray(v, dtype=float)))
@@ -113,6 +121,7 @@ class Measurement:
     def extend(self, other: "Measurement") -> None:
         self.samples.extend(other.samples)
         self.series.extend(other.series)
+        self.undefined.extend(other.undefined)
 
 
 class ToolFailed(Exception):
