@@ -355,79 +355,64 @@ def test_dynamic_congestion_series_follow_the_alternating_rate(tmp_path):
     assert not leftovers(f"vnb-{run_id[:6]}-")
 
 
-def test_an_offload_sweep_steers_the_hosts_receive_only_with_offloads_off(tmp_path):
-    """A run that sweeps `offload` through the emulator: each configuration's record says where the hosts'
-    receive of the reverse direction went, their own cores with offloads off, the kernel's choice with them on
-    (interleaved: off, on, off, on, so the steering comes and goes between trials), at the same 50 Mbit/s."""
-    cpus = sorted(os.sched_getaffinity(0))
-    if len(cpus) < 2:
-        pytest.skip("one core: the emulator shares it with the hosts, nothing to steer")
-    scenario = tmp_path / "offloads.toml"
+def _sweep_at_50mbit(tmp_path, matrix: str, lab: str = "") -> tuple[Store, str, list[dict]]:
+    """A run over `matrix` (a TOML line) through a 50 Mbit/s bottleneck with a 100 kB buffer, two 2 s trials per
+    configuration, interleaved: every trial ok, every configuration at the same rate (whatever realises it and
+    however often the link changes between trials), and nothing left behind."""
+    scenario = tmp_path / "sweep.toml"
     scenario.write_text(textwrap.dedent("""
-        name = "offload-sweep"
+        name = "sweep"
         [lab]
         senders = 1
         bottleneck = "50Mbit"
         buffer = "100kB"
-        backend = "userspace"
+        {lab}
         [matrix]
-        offload = ["off", "on"]
+        {matrix}
         [workload.stream]
         tool = "iperf3"
         duration = "2s"
         omit = "0s"
         [repeat]
         repetitions = 2
-        order = "interleaved"
         warmup = false
-    """))
+    """).format(lab=lab, matrix=matrix))
     db = tmp_path / "r.db"
     run_id = run_id_of(cli("run", str(scenario), "--db", str(db), "--no-progress", timeout=300))
     store = Store(db)
     trials = store.trials(run_id)
-    assert len(trials) == 4 and all(t["status"] == "ok" for t in trials), [t["reason"] for t in trials]
-    from vnetbench.lab.splice import rps_mask
-
-    hosts_mask = rps_mask(cpus[:-1])  # every core but the emulator's (the last)
-    for c in store.configurations(run_id):
-        steered = c["lab_state"]["links"]["bottleneck"]["receive_cpus"]
-        assert steered == (hosts_mask if c["labels"]["offload"] == "off" else None), (c["labels"], steered)
+    configs = store.configurations(run_id)
+    assert len(trials) == 2 * len(configs) and all(t["status"] == "ok" for t in trials), [t["reason"] for t in trials]
+    for c in configs:
         rx = float(np.median(store.values(run_id)[c["key"]]["throughput.rx_mbps"]))
         assert 0.85 * 50 * 1448 / 1514 <= rx <= 50 * 1.02, (c["labels"], rx)
     assert not leftovers(f"vnb-{run_id[:6]}-")
+    return store, run_id, configs
+
+
+def test_an_offload_sweep_steers_the_hosts_receive_only_with_offloads_off(tmp_path):
+    """A run that sweeps `offload` through the emulator: each configuration's record says where the hosts'
+    receive of the reverse direction went, their own cores with offloads off, the kernel's choice with them on
+    (interleaved: off, on, off, on, so the steering comes and goes between trials)."""
+    from vnetbench.lab.splice import rps_mask
+
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        pytest.skip("one core: the emulator shares it with the hosts, nothing to steer")
+    _, _, configs = _sweep_at_50mbit(tmp_path, 'offload = ["off", "on"]', lab='backend = "userspace"')
+    hosts_mask = rps_mask(cpus[:-1])  # every core but the emulator's (the last)
+    for c in configs:
+        steered = c["lab_state"]["links"]["bottleneck"]["receive_cpus"]
+        assert steered == (hosts_mask if c["labels"]["offload"] == "off" else None), (c["labels"], steered)
 
 
 def test_a_sweep_over_backends_moves_the_link_between_them(tmp_path):
-    scenario = tmp_path / "backends.toml"
-    scenario.write_text(textwrap.dedent("""
-        name = "backend-sweep"
-        [lab]
-        senders = 1
-        bottleneck = "50Mbit"
-        buffer = "100kB"
-        [matrix]
-        backend = ["tbf", "userspace", "htb"]
-        [workload.stream]
-        tool = "iperf3"
-        duration = "2s"
-        omit = "0s"
-        [repeat]
-        repetitions = 2
-        warmup = false
-    """))
-    db = tmp_path / "r.db"
-    run_id = run_id_of(cli("run", str(scenario), "--db", str(db), "--no-progress", timeout=300))
-    store = Store(db)
-    assert all(t["status"] == "ok" for t in store.trials(run_id)), [t["reason"] for t in store.trials(run_id)]
-    rx = {}
-    for c in store.configurations(run_id):
+    """tbf, the emulator and htb in turn on the same link: each records the backend and the qdiscs it
+    installed (none for the emulator, spliced in and out between trials), at the same rate."""
+    _, _, configs = _sweep_at_50mbit(tmp_path, 'backend = ["tbf", "userspace", "htb"]')
+    for c in configs:
         backend = c["labels"]["backend"]
         state = c["lab_state"]
         assert state["links"]["bottleneck"]["backend"] == backend
         kinds = {q["kind"] for q in state["qdiscs"]}
         assert kinds == {"tbf": {"tbf"}, "htb": {"htb", "bfifo"}, "userspace": set()}[backend]
-        rx[backend] = float(np.median(store.values(run_id)[c["key"]]["throughput.rx_mbps"]))
-    # the same rate, whichever backend realises it (the emulator spliced in and out between trials)
-    for backend, value in rx.items():
-        assert 0.85 * 50 * 1448 / 1514 <= value <= 50 * 1.02, (backend, value)
-    assert not leftovers(f"vnb-{run_id[:6]}-")
