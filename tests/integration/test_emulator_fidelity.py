@@ -355,7 +355,7 @@ def test_dynamic_congestion_series_follow_the_alternating_rate(tmp_path):
     assert not leftovers(f"vnb-{run_id[:6]}-")
 
 
-def _sweep_at_50mbit(tmp_path, matrix: str, lab: str = "") -> tuple[Store, str, list[dict]]:
+def _sweep_at_50mbit(tmp_path, matrix: str, lab: str = "") -> list[dict]:
     """A run over `matrix` (a TOML line) through a 50 Mbit/s bottleneck with a 100 kB buffer, two 2 s trials per
     configuration, interleaved: every trial ok, every configuration at the same rate (whatever realises it and
     however often the link changes between trials), and nothing left behind."""
@@ -387,7 +387,7 @@ def _sweep_at_50mbit(tmp_path, matrix: str, lab: str = "") -> tuple[Store, str, 
         rx = float(np.median(store.values(run_id)[c["key"]]["throughput.rx_mbps"]))
         assert 0.85 * 50 * 1448 / 1514 <= rx <= 50 * 1.02, (c["labels"], rx)
     assert not leftovers(f"vnb-{run_id[:6]}-")
-    return store, run_id, configs
+    return configs  # as stored, with their labels and lab state
 
 
 def test_an_offload_sweep_steers_the_hosts_receive_only_with_offloads_off(tmp_path):
@@ -399,7 +399,7 @@ def test_an_offload_sweep_steers_the_hosts_receive_only_with_offloads_off(tmp_pa
     cpus = sorted(os.sched_getaffinity(0))
     if len(cpus) < 2:
         pytest.skip("one core: the emulator shares it with the hosts, nothing to steer")
-    _, _, configs = _sweep_at_50mbit(tmp_path, 'offload = ["off", "on"]', lab='backend = "userspace"')
+    configs = _sweep_at_50mbit(tmp_path, 'offload = ["off", "on"]', lab='backend = "userspace"')
     hosts_mask = rps_mask(cpus[:-1])  # every core but the emulator's (the last)
     for c in configs:
         steered = c["lab_state"]["links"]["bottleneck"]["receive_cpus"]
@@ -409,7 +409,7 @@ def test_an_offload_sweep_steers_the_hosts_receive_only_with_offloads_off(tmp_pa
 def test_a_sweep_over_backends_moves_the_link_between_them(tmp_path):
     """tbf, the emulator and htb in turn on the same link: each records the backend and the qdiscs it
     installed (none for the emulator, spliced in and out between trials), at the same rate."""
-    _, _, configs = _sweep_at_50mbit(tmp_path, 'backend = ["tbf", "userspace", "htb"]')
+    configs = _sweep_at_50mbit(tmp_path, 'backend = ["tbf", "userspace", "htb"]')
     for c in configs:
         backend = c["labels"]["backend"]
         state = c["lab_state"]

@@ -51,8 +51,9 @@ class Splice:
     moved_name: str  # "a" or "b": the switch's old end, now in the middle
     original_name: str
     host_features: dict[str, bool] = field(default_factory=dict)  # KERNEL_SEGMENTS before, to put back
-    host_rps: str | None = None  # the host end's receive steering (rps_cpus) before steer_receive, to put back
-    reverse_rps: str | None = None  # the reverse direction's end's, before steer_receive (unsteer_receive's)
+    # The receive steering (rps_cpus) of the end that gets the reverse direction, before steer_receive: put back by
+    # unsteer_receive, and by unsplice when that end is the host's (the switch end goes with the splice).
+    reverse_rps: str | None = None
 
     @property
     def a(self) -> Interface:
@@ -123,8 +124,8 @@ def unsplice(s: Splice) -> None:
         sw.link_up(s.original_name)
     if s.host_features:
         set_features(s.host_end, s.host_features)
-    if s.host_rps is not None:
-        _write_rps(s.host_end, s.host_rps)
+    if s.reverse_rps is not None and reverse_end(s) is s.host_end:
+        _write_rps(s.host_end, s.reverse_rps)
 
 
 # Receive steering (RPS, Documentation/networking/scaling.rst). A veth has no NAPI of its own: a frame the
@@ -191,8 +192,6 @@ def steer_receive(s: Splice, cpus: Iterable[int]) -> str | None:
         return None
     if s.reverse_rps is None:
         s.reverse_rps = before
-    if end is s.host_end and s.host_rps is None:
-        s.host_rps = before  # the switch end is made by splice and goes with unsplice: nothing to put back
     mask = rps_mask(cpus)
     _write_rps(end, mask)
     return mask
