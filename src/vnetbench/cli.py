@@ -75,7 +75,7 @@ def _doctor_fidelity() -> int:
 
     if os.geteuid() != 0:
         raise VnetbenchError("doctor --fidelity builds a lab of network namespaces: run it with sudo")
-    out.print("\n[bold]link emulation fidelity[/] (about a minute and a half; userspace backend judged, "
+    out.print("\n[bold]link emulation fidelity[/] (about four minutes; userspace backend judged, "
               "kernel backends side by side)")
     checks = fidelity.run_all(progress=lambda m: err.print(f"  measuring {m} ...", highlight=False))
     out.print(escape(fidelity.table(checks)), highlight=False, soft_wrap=True)

@@ -64,12 +64,20 @@ class Measured:
     measured_at: float
     rows: list[dict[str, Any]]
 
-    def bps(self, offload: str, flows: int) -> float | None:
+    def _row(self, offload: str, flows: int) -> dict[str, Any]:
         for row in self.rows:
             if row.get("offload") == offload and row.get("flows") == flows and row.get("where") == "userspace":
-                value = row.get("bps")
-                return float(value) if isinstance(value, (int, float)) and math.isfinite(value) and value > 0 else None
-        return None
+                return row
+        return {}
+
+    def bps(self, offload: str, flows: int) -> float | None:
+        value = self._row(offload, flows).get("bps")
+        return float(value) if isinstance(value, (int, float)) and math.isfinite(value) and value > 0 else None
+
+    def runs(self, offload: str, flows: int) -> list[float]:
+        """The runs `bps` is the median of (records written before doctor repeated its runs have none)."""
+        values = self._row(offload, flows).get("runs_bps")
+        return [float(v) for v in values if isinstance(v, (int, float))] if isinstance(values, list) else []
 
     @property
     def per_packet_bps(self) -> float | None:
@@ -92,13 +100,15 @@ def _read_records(path: Path) -> list[dict[str, Any]]:
 
 
 def rows_of(checks: list[Any]) -> list[dict[str, Any]]:
-    """The capacity rows of `doctor --fidelity`'s checks (impair/fidelity.py): the emulator's and the bridge's."""
+    """The capacity rows of `doctor --fidelity`'s checks (impair/fidelity.py): the emulator's and the bridge's,
+    each with the median its scenarios scale to (`bps`) and the runs it is the median of (`runs_bps`)."""
     return [{"where": c.backend, "offload": c.values["offload"], "flows": c.values["flows"],
-             "bps": c.values["bps"]} for c in checks if {"bps", "flows", "offload"} <= set(c.values)]
+             "bps": c.values["bps"], "runs_bps": c.values.get("runs_bps", [c.values["bps"]])}
+            for c in checks if {"bps", "flows", "offload"} <= set(c.values)]
 
 
 def save(rows: list[dict[str, Any]], now: float | None = None) -> Path:
-    """Keep one measurement's capacity rows (``{"where", "offload", "flows", "bps"}``) for this machine."""
+    """Keep one measurement's capacity rows (``{"where", "offload", "flows", "bps", "runs_bps"}``) for this machine."""
     path = state_file()
     record = {"identity": machine_identity(), "measured_at": now if now is not None else time.time(), "rows": rows}
     records = (_read_records(path) + [record])[-KEEP_RECORDS:]
@@ -141,8 +151,11 @@ def line_rate() -> tuple[float | None, str]:
     per_packet = measured.per_packet_bps if measured else None
     if measured is None or per_packet is None:
         return None, why_not or f"the measurement in {state_file()} has no per-packet capacity"
-    return round_down(per_packet), (f"vnb-link's capacity on this machine is {per_packet / 1e6:.0f} Mbit/s with "
-                                    f"one TCP flow, offloads off and 10 ms each way, {measured.describe()}")
+    runs = measured.runs(**PER_PACKET)
+    of_runs = (f" (the median of {len(runs)} runs, {min(runs) / 1e6:.0f}-{max(runs) / 1e6:.0f} Mbit/s)"
+               if len(runs) > 1 else "")
+    return round_down(per_packet), (f"vnb-link's capacity on this machine is {per_packet / 1e6:.0f} Mbit/s{of_runs} "
+                                    f"with one TCP flow, offloads off and 10 ms each way, {measured.describe()}")
 
 
 def round_down(bps: float, digits: int = 2) -> float:
