@@ -56,6 +56,7 @@ from vnetbench.report import html_model as model_mod
 from vnetbench.report import html_payload as payload
 from vnetbench.report import html_topology as topology
 from vnetbench.report import plotly_bundle
+from vnetbench.report import sender
 from vnetbench.report.html_model import Entry, ReportModel, fmt_num, fmt_value
 from vnetbench.report.relative import software_guest_note
 from vnetbench.runner.machine_load import describe as describe_machine_load, machine_note
@@ -258,12 +259,28 @@ def _what_ran(m: ReportModel) -> str:
         for note in (software_guest_note(r.configurations), machine_note(fp), *run_notes(fp)):
             if note:
                 out.append(f'<p class="note warn">{e(note)}</p>')
+        out.append(_sender_shortfalls(m, r))
     out.append(_fingerprint(m))
     out.append(_hosts(m))
     out.append(_lab_state(m))
     out.append(_trials(m))
     out.append("</section>")
     return "".join(out)
+
+
+def _sender_shortfalls(m: ReportModel, run: Any) -> str:
+    """The UDP configurations whose sender sent less than offered (report/sender.py), as a note and a table."""
+    entries = [x for x in m.entries if x.run_id == run.id]
+    found = sender.shortfalls((x.labels, x.expected, x.values) for x in entries)
+    text = sender.note(found, sender.udp_count(x.expected for x in entries))
+    if not text:
+        return ""
+    keys = [k for k in dict.fromkeys(k for s in found for k in s.labels)]
+    rows = [[str(s.labels.get(k, "")) for k in keys] + sender.row(s) for s in found]
+    which = f" of run {run.short}" if len(m.runs) > 1 else ""
+    return (f'<p class="note warn" id="sender-short-{e(run.short)}">{e(text)}</p>'
+            + _collapsible(f"UDP sender short of the offered rate{e(which)} ({len(found)} configurations, "
+                           "medians over trials)", _table(keys + sender.HEADERS, rows), len(rows)))
 
 
 def _scenario_description(rec: dict[str, Any]) -> str:

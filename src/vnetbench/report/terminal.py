@@ -17,6 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 from vnetbench.metrics import HEADLINE, METRICS
+from vnetbench.report import sender
 from vnetbench.runner.machine_load import machine_note
 from vnetbench.runner.fingerprint import run_notes
 from vnetbench.units import utc_text
@@ -343,6 +344,7 @@ def show(store: Store, run_id: str, console: Console, metrics: list[str] | None 
         console.print(f"[yellow]{unstable} unstable cell(s), {outliers} outlier trial value(s)[/]: "
                       "vnetbench export RUN shows every trial")
     _stop_reasons(configs, label_keys, console)
+    _sender_shortfalls(configs, values, label_keys, console)
     if len(present) > len(wanted):
         console.print(f"[dim]more metrics stored: {', '.join(m for m in present if m not in wanted)} "
                       f"(vnetbench show RUN --metric NAME ...)[/]")
@@ -359,6 +361,23 @@ def _stop_reasons(configs: list[dict[str, Any]], label_keys: list[str], console:
     for c in configs:
         t.add_row(*[str(c["labels"].get(k, "")) for k in label_keys],
                   escape(c.get("stop_reason") or "not finished (resume the run)"))
+    console.print(t)
+
+
+def _sender_shortfalls(configs: list[dict[str, Any]], values: dict[str, dict[str, np.ndarray]],
+                       label_keys: list[str], console: Console) -> None:
+    found = sender.shortfalls((c["labels"], c["expected"], values.get(c["key"], {})) for c in configs)
+    text = sender.note(found, sender.udp_count(c["expected"] for c in configs))
+    if not text:
+        return
+    console.print(f"[yellow]{escape(text)}[/]")
+    t = Table(title="UDP sender short of the offered rate (medians over trials)", title_justify="left")
+    for k in label_keys:
+        t.add_column(escape(k))
+    for h in sender.HEADERS:
+        t.add_column(h, justify="right")
+    for s in found:
+        t.add_row(*[escape(str(s.labels.get(k, ""))) for k in label_keys], *sender.row(s))
     console.print(t)
 
 
