@@ -10,8 +10,9 @@ missed. Kernel rows are measured with the same goal for comparison; tbf has
 no delay, so its rate is measured without one (said in the row). Capacity is
 measured for 1 and 8 flows with the endpoints' offloads off and on, next to
 the kernel bridge's in the same run: three runs of each cell, taken in turn,
-judged by their median (--quick: one run). The load average is printed: on a busy machine the emulator competes for
-its core and the tails show it.
+judged by their median (--quick: one run). Takes about four minutes. The
+load average is printed: on a busy machine the emulator competes for its
+core and the tails show it.
 """
 
 from __future__ import annotations

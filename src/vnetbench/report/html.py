@@ -275,7 +275,7 @@ def _sender_shortfalls(m: ReportModel, run: Any) -> str:
     text = sender.note(found, sender.udp_count(x.expected for x in entries))
     if not text:
         return ""
-    keys = [k for k in dict.fromkeys(k for s in found for k in s.labels)]
+    keys = list(dict.fromkeys(k for s in found for k in s.labels))
     rows = [[str(s.labels.get(k, "")) for k in keys] + sender.row(s) for s in found]
     which = f" of run {run.short}" if len(m.runs) > 1 else ""
     return (f'<p class="note warn" id="sender-short-{e(run.short)}">{e(text)}</p>'
