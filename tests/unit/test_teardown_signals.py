@@ -2,11 +2,12 @@
 
 import os
 import signal
+import subprocess
 import threading
 
 import pytest
 
-from vnetbench.lab.teardown import Interrupted, atomic, interruptible
+from vnetbench.lab.teardown import Interrupted, atomic, interruptible, start_process
 
 
 def test_signal_inside_atomic_is_raised_when_the_outermost_block_ends():
@@ -122,3 +123,56 @@ def test_a_stop_handed_back_by_c_code_as_another_exception_is_still_the_stop(mon
     monkeypatch.setattr(cli, "cmd_runs", bug)
     with pytest.raises(ValueError):  # anything else is still a bug with its traceback
         cli.main(["runs"])
+
+
+# A process started inside atomic() can be stopped by SIGTERM (children_take_signals).
+STOP_BITS = (1 << (signal.SIGINT - 1)) | (1 << (signal.SIGTERM - 1))
+
+
+def _blocked(pid: int) -> int:
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith("SigBlk:"):
+            return int(line.split()[1], 16)
+    raise AssertionError("no SigBlk line")
+
+
+def _started(spawn) -> tuple[subprocess.Popen, int]:
+    with atomic():
+        proc = spawn(["sleep", "30"], stdin=subprocess.DEVNULL, start_new_session=True)
+    try:
+        return proc, _blocked(proc.pid)
+    except BaseException:
+        proc.kill()
+        raise
+
+
+def test_plain_popen_inside_atomic_inherits_the_block():
+    """What the fix is for: without it, the child ignores SIGTERM."""
+    proc, blocked = _started(subprocess.Popen)
+    proc.kill()
+    proc.wait()
+    assert blocked & STOP_BITS == STOP_BITS
+
+
+def test_start_process_inside_atomic_takes_sigterm():
+    proc, blocked = _started(start_process)
+    assert blocked & STOP_BITS == 0
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=5) == -signal.SIGTERM
+
+
+def test_atomic_still_blocks_the_parent_after_a_start():
+    with atomic():
+        start_process(["true"]).wait()
+        assert signal.pthread_sigmask(signal.SIG_BLOCK, set()) >= {signal.SIGINT, signal.SIGTERM}
+    assert not signal.pthread_sigmask(signal.SIG_BLOCK, set()) & {signal.SIGINT, signal.SIGTERM}
+
+
+def test_a_signal_pending_when_start_process_unblocks_still_waits_for_the_block():
+    started = []
+    with pytest.raises(Interrupted), interruptible():
+        with atomic():
+            signal.pthread_kill(threading.main_thread().ident, signal.SIGTERM)  # pending: blocked here
+            started.append(start_process(["true"]))  # unblocked for the start: the handler defers it
+            started[0].wait()
+    assert len(started) == 1

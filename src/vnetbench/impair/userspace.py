@@ -28,7 +28,7 @@ from typing import Any
 from vnetbench.errors import LabError
 from vnetbench.impair.backend import Backend, LabLink, TrialCounters, register, require_binary
 from vnetbench.impair.model import CAPABILITY_TEXT, LinkConditions, LinkSpec, Schedule
-from vnetbench.lab.teardown import Registry, atomic
+from vnetbench.lab.teardown import Registry, atomic, start_process
 
 READY_TIMEOUT = 5.0
 NICE = -10
@@ -222,8 +222,8 @@ class Emulator:
         for p in (self.control_path, self.stats_path):
             p.unlink(missing_ok=True)
         with open(out, "wb") as o, open(err, "wb") as e, atomic():
-            self.proc = subprocess.Popen(self.argv(config_path), stdout=o, stderr=e, stdin=subprocess.DEVNULL,
-                                         start_new_session=True)
+            self.proc = start_process(self.argv(config_path), stdout=o, stderr=e, stdin=subprocess.DEVNULL,
+                                      start_new_session=True)
             self.registry.add_process(self.proc)
         self.autogroup_nice = set_autogroup_nice(self.proc.pid, self.nice)
         deadline = time.monotonic() + READY_TIMEOUT

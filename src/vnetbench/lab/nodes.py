@@ -16,7 +16,7 @@ from typing import Any, ClassVar, Sequence
 
 from vnetbench.errors import LabError
 from vnetbench.lab import netns
-from vnetbench.lab.teardown import Registry, atomic
+from vnetbench.lab.teardown import Registry, atomic, start_process
 
 IFA_F_NODAD = 0x02  # skip IPv6 duplicate address detection: addresses are usable at once
 
@@ -174,8 +174,8 @@ class RunsCommands:
     def popen(self, argv: Sequence[str], stdout: Path, stderr: Path, pin: bool = True) -> subprocess.Popen:
         """Start a process in this host; its output goes to files (no pipe can fill and stall it)."""
         with open(stdout, "wb") as out, open(stderr, "wb") as err, atomic():
-            proc = subprocess.Popen(self.command(argv, pin), stdout=out, stderr=err, stdin=self.stdin_of_started,
-                                    start_new_session=True)
+            proc = start_process(self.command(argv, pin), stdout=out, stderr=err, stdin=self.stdin_of_started,
+                                 start_new_session=True)
             self.registry.add_process(proc)
         return proc
 

@@ -197,6 +197,28 @@ def atomic() -> Iterator[None]:
                 raise _interrupt(name)
 
 
+@contextmanager
+def children_take_signals() -> Iterator[None]:
+    """Inside :func:`atomic`: processes started in the body can be stopped by SIGTERM and SIGINT.
+
+    A child inherits its parent's blocked signals across fork and exec, and atomic() blocks SIGINT/SIGTERM in
+    this thread: a process started there would ignore every SIGTERM sent to stop it, and end only by SIGKILL
+    after its grace (every link emulator did: 2 s per restart, and never wrote its final counters). The body
+    runs with them unblocked; atomic()'s second layer still defers the main thread's Interrupted to the end of
+    the block, so a started process is registered before the run unwinds."""
+    old = signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+def start_process(argv: list[str], **popen: Any) -> subprocess.Popen:
+    """subprocess.Popen for a process started inside :func:`atomic` (see :func:`children_take_signals`)."""
+    with children_take_signals():
+        return subprocess.Popen(argv, **popen)
+
+
 @dataclass
 class Registry:
     """What a lab created, with how to undo each piece (LIFO)."""

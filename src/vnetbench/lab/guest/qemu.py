@@ -62,7 +62,7 @@ from vnetbench.hosts.ssh import SshConnection
 from vnetbench.lab import netns
 from vnetbench.lab.guest import initramfs
 from vnetbench.lab.nodes import Namespace, run_holding_input
-from vnetbench.lab.teardown import Registry, atomic
+from vnetbench.lab.teardown import Registry, atomic, start_process
 
 QEMU = "qemu-system-x86_64"
 NIC_DEVICES = {"virtio-net": "virtio-net-pci", "e1000": "e1000", "rtl8139": "rtl8139"}
@@ -451,8 +451,8 @@ class Guest:
                 self._registered = True
             with open(stderr_path, "wb") as err:
                 started = time.monotonic()
-                proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=err, stderr=err,
-                                        start_new_session=True)
+                proc = start_process(argv, stdin=subprocess.DEVNULL, stdout=err, stderr=err,
+                                     start_new_session=True)
             probe = accel == "kvm" and self.config.accel == "auto" and _KVM_VERDICT is None
             self._attempt = _Attempt(accel, proc, started, stderr_path, probe)
             self.accel = accel
