@@ -37,6 +37,7 @@ from vnetbench.impair import backends as B
 from vnetbench.impair import netem
 from vnetbench.impair.backend import SHAPER_NEEDS, Backend, TrialCounters
 from vnetbench.impair.model import LinkSpec, capability_list, lab_links
+from vnetbench.impair.tc import installed_roots
 from vnetbench.lab import offload
 from vnetbench.lab.teardown import Registry
 
@@ -360,6 +361,28 @@ class HostLinkBackend(Backend):
                                     "commands": [shlex.join(c[1:]) for c in cmds], "qdiscs": self.link.show(ifb)}
         if self.name == "netem" and self._seed_ok is False:
             out["note"] = "the host's tc has no netem seed option (iproute2 < 6.5): loss patterns are not reproducible"
+        return out
+
+    def check(self, spec: LinkSpec) -> list[str]:
+        """The IFB of each conditioned direction holds the layout apply() made (netem, or the shaper alone), and
+        the IFB of a plain one nothing, as the host's kernel reports them."""
+        if self.link is None:
+            return []
+        out = []
+        for d in ("forward", "reverse"):
+            cond = spec.direction(d)
+            if cond.is_plain() and side_of(d, self.link.host_upstream) not in self.link.steered:
+                continue  # never steered: nothing of the run's on this side
+            ifb = self.link.ifb(d)
+            shown = self.link.show(ifb)
+            if self.name == "netem":
+                problem = netem.layout_problem(shown, cond, self.shaper)
+            else:
+                roots = [q.get("kind") for q in installed_roots(shown)]
+                problem = (None if roots == ([] if cond.is_plain() else [self.name])
+                           else f"the host's kernel has {', '.join(map(str, roots)) or 'none'} at the root")
+            if problem:
+                out.append(f"{d} on {self.link.host}/{ifb}: {problem}")
         return out
 
     def qdiscs(self) -> list[dict]:

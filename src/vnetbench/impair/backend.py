@@ -183,6 +183,11 @@ class Backend:
         """Kernel qdiscs on the link's interfaces, as the kernel reports them."""
         return []
 
+    def check(self, spec: LinkSpec) -> list[str]:
+        """What the link holds now, read back from the kernel (and the emulator), against `spec` as apply()
+        realised it: one line per difference, none when they agree."""
+        raise NotImplementedError
+
     def endpoints_offload(self, on: bool) -> bool:
         """The endpoints' offloads are now on (or off): a backend whose own settings depend on that adjusts
         them. Whether anything changed (what apply() returned is then out of date)."""

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from vnetbench.errors import LabError, ScenarioError
-from vnetbench.impair import backends as B
+from vnetbench.impair import backends as B, tc
 from vnetbench.impair.model import LinkSpec, lab_links
 from vnetbench.lab.teardown import Registry
 
@@ -117,6 +117,16 @@ def check_configs(configs: list, caps: B.Capabilities | None = None, n_senders: 
             for name, n in needs.items()}
 
 
+@dataclass(frozen=True)
+class LinkTarget:
+    """What one link on a configuration's path must be: its name, the backend that realises it (None: the
+    bare veth, nothing installed) and its conditions."""
+
+    name: str
+    backend: str | None
+    spec: LinkSpec
+
+
 @dataclass
 class LinkManager:
     lab: Any
@@ -134,6 +144,9 @@ class LinkManager:
     _active: dict[str, str] = field(default_factory=dict)  # host -> link name, for the current configuration
     _state: dict[str, Any] = field(default_factory=dict)  # link name -> record of the current configuration
     _parked: dict[str, B.Backend] = field(default_factory=dict)  # host -> userspace backend taken off its link
+    _targets: dict[str, LinkTarget] = field(default_factory=dict)  # host -> declared, for the current configuration
+    rewired: set[str] = field(default_factory=set)  # hosts whose link the last apply() spliced or unspliced
+    changed: bool = False  # whether the last apply() changed any link
 
     # ------------------------------------------------------------- planning
 
@@ -176,40 +189,109 @@ class LinkManager:
 
     # -------------------------------------------------------------- applying
 
+    def targets(self, config: Any, receiver: str, senders: list[str]) -> dict[str, LinkTarget]:
+        """What every link on this configuration's path must be, computed from the configuration and the run's
+        backend choices alone (never from what an earlier configuration installed): per host, its link's name,
+        backend and conditions. A link the configuration does not mention is plain; it is realised by the
+        backend the run chose for it (a sweep is measured with one instrument), or left the bare veth when no
+        configuration of the run conditions it."""
+        lab_spec = config.scenario.lab
+        declared = lab_links(lab_spec)
+        hosts = {"bottleneck": receiver, **{f"s{i}": h for i, h in enumerate(senders, start=1)}}
+        out: dict[str, LinkTarget] = {}
+        for name, host in hosts.items():
+            spec = declared.get(name, LinkSpec())
+            conditioned = not spec.is_plain() or spec.backend != "auto" or name in self.auto
+            out[host] = LinkTarget(name, self._name_of(name, spec, lab_spec) if conditioned else None, spec)
+        return out
+
     def apply(self, config: Any, receiver: str = "r", senders: list[str] | None = None) -> dict[str, Any]:
-        """Realise the configuration's link conditions on the hosts it runs on (its
-        receiver and senders); the state to record: {"qdiscs": [...], "links": {...}}."""
+        """Make the links on the configuration's path what :meth:`targets` says, changing only what differs
+        from what is installed, and idle every other link (no emulator spins for it meanwhile). Returns the
+        state to record: {"qdiscs": [...], "links": {...}}; ``rewired`` then names the hosts whose link changed
+        structure (an emulator spliced in or taken out: the devices on it are new)."""
         lab_spec = config.scenario.lab
         senders = senders if senders is not None else sorted(h for h in self.lab.hosts if h != receiver)
-        hosts = {"bottleneck": receiver, **{f"s{i}": h for i, h in enumerate(senders, start=1)}}
+        targets = self.targets(config, receiver, senders)
+        self.rewired = set()
+        self.changed = False
         links: dict[str, Any] = {}
-        active: dict[str, str] = {}
-        for name, spec in lab_links(lab_spec).items():
-            host = hosts.get(name)
-            if host is None:
-                continue  # a sender this configuration does not use (senders = "auto", a low ratio)
-            if host not in self.backends and name != "bottleneck" and spec.is_plain() and spec.backend == "auto":
+        for host, target in targets.items():
+            if target.backend is None:
+                self._remove(host)
                 continue
-            backend_name = self._name_of(name, spec, lab_spec)
-            backend = self._backend(name, host, backend_name, lab_spec.qdisc)
+            backend = self._backend(target.name, host, target.backend, lab_spec.qdisc)
             cached = self._records.get(host)
             if backend.endpoints_offload(lab_spec.offload == "on"):  # the emulator's receive steering
                 cached = None
-            if cached is None or self._current.get(host) != spec or not backend.healthy():
-                cached = backend.apply(spec)
-                self._current[host] = spec
+            if cached is None or self._current.get(host) != target.spec or not backend.healthy():
+                cached = backend.apply(target.spec)
+                self._current[host] = target.spec
                 self._records[host] = cached
-            active[host] = name
-            links[name] = {"backend": backend_name, "host": host, "requested": spec.request(),
-                           "describe": spec.describe(), "needs": sorted(spec.needs()),
-                           **{k: v for k, v in cached.items() if k != "backend"}}
+                self.changed = True
+            links[target.name] = {"backend": target.backend, "host": host, "requested": target.spec.request(),
+                                  "describe": target.spec.describe(), "needs": sorted(target.spec.needs()),
+                                  **{k: v for k, v in cached.items() if k != "backend"}}
         for host, backend in self.backends.items():
-            if host not in active:
-                backend.idle()  # another variant's link: no emulator spinning for it meanwhile
-        self._active = active
+            if host not in targets:
+                backend.idle()  # off this configuration's path (another variant's link, an unused sender)
+        self._targets = targets
+        self._active = {host: t.name for host, t in targets.items() if t.backend is not None}
         self._state = links
-        qdiscs = [q for h in active for q in self.backends[h].qdiscs()]
+        qdiscs = [q for h in self._active for q in self.backends[h].qdiscs()]
         return {"qdiscs": qdiscs, "links": links}
+
+    def check(self) -> list[str]:
+        """What the links of the current configuration's path hold, read back from the kernel and the
+        emulators, against what :meth:`targets` declared: one line per difference (none: all as declared)."""
+        problems = []
+        for host, target in self._targets.items():
+            where = f"link {target.name!r} (host {host})"
+            if target.backend is None:
+                problems += [f"{where}: {p}" for p in self._plain_problems(target.name, host)]
+            else:
+                problems += [f"{where}, {target.backend}: {p}" for p in self.backends[host].check(target.spec)]
+        return problems
+
+    def _plain_problems(self, name: str, host: str) -> list[str]:
+        """A link no configuration conditions: the bare veth, with no qdisc and no emulator on it."""
+        link = lab_link(self.lab, name, host)
+        out = [f"a {q['kind']} qdisc is left on {q['dev']}" for end in (link.switch_end, link.host_end)
+               for q in tc.installed_roots(tc.read_back(end))]
+        parked = self._parked.get(host)
+        if parked is not None and parked.spliced():
+            out.append("an emulator's namespace is still spliced into it")
+        return out
+
+    def paths(self, receiver: str, senders: list[str]) -> dict[str, list[tuple[LinkSpec, bool]]]:
+        """Per sender of the current configuration, the links on its path to `receiver` (the receiver's and its
+        own), each as its declared conditions and whether a kernel shaper realises them."""
+        def link(host: str) -> tuple[LinkSpec, bool]:
+            target = self._targets.get(host)
+            if target is None:
+                return LinkSpec(), False
+            return target.spec, target.backend not in (None, "userspace")
+        return {s: [link(receiver), link(s)] for s in senders}
+
+    def reset_path(self) -> None:
+        """Take every backend off the current configuration's path (the bare veths again): the next apply()
+        makes each link from scratch."""
+        for host in list(self._targets):
+            self._remove(host)
+
+    def _remove(self, host: str) -> None:
+        """Take the backend off `host`'s link: the bare veth again."""
+        backend = self.backends.pop(host, None)
+        if backend is None:
+            return
+        self.changed = True
+        backend.clear()
+        backend.uninstall()
+        if backend.name == "userspace":
+            self._parked[host] = backend  # keeps its (now empty) namespace for next time
+            self.rewired.add(host)
+        self._records.pop(host, None)
+        self._current.pop(host, None)
 
     def _mtu(self, host: str) -> int:
         """The MTU of the variant `host` belongs to (an `mtu` sweep gives each its own): it sizes bursts,
@@ -226,11 +308,7 @@ class LinkManager:
                 backend_name == "userspace" or current.shaper == wanted_shaper):
             return current
         if current is not None:
-            current.clear()
-            current.uninstall()
-            self._records.pop(host, None)
-            if current.name == "userspace":
-                self._parked[host] = current  # keeps its (now empty) namespace for next time
+            self._remove(host)
         link = lab_link(self.lab, name, host)
         cls = B.backend_class(backend_name)
         if backend_name == "userspace" and host in self._parked:
@@ -245,6 +323,8 @@ class LinkManager:
         else:
             backend = cls(link, self._mtu(host), wanted_shaper)
         backend.install()
+        if backend_name == "userspace":
+            self.rewired.add(host)
         self.backends[host] = backend
         return backend
 

@@ -37,7 +37,7 @@ from typing import Any
 from vnetbench.errors import LabError
 from vnetbench.impair.backend import SHAPER_NEEDS, Backend, LabLink, TrialCounters, register
 from vnetbench.impair.model import LinkConditions, LinkSpec
-from vnetbench.impair.tc import burst_bytes
+from vnetbench.impair.tc import burst_bytes, installed_roots
 
 # What a netem qdisc (with a tbf/htb child for rate and buffer) expresses; the rest needs the emulator.
 NETEM_CAN = SHAPER_NEEDS | {"overhead", "delay", "jitter", "jitter:pareto", "jitter:paretonormal", "loss",
@@ -159,6 +159,23 @@ def parse_show(text: str) -> list[dict[str, Any]]:
     return [q for q in items if q.get("kind") != "noqueue"]
 
 
+def layout_problem(shown: list[dict[str, Any]], cond: LinkConditions, shaper: str) -> str | None:
+    """Whether the qdiscs `tc -j qdisc show` lists on an egress (parse_show) have the layout `commands` makes
+    for `cond`: nothing for a plain direction, netem at the root, and the shaper under it when a rate is set."""
+    kinds = [q.get("kind") for q in installed_roots(shown)]
+    below = [q.get("kind") for q in shown if not q.get("root")]
+    if cond.is_plain():
+        wanted_root, wanted_below = [], []
+    else:
+        wanted_root = ["netem"]
+        wanted_below = ({"tbf": ["tbf"], "htb": ["htb", "bfifo"]}[shaper]) if cond.rate else []
+    if kinds != wanted_root or sorted(below) != sorted(wanted_below):
+        have = ", ".join(str(k) for k in kinds + below) or "none"
+        want = ", ".join(wanted_root + wanted_below) or "none"
+        return f"the kernel has {have}, {want} declared"
+    return None
+
+
 @register("netem", "'netem' (kernel network emulator)", NETEM_CAN, probe_qdisc="netem delay 1ms")
 class NetemBackend(Backend):
     name = "netem"
@@ -198,6 +215,15 @@ class NetemBackend(Backend):
     def _show(self, iface) -> list[dict]:
         r = self._run(["tc", "-n", iface.ns.name, "-j", "-s", "qdisc", "show", "dev", iface.name], check=False)
         return parse_show(r.stdout)
+
+    def check(self, spec: LinkSpec) -> list[str]:
+        out = []
+        for d in ("forward", "reverse"):
+            iface = self.link.egress(d)
+            problem = layout_problem(self._show(iface), spec.direction(d), self.shaper)
+            if problem:
+                out.append(f"{d} on {iface.name}: {problem}")
+        return out
 
     def qdiscs(self) -> list[dict]:
         return [dict(q, netns=i.ns.name, dev=i.name) for i in (self.link.switch_end, self.link.host_end)

@@ -8,6 +8,10 @@ from vnetbench.impair import tc
 from vnetbench.impair.backend import SHAPER_NEEDS, Backend, LabLink, TrialCounters, register
 from vnetbench.impair.model import LinkSpec
 
+# The kernel keeps a rate in bytes per second (and tc's tables round): what it reads back may differ from the
+# declared rate by a rounding, never by more than this fraction.
+RATE_TOLERANCE = 0.001
+
 
 # (decorators apply bottom-up: tbf is registered first)
 @register("htb", "'htb' (kernel hierarchical token bucket)", SHAPER_NEEDS, probe_qdisc="htb default 1")
@@ -32,6 +36,29 @@ class ShaperBackend(Backend):
             buffer = cond.buffer_bytes() or 1000 * (self.mtu + 14)
             tc.apply(iface, tc.Shaping(rate_bps=cond.rate, buffer_bytes=buffer, qdisc=self.name, mtu=self.mtu))
             out["directions"][d] = {"qdiscs": [q for q in tc.read_back(iface) if q["kind"] != "noqueue"]}
+        return out
+
+    def check(self, spec: LinkSpec) -> list[str]:
+        out = []
+        for d in ("forward", "reverse"):
+            cond = spec.direction(d)
+            iface = self.link.egress(d)
+            roots = tc.installed_roots(tc.read_back(iface))
+            kinds = ", ".join(q["kind"] for q in roots) or "none"
+            if not cond.rate:
+                if roots:
+                    out.append(f"{d}: the kernel has {kinds} on {iface.name}, where no rate is declared")
+                continue
+            if [q["kind"] for q in roots] != [self.name]:
+                out.append(f"{d}: {self.name} is declared on {iface.name}, the kernel has {kinds}")
+                continue
+            rate = roots[0].get("rate_bps") if self.name == "tbf" else tc.htb_class_rate(iface)
+            if rate is None or abs(rate - cond.rate) > RATE_TOLERANCE * cond.rate:
+                out.append(f"{d}: the kernel's rate on {iface.name} is {rate} bit/s, {cond.rate:g} is declared")
+            limit = roots[0].get("limit_bytes") if self.name == "tbf" else tc.fifo_limit(iface)
+            wanted = int(cond.buffer_bytes() or 1000 * (self.mtu + 14))
+            if limit != wanted:
+                out.append(f"{d}: the kernel's buffer on {iface.name} is {limit} bytes, {wanted} is declared")
         return out
 
     def qdiscs(self) -> list[dict]:

@@ -108,3 +108,20 @@ def htb_class_rate(iface: Interface) -> float | None:
             if parms is not None:
                 return parms["rate"] * 8.0
     return None
+
+
+def fifo_limit(iface: Interface) -> int | None:
+    """The byte limit of the bfifo under an htb (the shaper's buffer), as the kernel reports it."""
+    for q in iface.ns.ipr.get_qdiscs(index=iface.index):
+        if q.get_attr("TCA_KIND") == "bfifo":
+            opts = q.get_attr("TCA_OPTIONS")
+            return None if opts is None else opts["limit"]
+    return None
+
+
+def installed_roots(qdiscs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Of `read_back`'s (or `tc -j qdisc show`'s) qdiscs, those installed at the root: the kernel's own default
+    there (noqueue on a veth, pfifo_fast or fq_codel on a device with a queue) has handle 0."""
+    return [q for q in qdiscs if q.get("parent") == "root" or q.get("root")
+            if str(q.get("handle", "0:")) not in ("0:", "0")]
+

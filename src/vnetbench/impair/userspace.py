@@ -26,8 +26,10 @@ from pathlib import Path
 from typing import Any
 
 from vnetbench.errors import LabError
+from vnetbench.impair import tc
 from vnetbench.impair.backend import Backend, LabLink, TrialCounters, register, require_binary
 from vnetbench.impair.model import CAPABILITY_TEXT, LinkConditions, LinkSpec, Schedule
+from vnetbench.lab import netns
 from vnetbench.lab.teardown import Registry, atomic, start_process
 
 READY_TIMEOUT = 5.0
@@ -142,6 +144,23 @@ def schedule_steps(spec: LinkSpec, sched: Schedule, until: float) -> list[dict[s
         if len(entry) > 1:
             steps.append(entry)
     return steps
+
+
+def settings_differences(wanted: dict[str, Any], applied: dict[str, Any], path: str = "") -> list[str]:
+    """Where the settings vnb-link reports (``{"cmd": "get"}``) differ from those it was given: every key
+    given, numbers to a millionth (the emulator keeps them as floats), the rest exactly."""
+    out = []
+    for key, value in wanted.items():
+        have = applied.get(key)
+        name = f"{path}{key}"
+        if isinstance(value, dict) and isinstance(have, dict):
+            out += settings_differences(value, have, f"{name}.")
+        elif isinstance(value, (int, float)) and not isinstance(value, bool) and isinstance(have, (int, float)):
+            if abs(have - value) > 1e-6 * max(1.0, abs(value)):
+                out.append(f"{name} is {have}, {value} was given")
+        elif have != value:
+            out.append(f"{name} is {have!r}, {value!r} was given")
+    return out
 
 
 # -------------------------------------------------------------- the process
@@ -413,6 +432,40 @@ class UserspaceBackend(Backend):
                 "nice": emu.nice, "autogroup_nice": emu.autogroup_nice, "receive_cpus": self.receive_steering,
                 "applied": {"forward": None, "reverse": None, **_directions(emu.applied())},
                 "schedule": self.spec.schedule.describe() if self.spec and self.spec.schedule else None}
+
+    def spliced(self) -> bool:
+        """Whether the kernel has this backend's middle namespace on the link (its ends ``a`` and ``b``)."""
+        if self.middle is None or not os.path.exists(f"{netns.NETNS_DIR}/{self.middle.name}"):
+            return False
+        return bool({"a", "b"} & {link.get_attr("IFLA_IFNAME") for link in self.middle.ipr.get_links()})
+
+    def check(self, spec: LinkSpec) -> list[str]:
+        out = []
+        if self.splice is None or not self.spliced():
+            return ["the emulator's namespace is not spliced into the link"]
+        states = {link.get_attr("IFLA_IFNAME"): link.get_attr("IFLA_OPERSTATE") for link in self.middle.ipr.get_links()}
+        down = [end for end in ("a", "b") if states.get(end) not in ("UP", "UNKNOWN")]
+        if down:
+            out.append(f"the emulator's end(s) {', '.join(down)} are not up ({states})")
+        for end in (self.link.switch_end, self.link.host_end, self.splice.a, self.splice.b):
+            out += [f"a {q['kind']} qdisc is on {end.ns.name}/{end.name}, where the emulator alone makes the "
+                    "conditions" for q in tc.installed_roots(tc.read_back(end))]
+        if self.emulator is None or not self.emulator.alive():
+            return out + [self.emulator.death() if self.emulator and self.emulator.death()
+                          else "no emulator forwards on the link"]
+        wanted = emulator_config(spec)
+        applied = self.emulator.applied()
+        for key, d in (("a_to_b", "forward"), ("b_to_a", "reverse")):
+            out += [f"{d}: {p}" for p in settings_differences(wanted[key], applied.get(key) or {})]
+        if self.receive_steering is not None:
+            from vnetbench.lab.splice import read_rps, reverse_end
+
+            end = reverse_end(self.splice)
+            mask = read_rps(end)
+            if mask is None or int(mask.replace(",", ""), 16) != int(self.receive_steering.replace(",", ""), 16):
+                out.append(f"the receive steering of {end.ns.name}/{end.name} is {mask}, "
+                           f"{self.receive_steering} is set")
+        return out
 
     def start_trial(self, spec: LinkSpec, seconds: float) -> None:
         if self.splice is None:
