@@ -28,6 +28,15 @@ class EnvironmentUnavailable(LabError):
         self.evidence = list(evidence or [])
 
 
+class PathNotAsDeclared(LabError):
+    """The lab's path, read back and probed before a configuration's trial, is not what the configuration
+    declares (even after it was made again from scratch): the trial fails with ``problems`` as its reason."""
+
+    def __init__(self, problems: list[str]):
+        super().__init__("the path is not as declared: " + "; ".join(problems))
+        self.problems = list(problems)
+
+
 class StoreError(VnetbenchError):
     """The results database cannot answer (unknown run id, wrong file)."""
 

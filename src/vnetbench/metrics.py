@@ -28,6 +28,9 @@ class Metric:
     # The smallest step the tool reports, in the metric's unit, where it is coarse (ab's connect times are
     # whole ms): medians closer than one step are "unchanged", not a change too small to resolve.
     resolution: float | None = None
+    # The value that says the workload received nothing at all (a loss ratio of 1, a rate of 0): a trial that
+    # measures it where the configuration's conditions cannot explain it fails (runner/pathcheck.py).
+    nothing: float | None = None
 
 
 # Measured by the lab itself in every trial, whatever the workloads: the bottleneck's kernel counters and the

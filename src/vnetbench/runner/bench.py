@@ -24,18 +24,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
-from vnetbench.errors import EnvironmentUnavailable, LabError
+from vnetbench.errors import EnvironmentUnavailable, LabError, PathNotAsDeclared
 from vnetbench.impair import tc
 from vnetbench.impair.links import LinkFailed, LinkManager, bottleneck_drops, link_metrics
 from vnetbench.lab.environments import Variant
 from vnetbench.lab.nodes import Host
 from vnetbench.lab.teardown import Registry, kill_group
 from vnetbench.lab.topology import Group, Lab, build_dumbbell
+from vnetbench.runner import pathcheck
 from vnetbench.scenario.plan import Configuration
-from vnetbench.workloads import registry
+from vnetbench.workloads import ping, registry
 from vnetbench.workloads.base import Measurement, ServerSpec, Started, ToolFailed, TrialContext, TrialHosts
 
 SERVER_READY_TIMEOUT = 5.0
+PATH_CHECK_TIMEOUT = 30.0  # seconds a path probe may take at most (its own deadline is shorter)
 WORKDIR_PREFIX = "vnetbench-"  # + the run's prefix (vnb-<id>-): a run's local work directory, in the temp dir
 GUEST_READY_TIMEOUT = 60.0
 
@@ -69,6 +71,9 @@ class DumbbellBench:
     links: LinkManager | None = None  # link conditions (impair/): tbf/htb, netem or the userspace emulator
     keep_dir: Path | None = None  # where evidence of a variant that did not come up (console logs) is kept
     _unavailable: dict[Variant, tuple[str, dict[str, Any]]] = field(default_factory=dict)  # -> reason, raw
+    _path_checked: set[str] = field(default_factory=set)  # configurations whose path passed since it last changed
+    _offload_seen: dict[tuple[Variant, bool], list[dict[str, Any]]] = field(default_factory=dict)  # first read-back
+    _offload_problems: dict[Variant, list[str]] = field(default_factory=dict)  # of each variant's last setting
 
     def __post_init__(self) -> None:
         if self.workdir is None:
@@ -224,27 +229,150 @@ class DumbbellBench:
     # ------------------------------------------------------- configuration
 
     def prepare(self, config: Configuration) -> list[dict[str, Any]]:
-        """Make the bottleneck and the offloads of this configuration's environment match it;
-        returns the kernel's view of the bottleneck."""
+        """Make the lab what this configuration declares, whatever ran before it, and check it: its links (the
+        bottleneck and every sender's: conditions, backend, emulator) and its environment's offloads, computed
+        from the configuration alone and changed where the installed state differs; then what the kernel and
+        the emulators hold is read back against the declaration, and the path is probed
+        (:meth:`check_path`) before the configuration's first trial and whenever something changed. A lab
+        that does not pass is rebuilt on the path from scratch and checked once more; still wrong, it raises
+        PathNotAsDeclared (the trial fails with the reason). Returns the kernel's view of the qdiscs."""
+        changed = self._realise(config)
+        # Read back every time (netlink and the emulators' control sockets: milliseconds); probe when it changed.
+        problems = self._state_problems(config)
+        if not problems and (changed or config.key not in self._path_checked):
+            problems = self.check_path(config)
+        if problems:
+            self._path_checked.discard(config.key)
+            self.links.reset_path()
+            self._group_offload_unknown(config)
+            self._realise(config)
+            problems = self._state_problems(config) or self.check_path(config)
+            if problems:
+                raise PathNotAsDeclared(problems)
+        self._path_checked.add(config.key)
+        return self.lab_state
+
+    def _realise(self, config: Configuration) -> bool:
+        """The configuration's offloads and links, changing what differs; whether anything changed."""
         lab = config.scenario.lab
         group = self.group(config)
         rx = group.receiver
         on = lab.offload == "on"
+        changed = False
         # Offloads start as each device's defaults, which is what "on" means: touch them only to change.
         if group.offload is None and on:
             group.offload = True
         if group.offload != on:
-            self._offload[group.variant] = group.env.set_offload(on)
+            self._set_offload(group, on)
             group.offload = on
-        # The bottleneck (tbf/htb alone, netem, or the userspace emulator spliced into the link) and any
-        # other link's conditions, after the offloads: the emulator's link needs TSO/GSO/GRO off.
+            changed = True
+        # The bottleneck (tbf/htb alone, netem, or the userspace emulator spliced into the link) and every other
+        # link on the path, after the offloads: the emulator's receive steering depends on them.
         state = self.links.apply(config, rx, group.senders[:config.active_senders])
+        changed |= self.links.changed
+        if self.links.rewired and group.variant in self._offload:
+            # An emulator spliced in or taken out put new devices on the link, with their own defaults: the
+            # configuration's offloads again.
+            self._set_offload(group, on)
         if self.links.repinned:
             self.links.repinned = False
             self.start_servers()
         self._qdiscs[rx] = state["qdiscs"]
         self.lab_state = self._qdiscs[rx]
-        return self.lab_state
+        return changed
+
+    def _set_offload(self, group: Group, on: bool) -> None:
+        """Set the variant's offloads and hold what the devices report against what they reported the first time
+        they were set so: a device that does not follow (a new one on a re-wired link) is a problem."""
+        readback = group.env.set_offload(on)
+        self._offload[group.variant] = readback
+        first = self._offload_seen.setdefault((group.variant, on), readback)
+        before = {(d.get("netns"), d.get("dev")): d for d in first}
+        self._offload_problems[group.variant] = [
+            f"offloads {'on' if on else 'off'}: {d.get('netns')}/{d.get('dev')} reports {d}, as first set {b}"
+            for d in readback if (b := before.get((d.get("netns"), d.get("dev")))) is not None and b != d]
+
+    def _state_problems(self, config: Configuration) -> list[str]:
+        """What the lab holds for this configuration, read back, that differs from its declaration."""
+        return self._offload_problems.get(variant_of(config), []) + self.links.check()
+
+    def _group_offload_unknown(self, config: Configuration) -> None:
+        """Set the offloads again at the next _realise, whatever they were said to be."""
+        group = self.group(config)
+        group.offload = None if config.scenario.lab.offload == "off" else False
+
+    def check_path(self, config: Configuration) -> list[str]:
+        """Probe each sender's path to the receiver with ping (reachability, loss and delay; rate where it can
+        be timed) and judge what came back against the declared conditions (vnetbench.runner.pathcheck)."""
+        group = self.group(config)
+        ipv = config.scenario.lab.ip_version
+        target = self.lab.hosts[group.receiver].echo_address(ipv)
+        senders = group.senders[:config.active_senders]
+        paths = self.links.paths(group.receiver, senders)
+        env = group.variant.env
+        mtu = group.variant.mtu
+        outdir = self.workdir / "path-check"
+        outdir.mkdir(exist_ok=True)
+        problems: list[str] = []
+        started = {}
+        for i, name in enumerate(senders):
+            exp = pathcheck.expectation(paths[name], mtu)
+            count, interval = pathcheck.probe_plan(exp, len(senders))
+            wait = max(1.0, 3 * (exp.base_rtt_s + exp.jitter_s))
+            # No -w: with a deadline, -c counts replies, and ping would send until it has them.
+            argv = ["ping", f"-{ipv}", "-D", "-n", "-c", str(count), "-i", f"{interval:g}", "-W", f"{wait:g}",
+                    "-s", str(pathcheck.PROBE_SIZE), target]
+            started[name] = (exp, count, self._start_probe(name, argv, outdir / f"probe-{i}"))
+        for name, (exp, count, (proc, out)) in started.items():
+            result = self._finish_probe(name, proc, out)
+            if isinstance(result, str):
+                problems.append(f"path {name} -> {group.receiver}: {result}")
+                continue
+            problems += [f"path {name} -> {group.receiver}: {p}"
+                         for p in pathcheck.judge_probe(exp, result.transmitted, result.rtt_ms, env)]
+        for i, name in enumerate(senders):  # one at a time: a burst must queue on its own
+            exp = started[name][0]
+            plan = pathcheck.burst_plan(exp, mtu, ipv, env)
+            if plan is None or problems:
+                continue
+            requests, payload = plan
+            wait = max(1.0, 3 * (exp.base_rtt_s + exp.jitter_s) + 2 * requests * (payload + 62) * 8 / exp.rate_bps)
+            argv = ["ping", f"-{ipv}", "-D", "-n", "-c", str(requests), "-l", str(requests), "-W", f"{wait:g}",
+                    "-s", str(payload), target]
+            result = self._finish_probe(name, *self._start_probe(name, argv, outdir / f"burst-{i}"))
+            if isinstance(result, str):
+                if "preload" not in result:  # ping refuses a preload above 3 to a user without privileges
+                    problems.append(f"path {name} -> {group.receiver}: {result}")
+                continue
+            _, found = pathcheck.judge_burst(exp, payload, ipv, result.seq, result.rtt_ms, requests)
+            problems += [f"path {name} -> {group.receiver}: {p}" for p in found]
+        return problems
+
+    def _delivery(self, config: Configuration) -> float:
+        """The smallest probability, over the configuration's senders, that a round trip to the receiver survives
+        the declared loss (and corruption) of the links on its path."""
+        group = self.group(config)
+        paths = self.links.paths(group.receiver, group.senders[:config.active_senders])
+        return min((pathcheck.expectation(links, group.variant.mtu).delivery for links in paths.values()),
+                   default=1.0)
+
+    def _start_probe(self, name: str, argv: list[str], out: Path) -> tuple[subprocess.Popen, Path]:
+        return self.lab.hosts[name].popen(argv, out.with_suffix(".out"), out.with_suffix(".err"), pin=False), out
+
+    def _finish_probe(self, name: str, proc: subprocess.Popen, out: Path) -> "ping.PingResult | str":
+        """The probe's replies, or what went wrong running it."""
+        try:
+            proc.wait(timeout=PATH_CHECK_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            kill_group(proc)
+            proc.wait()
+            return f"ping did not end within {PATH_CHECK_TIMEOUT:g} s"
+        text = out.with_suffix(".out").read_text(errors="replace")
+        try:
+            return ping.parse(text)
+        except ToolFailed:
+            err = out.with_suffix(".err").read_text(errors="replace").strip()
+            return f"ping on {name} failed (exit {proc.returncode}): {(err or text).strip()[-300:] or 'no output'}"
 
     def link_state(self, config: Configuration) -> dict[str, Any]:
         """What to record with a configuration about its links: backend and settings as applied."""
@@ -287,15 +415,16 @@ class DumbbellBench:
         span = sum(sum(registry.of(scenario.workload[lead]).timing(scenario.workload[lead], config))
                    for lead, _ in phases)
 
+        forgotten = self._forget_tcp_metrics(hosts)
         self.links.start_trial(span)  # an emulator restarts: seed and schedule from now
         started = time.time()
         ctx = TrialContext(config=config, hosts=hosts, ip_version=scenario.lab.ip_version, tmp=tmp, t0=started,
                            extra_rtt_s=self.links.extra_rtt(config))
-        status, reason = "ok", None
+        status, reason = ("ok", None) if forgotten is None else ("failed", forgotten)
         measurement = Measurement()
         raw: dict[str, Any] = {"workloads": {}, "stderr": {}, "command": {}}
         runs: list[tuple[str, Started]] = []
-        for lead, companions in phases:
+        for lead, companions in phases if status == "ok" else []:
             status, reason = self._run_phase(ctx, lead, companions, runs)
             if status != "ok":
                 break
@@ -348,6 +477,10 @@ class DumbbellBench:
                     measurement.add(metric, value)
                 if spread_ms is not None:
                     measurement.add("start.spread_ms", spread_ms)
+                empty = pathcheck.nothing_received([(x.metric, x.value) for x in measurement.samples],
+                                                   self._delivery(config), pathcheck.link_drops(link_counters))
+                if empty:
+                    raise ToolFailed(empty)
             except ToolFailed as e:
                 status, reason = "failed", _with_what_failed_said(str(e), runs)
         if measurement.undefined:
@@ -357,6 +490,22 @@ class DumbbellBench:
             # A client that died mid-test can leave its server waiting; start clean.
             self.start_servers([group])
         return TrialOutcome(status, reason, started, ended, measurement, raw)
+
+    def _forget_tcp_metrics(self, hosts: TrialHosts) -> str | None:
+        """Start the trial without what TCP remembers of its peers from earlier trials. The kernel keeps, per
+        destination, the RTT, its variance, ssthresh and cwnd of closed connections (tcp_metrics) and starts new
+        connections from them: a trial after one with a long delay or heavy loss would begin from that trial's
+        numbers. Connections within the trial still learn from each other, as they do on any host. Returns why
+        it could not be done (the trial fails), or None."""
+        for node in [hosts.receiver, *hosts.senders]:
+            try:
+                done = node.run(["ip", "tcp_metrics", "flush", "all"], timeout=30)
+            except subprocess.TimeoutExpired:
+                return f"`ip tcp_metrics flush all` on {node.name} did not end within 30 s"
+            if done.returncode != 0:
+                return (f"`ip tcp_metrics flush all` on {node.name} failed (exit {done.returncode}): "
+                        f"{(done.stderr or done.stdout).strip()[-300:]}")
+        return None
 
     @contextmanager
     def clients_start_together(self, ctx: TrialContext) -> Iterator[list[float]]:

@@ -39,7 +39,7 @@ from vnetbench.runner.bench import DumbbellBench, TrialOutcome
 from vnetbench.runner.fingerprint import SYSCTLS
 from vnetbench.scenario.plan import Configuration
 from vnetbench.workloads import registry as workloads
-from vnetbench.workloads.base import ETHTOOL, FLOCK, SS, TC, Measurement, Started, Tool, TrialContext
+from vnetbench.workloads.base import ETHTOOL, FLOCK, IP, PING, SS, TC, Measurement, Started, Tool, TrialContext
 
 BARE = Variant("bare")
 # How long before they begin the clients of a trial are started on their hosts, to begin together (see
@@ -162,9 +162,10 @@ def _ip_of(host: InventoryHost, given: str | None, ip_version: int, source: str)
 
 
 def needed_tools(configs: list[Configuration]) -> list[Tool]:
-    """What the hosts must have: every workload's binaries, ss (servers are checked listening with it) and
-    flock (each host's run lock, hosts/lock.py)."""
-    tools = [SS, FLOCK]
+    """What the hosts must have: every workload's binaries, ss (servers are checked listening with it), flock
+    (each host's run lock, hosts/lock.py), ping (the path check before trials) and ip (TCP's per-destination
+    metrics are flushed before every trial)."""
+    tools = [SS, FLOCK, PING, IP]
     if any(not spec.is_plain() for c in configs for spec in lab_links(c.scenario.lab).values()):
         tools.append(TC)  # link conditions: tc on the hosts that carry them
     if any(c.scenario.lab.offload == "off" for c in configs):
@@ -443,17 +444,22 @@ class HostsBench(DumbbellBench):
         self._offload_on = None  # and its offloads are its own again, or still off: set them at the next one
         self.start_servers()
 
-    def prepare(self, config: Configuration) -> list[dict[str, Any]]:
-        """The configuration's link conditions on the hosts that carry them (nothing on the others); the
-        qdiscs as the hosts' kernels report them."""
+    def _realise(self, config: Configuration) -> bool:
+        """The configuration's link conditions on the hosts that carry them (nothing on the others), and its
+        offloads; whether anything changed. The qdiscs as the hosts' kernels report them are the lab state."""
         group = self.group(config)
         on = config.scenario.lab.offload == "on"
+        changed = False
         if on != self._offload_on:
             self._offload_state = [o.set(on) for o in self.offloads.values()]
             self._offload_on = on
+            changed = True
         state = self.links.apply(config, group.receiver, group.senders[:config.active_senders])
         self.lab_state = state["qdiscs"]
-        return self.lab_state
+        return changed or self.links.changed
+
+    def _group_offload_unknown(self, config: Configuration) -> None:
+        self._offload_on = None
 
     def environment_state(self, config: Configuration) -> dict[str, Any]:
         group = self.group(config)
@@ -481,6 +487,9 @@ class HostLinkManager(LinkManager):
         if spec.backend != "auto":
             return spec.backend
         return self.auto.get(name) or lab.qdisc  # a link without conditions anywhere: nothing is made
+
+    def _plain_problems(self, name: str, host: str) -> list[str]:
+        return []  # a link no configuration conditions: nothing of the run's is on its host
 
     def forget(self) -> None:
         """After a host dropped out: what the run made there may be gone (a restart) or still there (a lost

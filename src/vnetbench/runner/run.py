@@ -26,7 +26,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from vnetbench.errors import EnvironmentProblem, HostsGone, ScenarioError, StoreError
+from vnetbench.errors import EnvironmentProblem, HostsGone, PathNotAsDeclared, ScenarioError, StoreError
 from vnetbench.impair import links
 from vnetbench.lab.netns import run_prefix
 from vnetbench.lab.teardown import interruptible, interruption_behind
@@ -45,7 +45,7 @@ from vnetbench.scenario.plan import Configuration, TrialSlot, expand, order_tria
 from vnetbench.stats import adaptive_decision
 from vnetbench.store.db import Store, TrialRecord
 from vnetbench.workloads import registry
-from vnetbench.workloads.base import IP, SS, TASKSET, Measurement, Tool, require
+from vnetbench.workloads.base import IP, PING, SS, TASKSET, Measurement, Tool, require
 
 def new_run_id() -> str:
     return uuid.uuid4().hex[:12]
@@ -93,7 +93,8 @@ def check_congestion_controls(configs: list[Configuration]) -> None:
 
 def workload_tools(configs: list[Configuration]) -> list[Tool]:
     """The binaries the run needs: the lab's own and every workload's (each with its Debian package)."""
-    tools = [TASKSET, IP, SS]  # pinning, the lab, the servers' readiness check
+    # pinning; the lab and its TCP metrics; the servers' readiness check; the path check
+    tools = [TASKSET, IP, SS, PING]
     for c in configs:
         for w in c.scenario.active.values():
             tools.extend(registry.of(w).requires)
@@ -294,13 +295,24 @@ class _TrialRunner:
             outcome = TrialOutcome(status="failed", reason=reason, started=now, ended=now,
                                    measurement=Measurement(), raw=raw)
         else:
-            state = self.bench.prepare(slot.config)
-            outcome = self.bench.run_trial(slot.config, f"p{slot.position}-r{slot.repetition}")
+            try:
+                state = self.bench.prepare(slot.config)
+            except PathNotAsDeclared as e:
+                # Not the network it declares: nothing it would measure may enter the statistics.
+                if slot.warmup:
+                    return None
+                now = time.time()
+                outcome = TrialOutcome(status="failed", reason=str(e), started=now, ended=now,
+                                       measurement=Measurement(), raw={"path_check": e.problems})
+                state = None
+            else:
+                outcome = self.bench.run_trial(slot.config, f"p{slot.position}-r{slot.repetition}")
             if slot.warmup:
                 return None  # not stored: it only brings caches, ARP and TCP metrics to a steady state
-            self.store.set_lab_state(self.run_id, slot.config.key,
-                                     {"qdiscs": state, **self.bench.environment_state(slot.config),
-                                      **self.bench.link_state(slot.config)})
+            if state is not None:
+                self.store.set_lab_state(self.run_id, slot.config.key,
+                                         {"qdiscs": state, **self.bench.environment_state(slot.config),
+                                          **self.bench.link_state(slot.config)})
         self.store.record_trial(self.run_id, TrialRecord(
             config_key=slot.config.key, repetition=slot.repetition, position=slot.position,
             started=outcome.started, ended=outcome.ended, status=outcome.status, reason=outcome.reason,

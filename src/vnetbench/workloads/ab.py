@@ -129,7 +129,7 @@ class Options(HttpOptions):
 METRICS = (
     Metric("ab.requests_per_s", "1/s", HIGHER, "HTTP requests completed per second (ab; without keepalive each is "
                                                "a new TCP connection: TCP_CRR's transactions/s); ab counts failed "
-                                               "requests in it too (see ab.failed_requests)"),
+                                               "requests in it too (see ab.failed_requests)", nothing=0.0),
     Metric("ab.transfer_mbps", "Mbit/s", HIGHER, "HTTP response bytes per second (ab), headers included"),
     Metric("ab.transaction_ms", "ms", LOWER, "Time each of the concurrent clients spends per request: concurrency "
                                              "/ request rate, to 1 us (without keepalive: connect, request, "

@@ -183,9 +183,10 @@ class Options(WorkloadOptions):
 METRICS = (
     Metric("throughput.offered_mbps", "Mbit/s", HIGHER, "Offered load: the sum of the senders' target rates"),
     Metric("throughput.tx_mbps", "Mbit/s", HIGHER, "Sent throughput, summed over flows (sender side, iperf3)"),
-    Metric("throughput.rx_mbps", "Mbit/s", HIGHER, "Received throughput (goodput), summed over flows (receiver side, iperf3)"),
+    Metric("throughput.rx_mbps", "Mbit/s", HIGHER, "Received throughput (goodput), summed over flows (receiver side, iperf3)",
+           nothing=0.0),
     Metric("flows.jain_fairness", "ratio", HIGHER, "Jain's fairness index of the flows' received throughput (1 = equal shares)"),
-    Metric("udp.loss_ratio", "ratio", LOWER, "UDP packet loss ratio, lost / sent, over all flows (RFC 7680)"),
+    Metric("udp.loss_ratio", "ratio", LOWER, "UDP packet loss ratio, lost / sent, over all flows (RFC 7680)", nothing=1.0),
     Metric("udp.lost_packets", "packets", LOWER, "UDP packets lost, over all flows"),
     Metric("udp.sent_packets", "packets", HIGHER, "UDP packets sent, over all flows"),
     Metric("udp.jitter_rfc3550_ms", "ms", LOWER, "iperf3's jitter: RFC 3550 smoothed interarrival jitter (not IPDV), mean over flows"),

@@ -86,7 +86,7 @@ METRICS = (
     Metric("irtt.send_ipdv_ms", "ms", LOWER, "Mean absolute IPDV of the one-way delay sender -> receiver"),
     Metric("irtt.jitter_rfc3550_ms", "ms", LOWER, "RFC 3550 smoothed interarrival jitter, sender -> receiver "
                                                   "(what a voice receiver reports)"),
-    Metric("irtt.loss_ratio", "ratio", LOWER, "UDP packets without a reply / sent (RFC 7680, irtt)"),
+    Metric("irtt.loss_ratio", "ratio", LOWER, "UDP packets without a reply / sent (RFC 7680, irtt)", nothing=1.0),
     Metric("irtt.upstream_loss_ratio", "ratio", LOWER, "UDP packets lost sender -> receiver / sent (irtt)"),
     Metric("irtt.downstream_loss_ratio", "ratio", LOWER, "UDP replies lost receiver -> sender / replies sent "
                                                          "(irtt)"),

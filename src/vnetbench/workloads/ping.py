@@ -162,7 +162,7 @@ METRICS = (
     Metric("rtt.p99_ms", "ms", LOWER, "99th percentile round-trip time, ping", noise=0.10),
     Metric("rtt.p999_ms", "ms", LOWER, "99.9th percentile round-trip time, ping", noise=0.10),
     Metric("rtt.ipdv_ms", "ms", LOWER, "Mean absolute IPDV between consecutive ping replies (RFC 3393)"),
-    Metric("rtt.loss_ratio", "ratio", LOWER, "Ping packets without a reply / sent (RFC 7680)"),
+    Metric("rtt.loss_ratio", "ratio", LOWER, "Ping packets without a reply / sent (RFC 7680)", nothing=1.0),
     Metric("queue.standing_ms", "ms", LOWER, "Queueing delay left standing after the earliest-ending of staggered "
                                             "flows stopped: 5th percentile of ping RTT from 1 s after, less the "
                                             "links' configured base RTT (seed 001's window scaling test)",

@@ -90,7 +90,7 @@ class Options(WorkloadOptions):
 
 METRICS = (
     Metric("rr.transactions_per_s", "1/s", HIGHER, "Request/response transactions per second (sockperf; "
-                                                   "ping-pong: netperf RR's figure)"),
+                                                   "ping-pong: netperf RR's figure)", nothing=0.0),
     Metric("rr.mean_us", "us", LOWER, "Mean round-trip time of a request and its response (sockperf, every message)"),
     Metric("rr.stdev_us", "us", LOWER, "Standard deviation of request/response round-trip times (sockperf)",
            noise=0.10),

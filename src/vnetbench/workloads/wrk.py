@@ -101,7 +101,7 @@ class Options(HttpOptions):
 
 METRICS = (
     Metric("http.requests_per_s", "1/s", HIGHER, "HTTP requests answered per second (wrk; with connection = close "
-                                                 "each is a new TCP connection: TCP_CRR's transactions/s)"),
+                                                 "each is a new TCP connection: TCP_CRR's transactions/s)", nothing=0.0),
     Metric("http.transfer_mbps", "Mbit/s", HIGHER, "HTTP response bytes per second (wrk), headers included"),
     Metric("http.latency_mean_ms", "ms", LOWER, "Mean HTTP request latency, first byte sent to last byte received "
                                                 "(wrk's histogram of every request)"),

@@ -75,6 +75,7 @@ REQUIRED_TOOLS: tuple[tuple[str, str], ...] = (
     ("date", "coreutils"),  # GNU date: steps the clock by a fractional offset (busybox's takes whole seconds)
 )
 OPTIONAL_TOOLS: tuple[tuple[str, str], ...] = (
+    ("ip", "iproute2"),  # tcp_metrics, flushed before every trial (busybox's ip has no such command)
     ("ss", "iproute2"),
     ("fping", "fping"),
     ("irtt", "irtt"),

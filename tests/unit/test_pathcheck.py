@@ -1,0 +1,147 @@
+"""The path check's judgements (runner/pathcheck.py), on ping outputs recorded in the lab.
+
+Fixtures (ping from s1 to r, the lab's own addresses):
+- ping_probe_loss20pct.txt: 100 echo requests through the emulator's 20 % forward loss (80 answered);
+- ping_probe_emulator_5ms.txt: 100 through the emulator at 20 Mbit/s with 5 ms forward delay;
+- ping_burst_tbf_5mbit.txt: 30 preloaded 1400-byte requests into a 5 Mbit/s tbf (100 kB buffer);
+- ping_burst_emulator_20mbit_5ms.txt: 27 into the emulator at 20 Mbit/s, 5 ms;
+- ping_unreachable.txt: 12 requests, none answered.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from vnetbench.impair.backend import TrialCounters
+from vnetbench.impair.model import LinkSpec
+from vnetbench.runner import pathcheck as P
+from vnetbench.workloads import ping
+
+FIXTURES = Path(__file__).parent.parent / "fixtures"
+
+
+def _ping(name: str) -> ping.PingResult:
+    return ping.parse((FIXTURES / name).read_text())
+
+
+def _spec(**forward) -> LinkSpec:
+    return LinkSpec.model_validate({"forward": forward})
+
+
+def _exp(spec: LinkSpec, kernel: bool = False, sender: LinkSpec | None = None) -> P.Expectation:
+    return P.expectation([(spec, kernel), (sender or LinkSpec(), False)], 1500)
+
+
+def test_expectation_multiplies_delivery_and_adds_delay_over_links_and_directions():
+    bottleneck = LinkSpec.model_validate({"forward": {"loss": "20%", "delay": "5ms"}, "reverse": {"delay": "1ms"}})
+    sender = LinkSpec.model_validate({"forward": {"loss": "10%"}, "reverse": {"delay": "2ms", "rate": "10Mbit"}})
+    exp = _exp(bottleneck, sender=sender)
+    assert exp.delivery == pytest.approx(0.8 * 0.9)
+    assert exp.base_rtt_s == pytest.approx(0.008)
+    assert exp.rate_bps == 10e6 and exp.burst_bytes == 0  # the emulator realises the sender's link
+
+
+def test_kernel_shaper_burst_is_the_one_of_the_slowest_link():
+    exp = _exp(_spec(rate="5Mbit"), kernel=True, sender=_spec(rate="50Mbit"))
+    assert exp.rate_bps == 5e6 and exp.burst_bytes == 2 * 1514  # at least two full frames
+
+
+def test_recorded_20pct_loss_probe_passes_and_a_black_hole_fails():
+    result = _ping("ping_probe_loss20pct.txt")
+    assert (result.transmitted, result.received) == (100, 80)
+    assert P.judge_probe(_exp(_spec(loss="20%")), result.transmitted, result.rtt_ms, "bare") == []
+    # The same replies where no loss is declared: a loss model that should not be there.
+    lossless = P.judge_probe(_exp(LinkSpec()), result.transmitted, result.rtt_ms, "bare")
+    assert len(lossless) == 1 and "80 of 100 echo requests answered on a path lossless" in lossless[0]
+    # Where 50 % is declared, 80 of 100 is far too many (p ~ 1e-9): the declared loss is not what is installed.
+    assert "declared to deliver 50%" in P.judge_probe(_exp(_spec(loss="50%")), 100, result.rtt_ms, "bare")[0]
+    dead = _ping("ping_unreachable.txt")
+    found = P.judge_probe(_exp(_spec(loss="20%")), dead.transmitted, dead.rtt_ms, "bare")
+    assert found and "carries nothing" in found[0]
+
+
+def test_a_probe_with_everything_lost_is_right_where_everything_is_declared_lost():
+    dead = _ping("ping_unreachable.txt")
+    assert P.judge_probe(_exp(_spec(loss="100%")), dead.transmitted, dead.rtt_ms, "bare") == []
+    alive = _ping("ping_probe_loss20pct.txt")
+    assert "declared to lose everything" in P.judge_probe(_exp(_spec(loss="100%")), 100, alive.rtt_ms, "bare")[0]
+
+
+def test_delay_below_the_declaration_or_far_above_it_is_named():
+    result = _ping("ping_probe_emulator_5ms.txt")
+    assert 5.0 < result.rtt_ms.min() < 5.5
+    assert P.judge_probe(_exp(_spec(delay="5ms")), 100, result.rtt_ms, "bare") == []
+    missing = P.judge_probe(_exp(_spec(delay="10ms")), 100, result.rtt_ms, "bare")
+    assert len(missing) == 1 and "a delay is missing" in missing[0]
+    extra = P.judge_probe(_exp(LinkSpec()), 100, result.rtt_ms, "bare")  # 5 ms left where none is declared
+    assert len(extra) == 1 and "where the declared delay is 0.000 ms" in extra[0]
+    assert P.judge_probe(_exp(LinkSpec()), 100, result.rtt_ms, "vm") == []  # a TCG guest's path adds that much
+
+
+def test_jitter_lowers_the_delay_floor():
+    rtts = np.array([3.0, 6.0, 7.0])  # ms: 5 ms declared, normal jitter of 1 ms can reach 4 sd below
+    assert P.judge_probe(_exp(_spec(delay="5ms", jitter="1ms")), 3, rtts, "bare") == []
+    assert "a delay is missing" in P.judge_probe(_exp(_spec(delay="5ms")), 3, rtts, "bare")[0]
+
+
+def test_probe_plan_keeps_the_probes_under_a_tenth_of_a_slow_rate():
+    count, interval = P.probe_plan(_exp(LinkSpec()))
+    assert (count, interval) == (P.PROBES, P.PROBE_INTERVAL_S)
+    count, interval = P.probe_plan(_exp(_spec(rate="1Mbit")), senders=2)
+    assert 2 * (P.PROBE_SIZE + 62) * 8 / interval <= 0.1 * 1e6 * 1.001
+    assert count * interval <= P.PROBE_BUDGET_S + interval and count >= P.MIN_PROBES
+
+
+@pytest.mark.parametrize("fixture, spec, kernel", [
+    ("ping_burst_tbf_5mbit.txt", {"rate": "5Mbit", "buffer": "100kB"}, True),
+    ("ping_burst_emulator_20mbit_5ms.txt", {"rate": "20Mbit", "delay": "5ms"}, False),
+])
+def test_recorded_bursts_measure_the_declared_rate(fixture, spec, kernel):
+    exp = _exp(_spec(**spec), kernel=kernel)
+    requests, payload = P.burst_plan(exp, 1500, 4, "bare")
+    assert payload == 1400
+    result = _ping(fixture)
+    assert result.transmitted == requests
+    rate, problems = P.judge_burst(exp, payload, 4, result.seq, result.rtt_ms, requests)
+    assert problems == [] and rate == pytest.approx(exp.rate_bps, rel=0.05)
+    # The same burst judged against a rate four times higher or lower is named.
+    for wrong in (exp.rate_bps * 4, exp.rate_bps / 4):
+        other = P.Expectation(**{**exp.__dict__, "rate_bps": wrong})
+        assert P.judge_burst(other, payload, 4, result.seq, result.rtt_ms, requests)[1]
+
+
+def test_a_burst_that_does_not_queue_names_the_missing_rate():
+    probe = _ping("ping_probe_loss20pct.txt")  # small replies at a steady ~0.1 ms: no queue building
+    exp = _exp(_spec(rate="5Mbit"), kernel=True)
+    rate, problems = P.judge_burst(exp, 1400, 4, probe.seq, probe.rtt_ms * 0 + 0.1, 100)
+    assert problems and "no rate limit of 5 Mbit/s" in problems[0]
+
+
+def test_burst_plan_declines_what_cannot_be_timed():
+    assert P.burst_plan(_exp(LinkSpec()), 1500, 4, "bare") is None  # no rate
+    assert P.burst_plan(_exp(_spec(rate="1Gbit")), 1500, 4, "bare") is None  # too fast
+    assert P.burst_plan(_exp(_spec(rate="10Mbit", jitter="1ms")), 1500, 4, "bare") is None  # reorders
+    assert P.burst_plan(_exp(_spec(rate="10Mbit")), 1500, 4, "vm") is None  # a guest's clock
+    assert P.burst_plan(_exp(_spec(rate="32kbit")), 1500, 4, "bare") is None  # too slow for the budget
+    requests, payload = P.burst_plan(_exp(_spec(rate="256kbit"), kernel=True), 1500, 4, "bare")
+    assert payload < 1400 and requests * (payload + 42) * 8 / 256e3 <= P.BURST_BUDGET_S
+
+
+def test_nothing_received_fails_only_what_the_configuration_cannot_explain():
+    nothing = [("rtt.loss_ratio", 1.0), ("rtt.min_ms", 0.1)]
+    reason = P.nothing_received(nothing, delivery=0.8, drops=0)
+    assert reason and "rtt.loss_ratio = 1" in reason and "80%" in reason
+    assert P.nothing_received(nothing, delivery=0.8, drops=12) is None  # the links' own models dropped them
+    assert P.nothing_received(nothing, delivery=0.0, drops=0) is None  # declared to deliver nothing
+    assert P.nothing_received([("rtt.loss_ratio", 0.2)], delivery=0.8, drops=0) is None
+    assert "throughput.rx_mbps = 0" in P.nothing_received([("throughput.rx_mbps", 0.0)], 1.0, 0)
+
+
+def test_link_drops_adds_every_kind_over_links_and_directions():
+    counters = {"bottleneck": TrialCounters({"forward": {"lost": 3, "dropped_queue": 2, "forwarded_packets": 90},
+                                              "reverse": {"tx_errors": 1}}),
+                "s1": TrialCounters({"forward": {"drops": 4}})}
+    assert P.link_drops(counters) == 10
