@@ -33,6 +33,11 @@ def no_leftovers():
 
 
 def pytest_collection_modifyitems(config, items):
+    if "campaign" not in (config.getoption("-m") or ""):
+        skip = pytest.mark.skip(reason="a campaign: run it with `pytest -m campaign`")
+        for item in items:
+            if "campaign" in item.keywords:
+                item.add_marker(skip)
     if os.geteuid() != 0:
         skip = pytest.mark.skip(reason="lab tests build network namespaces: run as root (make test does)")
         for item in items:

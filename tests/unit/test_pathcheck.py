@@ -132,12 +132,18 @@ def test_burst_plan_declines_what_cannot_be_timed():
 
 def test_nothing_received_fails_only_what_the_configuration_cannot_explain():
     nothing = [("rtt.loss_ratio", 1.0), ("rtt.min_ms", 0.1)]
-    reason = P.nothing_received(nothing, delivery=0.8, drops=0)
+    lossy = _exp(_spec(loss="20%"))
+    reason = P.nothing_received(nothing, lossy, drops=0)
     assert reason and "rtt.loss_ratio = 1" in reason and "80%" in reason
-    assert P.nothing_received(nothing, delivery=0.8, drops=12) is None  # the links' own models dropped them
-    assert P.nothing_received(nothing, delivery=0.0, drops=0) is None  # declared to deliver nothing
-    assert P.nothing_received([("rtt.loss_ratio", 0.2)], delivery=0.8, drops=0) is None
-    assert "throughput.rx_mbps = 0" in P.nothing_received([("throughput.rx_mbps", 0.0)], 1.0, 0)
+    # The link's model dropped some, but 20 % loss does not lose everything: still not a measurement.
+    assert P.nothing_received(nothing, lossy, drops=12)
+    assert P.nothing_received(nothing, _exp(_spec(loss="60%")), drops=0) is None  # can lose everything
+    assert P.nothing_received(nothing, _exp(_spec(loss="100%")), drops=0) is None
+    scheduled = LinkSpec.model_validate({"schedule": {"steps": [{"at": "1s", "forward": {"loss": "100%"}}]}})
+    assert P.nothing_received(nothing, _exp(scheduled), drops=40) is None  # its own model dropped them
+    assert P.nothing_received(nothing, _exp(scheduled), drops=0)
+    assert P.nothing_received([("rtt.loss_ratio", 0.2)], lossy, drops=0) is None
+    assert "throughput.rx_mbps = 0" in P.nothing_received([("throughput.rx_mbps", 0.0)], _exp(LinkSpec()), 0)
 
 
 def test_link_drops_adds_every_kind_over_links_and_directions():

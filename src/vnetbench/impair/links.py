@@ -215,6 +215,9 @@ class LinkManager:
         targets = self.targets(config, receiver, senders)
         self.rewired = set()
         self.changed = False
+        for host, backend in self.backends.items():
+            if host not in targets:
+                backend.idle()  # off this configuration's path (another variant's link, an unused sender)
         links: dict[str, Any] = {}
         for host, target in targets.items():
             if target.backend is None:
@@ -232,9 +235,6 @@ class LinkManager:
             links[target.name] = {"backend": target.backend, "host": host, "requested": target.spec.request(),
                                   "describe": target.spec.describe(), "needs": sorted(target.spec.needs()),
                                   **{k: v for k, v in cached.items() if k != "backend"}}
-        for host, backend in self.backends.items():
-            if host not in targets:
-                backend.idle()  # off this configuration's path (another variant's link, an unused sender)
         self._targets = targets
         self._active = {host: t.name for host, t in targets.items() if t.backend is not None}
         self._state = links
@@ -274,10 +274,13 @@ class LinkManager:
         return {s: [link(receiver), link(s)] for s in senders}
 
     def reset_path(self) -> None:
-        """Take every backend off the current configuration's path (the bare veths again): the next apply()
-        makes each link from scratch."""
-        for host in list(self._targets):
+        """Take every backend off the current configuration's path and every qdisc off both ends of its links (the
+        bare veths again, whoever put what there): the next apply() makes each link from scratch."""
+        for host, target in list(self._targets.items()):
             self._remove(host)
+            link = lab_link(self.lab, target.name, host)
+            for end in (link.switch_end, link.host_end):
+                tc.clear(end)
 
     def _remove(self, host: str) -> None:
         """Take the backend off `host`'s link: the bare veth again."""

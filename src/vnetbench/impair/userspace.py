@@ -386,7 +386,9 @@ class UserspaceBackend(Backend):
                              host_upstream=self.link.host_upstream)
         self._steer()
         if self.emulator is None:
-            self.emulator = Emulator(self.ctx.middle_name, self.ctx.workdir / f"emu-{self.link.name}",
+            # A directory per emulator (its namespace's name is unique in the lab): links of the same name in
+            # other variants have emulators of their own, whose control sockets must not be this one's.
+            self.emulator = Emulator(self.ctx.middle_name, self.ctx.workdir / f"emu-{self.ctx.middle_name}",
                                      self.ctx.registry, cpu=self.ctx.cpu, nice=self.ctx.nice, tag=self.link.name)
 
     def uninstall(self) -> None:

@@ -348,13 +348,12 @@ class DumbbellBench:
             problems += [f"path {name} -> {group.receiver}: {p}" for p in found]
         return problems
 
-    def _delivery(self, config: Configuration) -> float:
-        """The smallest probability, over the configuration's senders, that a round trip to the receiver survives
-        the declared loss (and corruption) of the links on its path."""
+    def _least_delivery(self, config: Configuration) -> pathcheck.Expectation:
+        """The expectation of the configuration's sender path that delivers the fewest round trips."""
         group = self.group(config)
         paths = self.links.paths(group.receiver, group.senders[:config.active_senders])
-        return min((pathcheck.expectation(links, group.variant.mtu).delivery for links in paths.values()),
-                   default=1.0)
+        return min((pathcheck.expectation(links, group.variant.mtu) for links in paths.values()),
+                   key=lambda e: e.delivery)
 
     def _start_probe(self, name: str, argv: list[str], out: Path) -> tuple[subprocess.Popen, Path]:
         return self.lab.hosts[name].popen(argv, out.with_suffix(".out"), out.with_suffix(".err"), pin=False), out
@@ -478,7 +477,7 @@ class DumbbellBench:
                 if spread_ms is not None:
                     measurement.add("start.spread_ms", spread_ms)
                 empty = pathcheck.nothing_received([(x.metric, x.value) for x in measurement.samples],
-                                                   self._delivery(config), pathcheck.link_drops(link_counters))
+                                                   self._least_delivery(config), pathcheck.link_drops(link_counters))
                 if empty:
                     raise ToolFailed(empty)
             except ToolFailed as e:

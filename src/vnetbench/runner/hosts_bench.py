@@ -488,6 +488,14 @@ class HostLinkManager(LinkManager):
             return spec.backend
         return self.auto.get(name) or lab.qdisc  # a link without conditions anywhere: nothing is made
 
+    def reset_path(self) -> None:
+        """Every host link on the path removed (its IFBs and redirects), and made again by the next apply()."""
+        for host, target in list(self._targets.items()):
+            self._remove(host)
+            link = self.host_links.get(target.name)
+            if link is not None:
+                link.reset()
+
     def _plain_problems(self, name: str, host: str) -> list[str]:
         return []  # a link no configuration conditions: nothing of the run's is on its host
 
