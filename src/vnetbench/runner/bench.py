@@ -330,21 +330,22 @@ class DumbbellBench:
                 continue
             problems += [f"path {name} -> {group.receiver}: {p}"
                          for p in pathcheck.judge_probe(exp, result.transmitted, result.rtt_ms, env)]
-        for i, name in enumerate(senders):  # one at a time: a burst must queue on its own
+        for i, name in enumerate(senders):  # one at a time: a train must queue on its own
             exp = started[name][0]
             plan = pathcheck.burst_plan(exp, mtu, ipv, env)
             if plan is None or problems:
                 continue
             requests, payload = plan
             wait = max(1.0, 3 * (exp.base_rtt_s + exp.jitter_s) + 2 * requests * (payload + 62) * 8 / exp.rate_bps)
-            argv = ["ping", f"-{ipv}", "-D", "-n", "-c", str(requests), "-l", str(requests), "-W", f"{wait:g}",
-                    "-s", str(payload), target]
+            # -i: should the preload stop half-way (ENOBUFS), the rest follows within a second, not one a second
+            argv = ["ping", f"-{ipv}", "-D", "-n", "-c", str(requests), "-l", str(requests), "-i", "0.002",
+                    "-W", f"{wait:g}", "-s", str(payload), target]
             result = self._finish_probe(name, *self._start_probe(name, argv, outdir / f"burst-{i}"))
             if isinstance(result, str):
                 if "preload" not in result:  # ping refuses a preload above 3 to a user without privileges
                     problems.append(f"path {name} -> {group.receiver}: {result}")
                 continue
-            _, found = pathcheck.judge_burst(exp, payload, ipv, result.seq, result.rtt_ms, requests)
+            _, found = pathcheck.judge_burst(exp, payload, ipv, result)
             problems += [f"path {name} -> {group.receiver}: {p}" for p in found]
         return problems
 

@@ -12,9 +12,9 @@ declared conditions allow (:class:`Expectation`):
 - **delay**: the smallest RTT can be neither below the declared fixed delay (less the jitter's reach) nor far
   above it (``DELAY_SLACK_S`` per environment: the path's own processing);
 - **rate**, where a rate of at most ``RATE_CHECK_MAX_BPS`` is declared and nothing makes packets' times vary
-  on purpose: a burst of full-size requests queues at the slowest rate on the round trip, and each reply comes
-  one frame's serialisation later than the one before; the slope of RTT over sequence number gives the
-  rate. Named when it is off by more than a factor ``RATE_FACTOR``.
+  on purpose: a train of full-size requests sent at once queues at the slowest rate on the round trip, and
+  the replies arrive one frame's serialisation apart (a packet train's dispersion); the slope of arrival time
+  over arrival rank gives the rate. Named when it is off by more than a factor ``RATE_FACTOR``.
 
 Pure functions here; the bench runs the commands (:meth:`vnetbench.runner.bench.DumbbellBench.check_path`).
 """
@@ -32,6 +32,7 @@ from scipy import stats
 from vnetbench.impair.model import LinkConditions, LinkSpec
 from vnetbench.impair.tc import burst_bytes
 from vnetbench.metrics import metric
+from vnetbench.workloads.ping import PingResult
 
 # A check that fails by chance fails a configuration: with hundreds of checks in a run, this keeps the chance of
 # one false failure per run below 1e-4, and still rejects a black hole or a missing loss model at once.
@@ -49,11 +50,18 @@ LOSSLESS_DELIVERY = 0.99
 DELAY_SLACK_S = {"vm": 0.05}
 DEFAULT_DELAY_SLACK_S = 0.005
 DELAY_FLOOR_SLACK_S = 0.0005  # below the declared delay: timer granularity of the emulator and of ping
-RATE_CHECK_MAX_BPS = 500e6  # above: a frame's serialisation is within the timing noise of a loaded core
-RATE_FACTOR = 2.0
+# Above: a frame's serialisation (115 us at 100 Mbit/s) comes near what timing it adds up to on a busy core
+# (one train at 200 Mbit/s measured 407).
+RATE_CHECK_MAX_BPS = 100e6
+# The spread of trains measured on a busy 2-core VM (a core kept busy by stress-ng): 0.55-1.41 of the declared
+# rate over 40 trains each through tbf, htb and the emulator at 50 and 100 Mbit/s. A factor 3 either way still
+# names a rate that is missing or one of a configuration several times slower or faster.
+RATE_FACTOR = 3.0
+SEND_SHARE = 0.5  # ping's sending of a train must take at most this share of the train's time on the link
 NO_QUEUE_FACTOR = 10.0  # a burst that passes this much faster than declared did not meet the rate at all
-RATE_POINTS = 25  # replies fitted beyond the shaper's burst
+RATE_POINTS = 25  # replies fitted, at least (the later half of a train of at least twice as many)
 MIN_RATE_POINTS = 8
+TRAIN_SPAN_S = 0.03
 BURST_BUDGET_S = 0.5
 MIN_BURST_PAYLOAD = 64
 
@@ -157,41 +165,60 @@ def judge_probe(exp: Expectation, sent: int, rtts_ms: np.ndarray, env: str) -> l
 
 
 def burst_plan(exp: Expectation, mtu: int, ip_version: int, env: str) -> tuple[int, int] | None:
-    """(requests, payload bytes) of the rate burst, or None when the rate is not judged here (none declared,
-    too fast to time, times varied on purpose, a guest's emulated clock, too slow for a burst in
-    BURST_BUDGET_S). Frames are full-size where the rate allows, smaller on slow links."""
+    """(requests, payload bytes) of the rate train, or None when the rate is not judged here (none declared,
+    too fast to time, times varied on purpose, a guest's emulated clock, too slow for a train in
+    BURST_BUDGET_S). The train is long enough that its queued part lasts TRAIN_SPAN_S at the declared rate (a
+    kernel shaper is served by timers, which release packets in batches on a busy core: only a span of tens of
+    milliseconds averages them out), and at least 2 x RATE_POINTS frames; full-size frames where the rate
+    allows, smaller on slow links."""
     if (exp.rate_bps is None or exp.rate_bps > RATE_CHECK_MAX_BPS or exp.dynamic or exp.reordering
             or env == "vm"):
         return None
     headers = (48 if ip_version == 6 else 28) + 14
-    # All of it must pass in BURST_BUDGET_S: the shaper's burst plus (RATE_POINTS + 2) frames of serialisation.
-    budget_bytes = exp.rate_bps * BURST_BUDGET_S / 8 - exp.burst_bytes
-    frame = min(mtu + 14, int(budget_bytes / (RATE_POINTS + 3)))
-    payload = frame - headers - exp.overhead
+    frame = min(mtu + 14, 1400 + headers)
+    queued = max(2 * RATE_POINTS, math.ceil(TRAIN_SPAN_S * exp.rate_bps / ((frame + exp.overhead) * 8)))
+    if queued * (frame + exp.overhead) * 8 / exp.rate_bps > BURST_BUDGET_S:
+        frame = int(BURST_BUDGET_S * exp.rate_bps / 8 / queued) - exp.overhead
+    payload = frame - headers
     if payload < MIN_BURST_PAYLOAD:
         return None
-    payload = min(payload, 1400)
-    return math.ceil(exp.burst_bytes / (payload + headers)) + 2 + RATE_POINTS, payload
+    return _line_rate_frames(exp, frame) + queued, payload
 
 
-def judge_burst(exp: Expectation, payload: int, ip_version: int, seq: np.ndarray, rtts_ms: np.ndarray,
-                requests: int) -> tuple[float | None, list[str]]:
-    """(the rate measured, what is wrong) from a burst's replies: RTT grows by one frame's serialisation per
-    request once the shaper's burst is spent; the slope of a line through (sequence, RTT) past it is
-    frame / rate."""
-    frame_bits = (payload + (48 if ip_version == 6 else 28) + 14 + exp.overhead) * 8
-    skip = math.ceil(exp.burst_bytes * 8 / frame_bits) + 1
-    # ping numbers from 1; the first `skip` leave at line rate, the rest queue
-    keep = seq > skip
-    if int(np.sum(keep)) < MIN_RATE_POINTS or exp.rate_bps is None:
-        return None, []  # the buffer (or the declared loss) left too few to fit: not judged
-    slope_ms, _ = np.polyfit(seq[keep].astype(float), rtts_ms[keep], 1)
-    rate = frame_bits / (slope_ms / 1e3) if slope_ms > 0 else math.inf
+def _line_rate_frames(exp: Expectation, frame: int) -> int:
+    """Frames of a train that may pass before the queue builds: a kernel shaper's burst, counted twice (htb and
+    tbf hold a little more than the burst they are given), and one."""
+    return math.ceil(2 * exp.burst_bytes / (frame + exp.overhead)) + 1
+
+
+def judge_burst(exp: Expectation, payload: int, ip_version: int, result: PingResult) -> tuple[float | None, list[str]]:
+    """(the rate measured, what is wrong) from a train's replies. Past the shaper's burst the link is busy
+    serving the queue, so replies arrive one frame's serialisation apart (a packet train's dispersion). Each
+    reply's arrival is its request's send time plus its round trip (timed by the kernel's receive timestamp);
+    ping sends the preloaded train in one loop, so request i leaves (i - 1) x (the loop's time / (requests -
+    1)) after the first (ping's own "time"). The slope of arrival time over arrival rank, Theil-Sen's over the
+    queued replies less their first quarter (the queue's start), is frame / rate: drops from a full buffer
+    and the shaper's timers, which release packets in batches on a busy core, do not bend it."""
+    headers = (48 if ip_version == 6 else 28) + 14
+    frame_bits = (payload + headers + exp.overhead) * 8
+    requests = result.transmitted
+    if result.elapsed_ms is None or result.elapsed_ms / 1e3 > SEND_SHARE * requests * frame_bits / exp.rate_bps:
+        # ping could not send the train at once (the sender's device queue was full: ENOBUFS, after which ping
+        # goes on at its interval), or sent it so slowly that its own loop shapes it: not judged
+        return None, []
+    spacing = result.elapsed_ms / 1e3 / max(1, requests - 1)
+    arrivals = np.sort((result.seq - 1) * spacing + result.rtt_ms / 1e3)
+    queued = arrivals[_line_rate_frames(exp, payload + headers):]
+    queued = queued[len(queued) // 4:]
+    if len(queued) < MIN_RATE_POINTS or exp.rate_bps is None:
+        return None, []  # the buffer (or the declared loss) left too few to judge
+    slope_s = stats.theilslopes(queued, np.arange(len(queued), dtype=float)).slope
+    rate = frame_bits / slope_s if slope_s > 0 else math.inf
     if rate > NO_QUEUE_FACTOR * exp.rate_bps:
-        return rate, [f"a burst of {requests} full-size echo requests did not queue: no rate limit of "
-                          f"{exp.rate_bps / 1e6:.3g} Mbit/s is on the path"]
+        return rate, [f"a train of {requests} full-size echo requests did not queue: no rate limit of "
+                      f"{exp.rate_bps / 1e6:.3g} Mbit/s is on the path"]
     if not (exp.rate_bps / RATE_FACTOR <= rate <= exp.rate_bps * RATE_FACTOR):
-        return rate, [f"a burst of full-size echo requests queued at {rate / 1e6:.3g} Mbit/s, where "
+        return rate, [f"a train of full-size echo requests left the queue at {rate / 1e6:.3g} Mbit/s, where "
                       f"{exp.rate_bps / 1e6:.3g} Mbit/s is declared"]
     return rate, []
 

@@ -22,7 +22,7 @@ from vnetbench.workloads.base import (PING, Measurement, Started, ToolFailed, Tr
 from vnetbench.workloads.registry import register
 
 _REPLY = re.compile(r"^\[(?P<ts>[0-9.]+)\] \d+ bytes from .*?icmp_seq=(?P<seq>\d+) .*?time=(?P<rtt>[0-9.]+) ms")
-_SUMMARY = re.compile(r"(?P<tx>\d+) packets transmitted, (?P<rx>\d+) received")
+_SUMMARY = re.compile(r"(?P<tx>\d+) packets transmitted, (?P<rx>\d+) received(?:.*, time (?P<elapsed>\d+)ms)?")
 
 
 def preload_for(interval: float, max_rtt_s: float) -> int:
@@ -53,11 +53,13 @@ class PingResult:
     timestamps: np.ndarray  # seconds since the epoch, per reply
     seq: np.ndarray
     rtt_ms: np.ndarray
+    elapsed_ms: float | None = None  # ping's "time": from its first request to its last, in whole ms
 
 
 def parse(text: str) -> PingResult:
     ts, seq, rtt = [], [], []
     transmitted = received = None
+    elapsed: float | None = None
     for line in text.splitlines():
         m = _REPLY.match(line)
         if m:
@@ -68,9 +70,10 @@ def parse(text: str) -> PingResult:
         s = _SUMMARY.search(line)
         if s:
             transmitted, received = int(s["tx"]), int(s["rx"])
+            elapsed = float(s["elapsed"]) if s["elapsed"] is not None else None
     if transmitted is None:
         raise ToolFailed(f"ping printed no statistics: {text.strip()[-300:] or '(empty output)'}")
-    return PingResult(transmitted, received, np.array(ts), np.array(seq), np.array(rtt))
+    return PingResult(transmitted, received, np.array(ts), np.array(seq), np.array(rtt), elapsed)
 
 
 def ipdv_ms(seq: np.ndarray, rtt: np.ndarray) -> float:
