@@ -32,8 +32,9 @@ def _inside(path: str, directory: str) -> bool:
 
 
 def create(path: Path, within: Path | None = None) -> BinaryIO:
-    """A new, empty file at `path`, open for writing: `path` is a directory of the run's (`within` or a
-    directory inside it; default: the file's own directory) and a file name of vnetbench's."""
+    """A new, empty file at `path`, open for writing: `path` is a directory of the run's and a file name of
+    vnetbench's. The directory, as opened, must resolve to `within` (a directory vnetbench made: the run's
+    work directory) or inside it; default: the file's own directory, when that is the one vnetbench made."""
     path = Path(path)
     if not FILE_NAME.fullmatch(path.name) or ".." in path.parts:
         raise LabError(f"{path!s:.200}: not a file name vnetbench makes (one plain component, in the run's "

@@ -108,6 +108,16 @@ def test_a_directory_that_resolves_outside_the_run_is_refused(tmp_path):
     assert list(victim.iterdir()) == []
 
 
+def test_a_trial_directory_swapped_for_a_link_out_is_refused(tmp_path):
+    ctx, trial, victim = _trial(tmp_path)
+    trial.rmdir()
+    trial.symlink_to(victim)
+    before = tree_state(victim)
+    with pytest.raises(LabError, match="outside the run's directory"):
+        _run(ctx, "probe")
+    assert tree_state(victim) == before
+
+
 @pytest.mark.parametrize("name", ["../x.out", "a/../../x.out", "x\n.out", ".hidden", "-x", "", "é.out"])
 def test_only_names_vnetbench_makes_are_opened(tmp_path, name):
     with pytest.raises(LabError, match="not a file name vnetbench makes"):

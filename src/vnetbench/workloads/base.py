@@ -227,11 +227,12 @@ class TrialContext:
     def popen(self, host: Any, label: str, argv: Sequence[str], pin: bool = True) -> tuple[subprocess.Popen, Path]:
         """Start `argv` on `host`; its output goes to new files in this trial's directory. They are named by
         the process' index in the trial (``0.out``, ``0.err``, ...), not by `label`: labels are workload and
-        host names, which a scenario or an inventory chose. ``labels`` maps each file's stem to its label."""
+        host names, which a scenario or an inventory chose. ``labels`` maps each file's stem to its label.
+        The files must resolve inside the run's work directory, the trial directory's parent."""
         stem = str(len(self.labels))
         self.labels[stem] = label
         out = self.tmp / f"{stem}.out"
-        return host.popen(argv, out, out.with_suffix(".err"), pin=pin, within=self.tmp), out
+        return host.popen(argv, out, out.with_suffix(".err"), pin=pin, within=self.tmp.parent), out
 
 
 class Workload:
