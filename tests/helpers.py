@@ -57,3 +57,27 @@ def stored_run_id(db) -> str | None:
         return row[0] if row else None
     except sqlite3.Error:
         return None
+
+
+def tree_state(root: Path) -> dict[str, tuple]:
+    """Everything under `root` as it stands (name, type, mode, size, mtime, and the bytes of regular files): two
+    states compare equal only if nothing under `root` was created, removed, written or re-permissioned."""
+    state = {}
+    for path in sorted([root, *root.rglob("*")]):
+        st = path.lstat()
+        content = path.read_bytes() if path.is_file() and not path.is_symlink() else None
+        link = str(path.readlink()) if path.is_symlink() else None
+        state[str(path.relative_to(root))] = (st.st_mode, st.st_size, st.st_mtime_ns, content, link)
+    return state
+
+
+def hostile_names():
+    """A hypothesis strategy of names an attacker or an accident would choose: path pieces ("/", "..", "../"),
+    NUL, line breaks and tabs, shell and glob characters, options ("-"), unicode letters and look-alikes,
+    bidirectional overrides, long names; with plain letters in between, so that some of them are names."""
+    from hypothesis import strategies as st
+
+    pieces = st.sampled_from(["/", ".", "..", "../", "\0", "\n", "\r", "\t", " ", "-", "a", "Z", "9", "_", "é",
+                              "\u202e", "\u0430", ":", "*", "$(x)", "`", "'", '"', "\\", "~", "%C", "x" * 90,
+                              "etc", "cron.daily"])
+    return st.lists(pieces, min_size=1, max_size=8).map("".join) | st.text(min_size=1, max_size=300)

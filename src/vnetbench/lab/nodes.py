@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Sequence
 
+from vnetbench import runfiles
 from vnetbench.errors import LabError
 from vnetbench.lab import netns
 from vnetbench.lab.teardown import Registry, atomic, start_process
@@ -171,9 +172,11 @@ class RunsCommands:
         that is an address in front of it that answers echo itself (a container engine's published ports)."""
         return self.service_address(ip_version)  # type: ignore[attr-defined]
 
-    def popen(self, argv: Sequence[str], stdout: Path, stderr: Path, pin: bool = True) -> subprocess.Popen:
-        """Start a process in this host; its output goes to files (no pipe can fill and stall it)."""
-        with open(stdout, "wb") as out, open(stderr, "wb") as err, atomic():
+    def popen(self, argv: Sequence[str], stdout: Path, stderr: Path, pin: bool = True,
+              within: Path | None = None) -> subprocess.Popen:
+        """Start a process in this host; its output goes to files (no pipe can fill and stall it), made new
+        in the run's directory `within` (default: their own) by :func:`vnetbench.runfiles.create`."""
+        with runfiles.create(stdout, within) as out, runfiles.create(stderr, within) as err, atomic():
             proc = start_process(self.command(argv, pin), stdout=out, stderr=err, stdin=self.stdin_of_started,
                                  start_new_session=True)
             self.registry.add_process(proc)

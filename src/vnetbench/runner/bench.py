@@ -65,6 +65,7 @@ class DumbbellBench:
     _qdiscs: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # receiver -> kernel's view
     _offload: dict[Variant, list[dict[str, Any]]] = field(default_factory=dict)  # variant -> read-back
     _servers: dict[str, subprocess.Popen] = field(default_factory=dict)  # "host:port" -> iperf3 server
+    _server_index: dict[str, int] = field(default_factory=dict)  # "host:label" -> n of its server-n.out/.err
     _facts: dict[Variant, dict[str, Any]] = field(default_factory=dict)
     lab_state: list[dict[str, Any]] = field(default_factory=list)
     configs: list[Configuration] = field(default_factory=list)  # the run's: link backends are chosen over all
@@ -175,10 +176,15 @@ class DumbbellBench:
                 self._wait_released(host, [s for s in specs if s.host.name == host])
             for spec in specs:
                 key = f"{spec.host.name}:{spec.label}"
-                self._servers[key] = spec.host.popen(spec.argv, self.workdir / f"server-{key}.out",
-                                                     self.workdir / f"server-{key}.err")
+                self._servers[key] = spec.host.popen(spec.argv, *self._server_files(key))
             for host in {spec.host.name for spec in specs}:
                 self._wait_listening(host, [s for s in specs if s.host.name == host])
+
+    def _server_files(self, key: str) -> tuple[Path, Path]:
+        """A server's output files, named by its index: its key holds a host name, an inventory's in a run on
+        real hosts, and no file name is made of a name a user chose."""
+        n = self._server_index.setdefault(key, len(self._server_index))
+        return self.workdir / f"server-{n}.out", self.workdir / f"server-{n}.err"
 
     @property
     def server_workdir(self) -> str:
@@ -220,7 +226,7 @@ class DumbbellBench:
             dead = [s for s in specs if self._servers[f"{host}:{s.label}"].poll() is not None]
             if dead or time.monotonic() > deadline:
                 spec = (dead or [s for s in specs if (s.transport, s.port) not in ready])[0]
-                err = (self.workdir / f"server-{host}:{spec.label}.err").read_text(errors="replace")[-300:]
+                err = self._server_files(f"{host}:{spec.label}")[1].read_text(errors="replace")[-300:]
                 missing = sorted(f"{t}/{p}" for t, p in wanted - ready)
                 raise LabError(f"servers on {host} did not start listening on {', '.join(missing)} "
                                f"({spec.argv[0]}{' exited' if dead else ''}): {err}")
@@ -443,7 +449,7 @@ class DumbbellBench:
         for f in tmp.glob("*.err"):
             text = f.read_text(errors="replace").strip()
             if text:
-                raw["stderr"][f.stem] = text[-4000:]
+                raw["stderr"][ctx.labels.get(f.stem, f.stem)] = text[-4000:]
         if port_iface is not None:
             raw["bottleneck_counters"] = {"before": before, "after": after}
         raw["links"] = {name: c.per_direction for name, c in link_counters.items()}

@@ -45,6 +45,7 @@ from vnetbench import quantities, units
 from vnetbench.impair.model import (Delay, LinkBuffer, LinkSpec, LossSpec, Schedule, buffer_bytes_in_range,
                                     lab_links, link_rate, short_hand_conflicts)
 from vnetbench.lab import environments
+from vnetbench.scenario.names import RULE, require_name
 from vnetbench.workloads import iperf3, ping, registry, tcpinfo
 
 # Largest Ethernet frame at the default MTU; a buffer must hold at least one.
@@ -386,6 +387,25 @@ class HostsSpec(Strict):
     def _one_or_more(cls, v: Any) -> Any:
         return [v] if isinstance(v, str) else v
 
+    @field_validator("receiver")
+    @classmethod
+    def _receiver(cls, v: str) -> str:
+        return require_name(v)
+
+    @field_validator("senders")
+    @classmethod
+    def _senders(cls, v: list[str]) -> list[str]:
+        for name in v:
+            require_name(name, "sender")
+        return v
+
+    @field_validator("addresses", "interfaces", mode="before")
+    @classmethod
+    def _host_keys(cls, v: Any, info: ValidationInfo) -> Any:
+        for host in v if isinstance(v, dict) else ():
+            require_name(host, f"hosts.{info.field_name} key (an inventory host)")
+        return v
+
     @field_validator("interfaces")
     @classmethod
     def _interfaces(cls, v: dict[str, str]) -> dict[str, str]:
@@ -432,7 +452,7 @@ MEASURED = "measured"
 
 
 class Scenario(Strict):
-    name: str = Field(min_length=1, max_length=80)
+    name: str = Field(description=f"what the scenario is called ({RULE.removeprefix('a name is ')})")
     description: str = ""
     lab: LabSpec = Field(default_factory=LabSpec)
     matrix: dict[str, list[Any]] = Field(default_factory=dict)
@@ -444,6 +464,30 @@ class Scenario(Strict):
     hosts: HostsSpec | None = Field(default=None, description="endpoints on real hosts (run --hosts INVENTORY)")
     scale: ScaleSpec | None = Field(default=None, description="rates written for one line rate, run at this "
                                     "machine's (applied when the file is read)")
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        return require_name(v)
+
+    @field_validator("workload", mode="before")
+    @classmethod
+    def _workload_names(cls, v: Any) -> Any:
+        # Before the tables are validated: the name is refused even when its table has problems of its own.
+        for name in v if isinstance(v, dict) else ():
+            require_name(name, "workload")
+        return v
+
+    @field_validator("matrix", mode="before")
+    @classmethod
+    def _matrix_names(cls, v: Any) -> Any:
+        # An axis' name, and the keys of its inline tables, label every configuration.
+        for axis, values in v.items() if isinstance(v, dict) else ():
+            require_name(axis, "matrix axis")
+            for entry in values if isinstance(values, list) else ():
+                for key in entry if isinstance(entry, dict) else ():
+                    require_name(key, f"matrix.{axis}: inline table key")
+        return v
 
     @field_validator("matrix")
     @classmethod

@@ -213,6 +213,7 @@ class TrialContext:
     extra_rtt_s: float = 0.0  # what the links' delay and jitter add to a round trip
     leader: Started | None = None  # for a workload `during` another: what the leader started
     leader_options: WorkloadOptions | None = None
+    labels: dict[str, str] = field(default_factory=dict)  # output file stem ("0") -> label of its process
 
     def window(self, own_seconds: float, whole: bool = True) -> tuple[float, float]:
         """(trial-clock second it begins, seconds it lasts) for a workload that runs `own_seconds` on its
@@ -224,9 +225,14 @@ class TrialContext:
         return self.leader.measured_from, float(max(1, int(seconds))) if whole else max(1.0, seconds)
 
     def popen(self, host: Any, label: str, argv: Sequence[str], pin: bool = True) -> tuple[subprocess.Popen, Path]:
-        """Start `argv` on `host`; its output goes to files of this trial named after `label`."""
-        out = self.tmp / f"{label}.out"
-        return host.popen(argv, out, self.tmp / f"{label}.err", pin=pin), out
+        """Start `argv` on `host`; its output goes to new files in this trial's directory. They are named by
+        the process' index in the trial (``0.out``, ``0.err``, ...), not by `label`: labels are workload and
+        host names, which a scenario or an inventory chose. ``labels`` maps each file's stem to its label.
+        The files must resolve inside the run's work directory, the trial directory's parent."""
+        stem = str(len(self.labels))
+        self.labels[stem] = label
+        out = self.tmp / f"{stem}.out"
+        return host.popen(argv, out, out.with_suffix(".err"), pin=pin, within=self.tmp.parent), out
 
 
 class Workload:

@@ -30,7 +30,9 @@ last byte read, so a new connection's handshake is not in it (in CRR mode,
 
 from __future__ import annotations
 
+import hashlib
 import json
+import shlex
 from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
@@ -140,7 +142,7 @@ def server_script(address: str, ip_version: int, sizes: list[int], workers: int,
         *(f"  {k}_temp_path {directory}/{k};" for k in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")),
         f"  server {{ listen {listen} backlog=4096; root {directory}/www; }}", "}", ""])
     files = " && ".join(f'head -c {n} /dev/zero > "$d/www/{file_name(n)}"' for n in sizes)
-    script = (f'd={directory}; mkdir -p "$d/www" && {files} && printf "%s" "$1" > "$d/nginx.conf" && '
+    script = (f'd={shlex.quote(directory)}; mkdir -p "$d/www" && {files} && printf "%s" "$1" > "$d/nginx.conf" && '
               'exec nginx -p "$d" -e stderr -c "$d/nginx.conf"')
     return ["sh", "-c", script, "nginx", conf]
 
@@ -153,8 +155,11 @@ def nginx_server(hosts: TrialHosts, ip_version: int, options: list[Any], workdir
     sizes = sorted({int(o.file_size) for o in options})
     workers = max(o.workers for o in options)
     receiver = hosts.receiver
-    argv = server_script(receiver.address(ip_version), ip_version, sizes, workers,
-                         f"{workdir}/{label}-{receiver.name}", port)
+    # One directory per receiver (the lab's variants share this machine's file system), named by a digest of
+    # the receiver's name and not the name: on real hosts that is an inventory's, and the directory goes into
+    # a path, a shell line and nginx's configuration.
+    node = hashlib.sha256(receiver.name.encode()).hexdigest()[:12]
+    argv = server_script(receiver.address(ip_version), ip_version, sizes, workers, f"{workdir}/{label}-{node}", port)
     return ServerSpec(receiver, argv, port, "tcp", label)
 
 
