@@ -102,10 +102,11 @@ def test_an_address_is_checked_as_an_ip_in_the_scenario(tmp_path):
         place(tmp_path, SCENARIO.replace('senders = "clients"', 'senders = "clients"\naddresses = { "server-a" = "not an ip" }'))
 
 
-def test_the_hosts_need_every_workload_tool_ss_and_flock(tmp_path):
+def test_the_hosts_need_every_workload_tool_ss_flock_ping_and_ip(tmp_path):
     (tmp_path / "s.toml").write_text(SCENARIO)
     configs = P.expand(L.load(str(tmp_path / "s.toml")))
-    assert [t.command for t in hosts_bench.needed_tools(configs)] == ["ss", "flock", "iperf3", "sockperf"]
+    assert [t.command for t in hosts_bench.needed_tools(configs)] == ["ss", "flock", "ping", "ip", "iperf3",
+                                                                     "sockperf"]
 
 
 def test_a_host_node_runs_each_command_through_the_wrapper_as_literal_arguments(tmp_path):

@@ -363,7 +363,8 @@ class DumbbellBench:
                    key=lambda e: e.delivery)
 
     def _start_probe(self, name: str, argv: list[str], out: Path) -> tuple[subprocess.Popen, Path]:
-        return self.lab.hosts[name].popen(argv, out.with_suffix(".out"), out.with_suffix(".err"), pin=False), out
+        return self.lab.hosts[name].popen(argv, out.with_suffix(".out"), out.with_suffix(".err"), pin=False,
+                                          within=self.workdir), out
 
     def _finish_probe(self, name: str, proc: subprocess.Popen, out: Path) -> "ping.PingResult | str":
         """The probe's replies, or what went wrong running it."""
