@@ -137,6 +137,11 @@ class DumbbellBench:
         return self.lab.teardown() if self.lab else []
 
     @property
+    def cpu_wake_latency(self) -> str:
+        """What the lab's hold on the CPUs' wake-up latency obtained (vnetbench.lab.idle), for the fingerprint."""
+        return self.lab.cpu_wake_latency if self.lab else "not held: no lab was built"
+
+    @property
     def receiver(self) -> Host:
         """The receiver of the only (or first) variant."""
         return self.lab.hosts[next(iter(self.lab.groups.values())).receiver]

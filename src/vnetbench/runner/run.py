@@ -248,6 +248,7 @@ def execute(loaded: LoadedScenario, store: Store, *, resume_run_id: str | None =
             clean = f"vnetbench clean --hosts {hosts.inventory.path}" if hosts else "vnetbench clean"
             console.print("[red]teardown problems:[/] " + "; ".join(errors) + f" (run `{clean}`)")
         fp["machine_load"] = [*fp.get("machine_load", []), monitor.stop()]  # one entry per session (resumes)
+        fp["cpu_wake_latency"] = bench.cpu_wake_latency
         _store_end(store, run_id, status, reason, fp, console)
         host_locks.release()
         lock.release()
