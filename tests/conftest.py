@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 import tempfile
 
 import pytest
@@ -21,14 +22,29 @@ os.environ[STATE_DIR_ENV] = _STATE_DIR
 def pytest_unconfigure(config):
     shutil.rmtree(_STATE_DIR, ignore_errors=True)
 
+def _ours() -> set[str]:
+    # vnb-emu-* belong to the emulator's own end-to-end script, which may run alongside.
+    return {n for n in leftovers() if not n.startswith("vnb-emu-")}
+
+
+@pytest.fixture(autouse=True)
+def leaves_the_machine_as_it_found_it():
+    """Every test, lab or not: no new vnb-* namespace after it, and /dev/null still the device. A namespace one
+    test leaves is otherwise found (or worse, used) by a later one; a test that replaced /dev/null with a file
+    broke every later `>/dev/null` (tmux could not start) while passing itself."""
+    before = _ours()
+    yield
+    left = _ours() - before
+    assert not left, f"namespaces left behind by this test: {sorted(left)}"
+    assert stat.S_ISCHR(os.stat("/dev/null").st_mode), "/dev/null is no longer the null device after this test"
+
+
 @pytest.fixture
 def no_leftovers():
     """Fail a lab test that leaves any vnb-* namespace behind."""
-    # vnb-emu-* belong to the emulator's own end-to-end script, which may run alongside.
-    ours = lambda: {n for n in leftovers() if not n.startswith("vnb-emu-")}
-    before = ours()
+    before = _ours()
     yield
-    left = ours() - before
+    left = _ours() - before
     assert not left, f"namespaces left behind: {sorted(left)}"
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from pathlib import Path
 from typing import BinaryIO
 
@@ -48,12 +49,19 @@ def create(path: Path, within: Path | None = None) -> BinaryIO:
             raise LabError(f"{path!s:.200}: its directory resolves to {opened!s:.200}, outside the run's directory "
                            f"{root!s:.200}; nothing was written")
         try:
-            os.unlink(path.name, dir_fd=dir_fd)  # the entry, not what a link there points to
+            standing = os.stat(path.name, dir_fd=dir_fd, follow_symlinks=False)
         except FileNotFoundError:
-            pass
-        except IsADirectoryError:
-            raise LabError(f"{path}: a directory stands where vnetbench writes a process's output; remove it "
-                           "(it is in the run's own work directory)") from None
+            standing = None
+        if standing is not None:
+            # Only what a run's directory could hold by mistake or by a plant is removed: an old output, a
+            # link, a FIFO. A device, a socket or a directory is no output of ours: removing /dev/null because
+            # a caller named it would break every process on the machine.
+            if not (stat.S_ISREG(standing.st_mode) or stat.S_ISLNK(standing.st_mode)
+                    or stat.S_ISFIFO(standing.st_mode)):
+                raise LabError(f"{path}: not a file vnetbench writes a process's output to (a directory, device "
+                               "or socket stands there); nothing was removed or written. If it is in a run's "
+                               "work directory, remove it; otherwise this is a bug in vnetbench, please report it")
+            os.unlink(path.name, dir_fd=dir_fd)  # the entry, not what a link there points to
         try:
             fd = os.open(path.name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
                          dir_fd=dir_fd)

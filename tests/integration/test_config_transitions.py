@@ -22,6 +22,7 @@ import subprocess
 import numpy as np
 import pytest
 
+from vnetbench.lab.netns import run_prefix
 from vnetbench.store.db import Store
 from helpers import cli, run_id_of
 
@@ -132,8 +133,8 @@ def test_a_path_that_cannot_be_made_right_fails_its_trials_with_the_reason(tmp_p
 
     def block(slot, status):
         if not blocked:
-            run_prefix = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-            receiver = next(line.split()[0] for line in run_prefix.splitlines() if line.split()[0].endswith("-r"))
+            # This run's receiver, by the run's own prefix: never another lab's that happens to be up.
+            receiver = f"{run_prefix(store.runs()[-1]['id'])}-r"
             subprocess.run(["ip", "netns", "exec", receiver, "nft", "-f", "-"], check=True, text=True,
                            input="table inet vnbtest {\n chain in {\n  type filter hook input priority 0;\n"
                                  "  drop\n }\n}\n")

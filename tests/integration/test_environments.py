@@ -116,13 +116,13 @@ def test_container_nat_server_sees_the_node_address(pair):
     assert r.address(4).startswith("198.19.") and r.service_address(4).startswith("198.18.")
 
 
-def test_container_cgroup_limits_apply_to_its_processes(pair):
+def test_container_cgroup_limits_apply_to_its_processes(pair, tmp_path):
     name, lab, _ = pair
     if name != "container":
         pytest.skip("container only")
     r = lab.hosts["r"]
     group = r.extra["cgroup"]
-    proc = r.popen(["sleep", "30"], Path(os.devnull), Path(os.devnull))
+    proc = r.popen(["sleep", "30"], tmp_path / "sleep.out", tmp_path / "sleep.err")
     try:
         time.sleep(0.2)
         with open(f"/proc/{proc.pid}/cgroup") as f:

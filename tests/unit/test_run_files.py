@@ -97,6 +97,32 @@ def test_a_link_planted_at_an_output_name_is_replaced_not_followed(tmp_path):
     assert (run / "0.err").is_file() and (run / "0.err").read_text() == "output\n"
 
 
+def test_a_device_socket_or_directory_at_an_output_name_is_left_alone(tmp_path):
+    """A caller that named /dev/null as a process's output had the device node removed and replaced by a
+    regular file (every later `>/dev/null` on the machine then wrote to it, and tmux could not start): only an
+    old output, a link or a FIFO is removed; anything else is refused and left as it was."""
+    import socket
+    import stat as st
+
+    run = tmp_path / "run"
+    run.mkdir()
+    os.mknod(run / "null", 0o666 | st.S_IFCHR, os.makedev(1, 3))
+    (run / "1.out").mkdir()
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(str(run / "2.out"))
+    try:
+        before = {p.name: os.lstat(p) for p in run.iterdir()}
+        for name in ("null", "1.out", "2.out"):
+            with pytest.raises(LabError, match="nothing was removed or written"):
+                runfiles.create(run / name)
+        after = {p.name: os.lstat(p) for p in run.iterdir()}
+        assert {n: (s.st_ino, s.st_mode) for n, s in after.items()} == \
+               {n: (s.st_ino, s.st_mode) for n, s in before.items()}
+        assert st.S_ISCHR(os.lstat(run / "null").st_mode)
+    finally:
+        listener.close()
+
+
 def test_a_directory_that_resolves_outside_the_run_is_refused(tmp_path):
     victim = tmp_path / "victim"
     victim.mkdir()
