@@ -60,3 +60,23 @@ def test_a_file_that_goes_while_a_directory_is_removed_is_no_error():
     assert _gone_is_fine(os.unlink, "/tmp/x", (FileNotFoundError, gone, None)) is None
     with pytest.raises(PermissionError):
         _gone_is_fine(os.unlink, "/tmp/x", (PermissionError, PermissionError(13, "denied"), None))
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="makes a network namespace: run as root")
+def test_a_live_processs_probe_namespace_is_not_a_leftover_a_dead_ones_is():
+    """`doctor` and a run's capability check probe qdiscs in a namespace named with their pid for a moment:
+    `clean` must neither report it (`clean --check` failed beside a running doctor) nor remove it under them."""
+    from vnetbench.lab import netns
+
+    owner = subprocess.Popen(["sleep", "60"])
+    name = f"{netns.PREFIX}probe-{owner.pid}"
+    netns.create(name)
+    try:
+        assert netns.transient_owner(name) == owner.pid and netns.transient_owner("vnb-abcdef-s1") is None
+        assert name not in clean.leftovers()
+        owner.kill()
+        owner.wait()
+        assert name in clean.leftovers()  # its process is gone: a leftover like any other
+    finally:
+        owner.kill()
+        subprocess.run(["ip", "netns", "del", name], capture_output=True)

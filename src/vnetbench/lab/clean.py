@@ -38,7 +38,10 @@ class CleanReport:
 
 
 def leftovers(prefix: str = netns.PREFIX) -> list[str]:
-    return [n for n in netns.list_names() if n.startswith(prefix)]
+    """vnetbench's namespaces under `prefix`, but not a live process's throw-away probe (netns.TRANSIENT): a
+    `doctor` or a run checking its qdiscs at this moment has left nothing, and removing it would break it."""
+    return [n for n in netns.list_names() if n.startswith(prefix)
+            and not ((owner := netns.transient_owner(n)) is not None and _alive(owner))]
 
 
 def cgroup_leftovers(prefix: str = netns.PREFIX) -> list[str]:

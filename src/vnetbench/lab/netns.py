@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import subprocess
 from contextlib import contextmanager
 from typing import Any, Iterator
@@ -20,6 +21,15 @@ from vnetbench.lab.teardown import atomic
 
 NETNS_DIR = "/var/run/netns"
 PREFIX = "vnb-"
+# A throw-away namespace of one process (a qdisc probe: doctor, a backend's capabilities), named with its pid:
+# `vnb-<purpose>-<pid>`. No run's name has that shape (a run's is `vnb-<6 hex>-<endpoint>`).
+TRANSIENT = re.compile(rf"{re.escape(PREFIX)}([a-z]+)-([0-9]+)")
+
+
+def transient_owner(name: str) -> int | None:
+    """The pid whose throw-away namespace `name` is, or None for any other name."""
+    found = TRANSIENT.fullmatch(name)
+    return int(found.group(2)) if found else None
 # A name vnetbench gives to a namespace it did not make and whose processes are not its own (a container
 # engine's daemon lives in it: the host's own namespace, for a system dockerd). Removing the name only
 # unmounts it; `vnetbench clean` never signals the processes inside.
