@@ -25,45 +25,16 @@ from vnetbench.output import check_target, output_file
 from vnetbench.scenario import MAX_CONFIGURATIONS
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    from vnetbench.doctor import run_checks
+    from vnetbench.runner import places
 
-    if args.hosts:
-        if args.fidelity:
-            raise VnetbenchError("doctor --fidelity measures this machine's link emulation; run it without --hosts")
-        return _doctor_hosts(args)
-    report = run_checks()
-    for c in report.checks:
-        mark = "[green]ok[/]  " if c.ok else "[red]no[/]  "
-        line = f"{mark}{c.name:28} {c.detail}"
-        if not c.ok and c.fix:
-            line += f"  [dim]-> {c.fix}[/]"
-        out.print(line)
-    if getattr(args, "fidelity", False):
-        return _doctor_fidelity()
-    return 0
-
-
-def _doctor_hosts(args: argparse.Namespace) -> int:
-    """Preflight of the inventory's hosts over SSH; 1 when any host lacks something every run needs."""
-    from vnetbench.hosts import inventory, preflight
-    from vnetbench.hosts.ssh import HostAccess
-
-    inv = inventory.load(args.hosts)
-    hosts = inv.resolve(args.limit) if args.limit else list(inv.hosts.values())
-    if not hosts:
-        raise VnetbenchError(f"{args.hosts}: the inventory has no hosts")
-    if args.ssh_config and not Path(args.ssh_config).is_file():
-        raise VnetbenchError(f"--ssh-config {args.ssh_config}: no such file")
-    access = HostAccess(inv, accept_new_host_keys=args.accept_new_host_keys, ssh_config=args.ssh_config,
-                        connect_timeout=args.connect_timeout)
-    reports = preflight.check_hosts(hosts, access.connect)
-    out.print(preflight.table(reports))
-    for line in preflight.fixes(reports):
-        out.print(f"[dim]->[/] {escape(line)}")
-    lacking = [r.host.name for r in reports if r.lacking]
-    out.print(f"{len(reports) - len(lacking)} of {len(reports)} hosts ready"
-              + (f"; not ready: {escape(', '.join(lacking))}" if lacking else ""))
-    return 1 if lacking else 0
+    place = places.from_args(args)
+    if args.fidelity and place.name != "lab":
+        raise VnetbenchError(f"doctor --fidelity measures this machine's link emulation; run it without the "
+                             f"{place.name} options")
+    status = place.doctor(args)
+    if args.fidelity:
+        return max(status, _doctor_fidelity())
+    return status
 
 
 def _doctor_fidelity() -> int:
@@ -98,7 +69,7 @@ def _doctor_fidelity() -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from vnetbench.runner import run as runner
+    from vnetbench.runner import places, run as runner
     from vnetbench.scenario.load import load
 
     if args.resume:
@@ -109,7 +80,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         runner.check_root()
         with open_store(args) as store:
             summary = runner.resume(store, args.resume, console=err, progress=not args.no_progress,
-                                    allow_concurrent=args.allow_concurrent, hosts=_host_access(args))
+                                    allow_concurrent=args.allow_concurrent, place=places.from_args(args))
             return _after_run(args, store, summary)
     if not args.scenario:
         raise VnetbenchError("vnetbench run: give a SCENARIO (a built-in name or a .toml file), or --resume RUN")
@@ -120,24 +91,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     with open_store(args, create=True) as store:
         summary = runner.execute(loaded, store, console=err, progress=not args.no_progress,
                                  max_configurations=args.max_configurations, allow_concurrent=args.allow_concurrent,
-                                 hosts=_host_access(args))
+                                 place=places.from_args(args))
         return _after_run(args, store, summary)
-
-
-def _host_access(args: argparse.Namespace):
-    """How `run --hosts` reaches the inventory's hosts (None: the local lab). The inventory is read here, so
-    that a bad one is named before anything else happens."""
-    if not args.hosts:
-        if args.accept_new_host_keys or args.ssh_config:
-            raise VnetbenchError("--accept-new-host-keys and --ssh-config go with --hosts INVENTORY")
-        return None
-    from vnetbench.hosts import inventory
-    from vnetbench.hosts.ssh import HostAccess
-
-    if args.ssh_config and not Path(args.ssh_config).is_file():
-        raise VnetbenchError(f"--ssh-config {args.ssh_config}: no such file")
-    return HostAccess(inventory.load(args.hosts), accept_new_host_keys=args.accept_new_host_keys,
-                      ssh_config=args.ssh_config, connect_timeout=args.connect_timeout)
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
@@ -242,95 +197,14 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_clean(args: argparse.Namespace) -> int:
-    from vnetbench.lab.clean import clean, leftovers
+    from vnetbench.runner import places
 
-    if args.hosts:
-        return _clean_hosts(args)
-    if args.check:
-        from vnetbench.lab.clean import cgroup_leftovers
+    return places.from_args(args).clean(args)
 
-        from vnetbench.lab.clean import engine_leftovers
-
-        engine_left, engine_errors = engine_leftovers()
-        for e in engine_errors:
-            err.print(f"[yellow]not checked:[/] {escape(e)}", soft_wrap=True)
-        from vnetbench.lab.clean import file_leftovers
-
-        left = leftovers() + cgroup_leftovers() + engine_left + [str(p) for p in file_leftovers()]
-        if left:
-            err.print(f"[red]left behind by a run:[/] {', '.join(left)} (remove with `vnetbench clean`)")
-            return 1
-        out.print("nothing of vnetbench's is left on this machine")
-        return 0
-    from vnetbench.lab.netns import PREFIX, run_prefix
-
-    prefix = run_prefix(args.run) + "-" if args.run else PREFIX
-    report = clean(prefix=prefix, dry_run=args.dry_run, images=args.images)
-    for run in report.live:
-        out.print(f"left alone: the lab of {escape(run.describe())}, which is measuring now", soft_wrap=True)
-    verb = "would remove" if args.dry_run else "removed"
-    if report.engine_objects:
-        out.print(f"{verb} {len(report.engine_objects)} container engine objects ({', '.join(report.engine_objects)})",
-                  soft_wrap=True)
-    if not report.namespaces and not report.cgroups and not report.engine_objects and not report.files:
-        out.print(f"nothing to clean: no {prefix}* namespaces, cgroups, work directories or labelled containers "
-                  "and networks")
-    elif report.namespaces:
-        out.print(f"{verb} {len(report.namespaces)} namespaces ({', '.join(report.namespaces)}) and "
-                  f"{len(report.processes)} processes in them")
-    if report.cgroups:
-        out.print(f"{verb} {len(report.cgroups)} cgroups ({', '.join(report.cgroups)})")
-    if report.files:
-        out.print(f"{verb} {len(report.files)} work directories ({', '.join(report.files)})", soft_wrap=True)
-    for e in report.errors:
-        err.print(f"[red]could not remove[/] {e}")
-    return 1 if report.errors else 0
-
-
-def _clean_hosts(args: argparse.Namespace) -> int:
-    """`clean --hosts INVENTORY`: what killed runs left on the inventory's hosts (their work directories, the
-    steering of link conditions), removed; --check and --dry-run only say what is there."""
-    from vnetbench import runlock
-    from vnetbench.hosts.clean import clean_hosts
-    from vnetbench.lab.netns import run_prefix
-
-    if args.run or args.images:
-        raise VnetbenchError("--run and --images are for this machine's leftovers; `clean --hosts` cleans every "
-                             "run's on the hosts")
-    access = _host_access(args)
-    hosts = list(access.inventory.hosts.values())
-    live = runlock.live_runs()
-    skip = tuple(run_prefix(r.run_id) for r in live)
-    for run in live:
-        out.print(f"left alone: what {escape(run.describe())} uses on the hosts", soft_wrap=True)
-    reports = clean_hosts(hosts, access.connect, skip, dry_run=args.dry_run or args.check)
-    verb = "left behind" if args.check else "would remove" if args.dry_run else "removed"
-    found = False
-    for r in reports:
-        items = r.found.items() if r.found else []
-        found = found or bool(items)
-        if items:
-            out.print(f"{escape(r.host)}: {verb} {', '.join(map(escape, items))}", soft_wrap=True)
-        if r.busy:
-            out.print(f"{escape(r.host)}: left alone: {escape(r.busy)}", soft_wrap=True)
-        for e in r.errors:
-            err.print(f"[red]{escape(r.host)}:[/] {escape(e)}", soft_wrap=True)
-    if not found and not any(r.errors or r.busy for r in reports):
-        out.print(f"nothing of vnetbench's is left on {len(hosts)} hosts of {escape(str(access.inventory.path))}",
-                  soft_wrap=True)
-    return 1 if any(r.errors for r in reports) or (args.check and found) else 0
-
-
-def _ssh_options(sp: argparse.ArgumentParser) -> None:
-    sp.add_argument("--accept-new-host-keys", action="store_true",
-                    help="with --hosts: add the host key of a host not yet in known_hosts (trust on first use); "
-                         "a changed key is still refused")
-    sp.add_argument("--ssh-config", metavar="FILE",
-                    help="with --hosts: this ssh client config instead of ~/.ssh/config (ssh -F)")
-    sp.add_argument("--connect-timeout", type=float, default=10, metavar="SECONDS",
-                    help="with --hosts: how long to wait for each host to answer (default 10)")
 
 def build_parser() -> argparse.ArgumentParser:
+    from vnetbench.runner import places
+
     p = argparse.ArgumentParser(
         prog="vnetbench", description="Reproducible network performance experiments.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -350,12 +224,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--fidelity", action="store_true",
                     help="also measure how faithfully the link backends emulate delay, rate, queue, loss, "
                          "jitter and schedules (builds a lab; about 90 s)")
-    sp.add_argument("--hosts", metavar="INVENTORY",
-                    help="check the hosts of an Ansible inventory (YAML or INI) over SSH instead of this machine; "
-                         "nothing is started or changed on them")
-    sp.add_argument("--limit", metavar="HOST|GROUP", action="append",
-                    help="with --hosts: only these hosts or groups (repeatable)")
-    _ssh_options(sp)
+    places.add_arguments(sp, "doctor")
     sp.set_defaults(func=cmd_doctor)
 
     sp = with_db(sub.add_parser("run", help="run a scenario (built-in name or .toml file)"))
@@ -370,10 +239,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--allow-concurrent", action="store_true",
                     help="measure even while another vnetbench run measures on this machine (refused by "
                          "default: both would load the same cores); recorded in the run and its report")
-    sp.add_argument("--hosts", metavar="INVENTORY",
-                    help="run the endpoints on the real hosts of an Ansible inventory (YAML or INI), over SSH, "
-                         "as the scenario's [hosts] table places them, instead of in the local lab")
-    _ssh_options(sp)
+    places.add_arguments(sp, "run")
     sp.set_defaults(func=cmd_run)
 
     sp = sub.add_parser("plan", help="check a scenario and say what a run would do, cost and need (no root, "
@@ -419,13 +285,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("clean", help="remove namespaces and processes left by a killed run")
     sp.add_argument("--dry-run", action="store_true", help="only list what would be removed")
     sp.add_argument("--check", action="store_true", help="exit 1 if anything of ours is left (for CI)")
-    sp.add_argument("--run", metavar="RUN_ID", help="only what this run left (its full id or first 6 characters)")
-    sp.add_argument("--images", action="store_true",
-                    help="also remove the tools images vnetbench built in container engines (rebuilt when needed)")
-    sp.add_argument("--hosts", metavar="INVENTORY",
-                    help="clean the hosts of an Ansible inventory over SSH instead of this machine: work "
-                         "directories and link-condition steering (IFBs, clsact qdiscs) of killed runs")
-    _ssh_options(sp)
+    places.add_arguments(sp, "clean")
     sp.set_defaults(func=cmd_clean)
 
     register_analysis(sub)  # compare, baseline, history

@@ -51,5 +51,9 @@ class HostError(VnetbenchError):
         self.fix = fix
 
 
-class HostsGone(EnvironmentProblem):
+class PlaceGone(EnvironmentProblem):
+    """Part of the place a run happens at went away and did not come back in time: the run stops, resumable."""
+
+
+class HostsGone(PlaceGone):
     """A host of a `run --hosts` dropped out and did not come back in time: the run stops, resumable."""

@@ -14,7 +14,7 @@ from vnetbench.errors import EnvironmentProblem
 from vnetbench.report import html as html_report
 from vnetbench.report.html_synthetic import make_run
 from vnetbench.runner import fingerprint
-from vnetbench.runner.run import leave_out_unavailable
+from vnetbench.runner.places.lab import leave_out_unavailable
 from vnetbench.scenario import load as L
 from vnetbench.scenario import plan as P
 from vnetbench.store.db import Store

@@ -21,7 +21,8 @@ from vnetbench.errors import EnvironmentProblem, VnetbenchError
 from vnetbench.impair.model import lab_links
 from vnetbench.lab import environments
 from vnetbench.runner.bench import variant_of
-from vnetbench.runner.run import leave_out_unavailable, tools_by_variant, wanted_congestion_controls, workload_tools
+from vnetbench.runner.places.lab import (leave_out_unavailable, tools_by_variant, wanted_congestion_controls,
+                                         workload_tools)
 from vnetbench.scenario.load import LoadedScenario
 from vnetbench.scenario.plan import MAX_CONFIGURATIONS, Configuration, expand
 from vnetbench.workloads import registry

@@ -14,9 +14,7 @@ Order of business, so that bad input never leaves half a lab behind:
 
 from __future__ import annotations
 
-import os
 import random
-import subprocess
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -26,112 +24,28 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from vnetbench.errors import EnvironmentProblem, HostsGone, PathNotAsDeclared, ScenarioError, StoreError
-from vnetbench.impair import links
+from vnetbench.errors import PathNotAsDeclared, PlaceGone, ScenarioError, StoreError
 from vnetbench.lab.netns import run_prefix
 from vnetbench.lab.teardown import interruptible, interruption_behind
 from vnetbench.runlock import RunLock
-from vnetbench.hosts.ssh import HostAccess
-from vnetbench.hosts.lock import HostLocks, holder_line, lock_hosts
-from vnetbench.runner import fingerprint, hosts_bench
+from vnetbench.runner import fingerprint
+from vnetbench.runner.bench import DumbbellBench, TrialOutcome
 from vnetbench.runner.machine_load import LoadMonitor
-from vnetbench.lab import environments
-from vnetbench.lab.environments import Variant
-from vnetbench.runner.bench import DumbbellBench, TrialOutcome, variant_of
-from vnetbench.scenario.load import LoadedScenario, load_text
+from vnetbench.runner.places import Place
+from vnetbench.runner.places.lab import LabPlace, check_root, workload_tools
 from vnetbench.scenario import MAX_CONFIGURATIONS
+from vnetbench.scenario.load import LoadedScenario, load_text
 from vnetbench.scenario.model import RepeatSpec
 from vnetbench.scenario.plan import Configuration, TrialSlot, expand, order_trials
 from vnetbench.stats import adaptive_decision
 from vnetbench.store.db import Store, TrialRecord
-from vnetbench.workloads import registry
-from vnetbench.workloads.base import IP, PING, SS, TASKSET, Measurement, Tool, require
+from vnetbench.workloads.base import IP, TASKSET, Measurement
+
+__all__ = ["RunSummary", "check_root", "execute", "new_run_id", "resume"]
+
 
 def new_run_id() -> str:
     return uuid.uuid4().hex[:12]
-
-
-def check_root() -> None:
-    if os.geteuid() != 0:
-        raise EnvironmentProblem(
-            "vnetbench builds its lab from network namespaces, which needs root: run it with sudo (nothing was built)"
-        )
-
-
-def wanted_congestion_controls(configs: list[Configuration]) -> tuple[list[str], set[str]]:
-    """(the TCP congestion controls the run's streams ask for, those the kernel has loaded now)."""
-    wanted = sorted({c.stream.congestion_control for c in configs if c.stream and c.stream.proto == "tcp"})
-    return wanted, set((fingerprint.read_sysctl("net.ipv4.tcp_available_congestion_control") or "").split())
-
-
-def tools_by_variant(configs: list[Configuration]) -> dict[Variant, list[tuple[str, str]]]:
-    """Per environment variant, the (command, Debian package) its configurations' workloads run."""
-    tools: dict[Variant, list[tuple[str, str]]] = {}
-    for c in configs:
-        needed = tools.setdefault(variant_of(c), [])
-        needed.extend((t.command, t.package) for w in c.scenario.active.values() for t in registry.of(w).requires)
-    return tools
-
-
-def check_congestion_controls(configs: list[Configuration]) -> None:
-    wanted, available = wanted_congestion_controls(configs)
-    for cc in wanted:
-        if cc in available:
-            continue
-        # Most algorithms are modules (tcp_bbr, tcp_htcp...): try loading before giving up.
-        try:
-            subprocess.run(["modprobe", f"tcp_{cc}"], capture_output=True, timeout=30, check=False)
-        except (OSError, subprocess.TimeoutExpired):
-            pass  # no modprobe, or it hung: the check below says what is missing
-        available = set((fingerprint.read_sysctl("net.ipv4.tcp_available_congestion_control") or "").split())
-        if cc not in available:
-            raise EnvironmentProblem(
-                f"TCP congestion control {cc!r} is not available on this kernel (available: "
-                f"{', '.join(sorted(available))}); choose one with --set congestion_control=NAME"
-            )
-
-
-def workload_tools(configs: list[Configuration]) -> list[Tool]:
-    """The binaries the run needs: the lab's own and every workload's (each with its Debian package)."""
-    # pinning; the lab and its TCP metrics; the servers' readiness check; the path check
-    tools = [TASKSET, IP, SS, PING]
-    for c in configs:
-        for w in c.scenario.active.values():
-            tools.extend(registry.of(w).requires)
-    return list(dict.fromkeys(tools))
-
-
-def leave_out_unavailable(configs: list[Configuration], probe: bool = True
-                          ) -> tuple[list[Configuration], list[dict[str, object]]]:
-    """(the configurations to run, what was left out): a configuration from an `if_available` matrix entry
-    whose environment this machine cannot build, or cannot run its tools in, is left out, with the reason
-    per environment (for the console, the run's fingerprint and its report). Refuses when nothing is left."""
-    unsure = tools_by_variant([c for c in configs if c.if_available])
-    reasons = {}
-    for variant, tools in unsure.items():
-        found = environments.problems([variant], probe=probe) or environments.tool_problems({variant: tools})
-        if found:
-            reasons[variant] = "; ".join(found)
-    if not reasons:
-        return configs, []
-    kept = [c for c in configs if not (c.if_available and variant_of(c) in reasons)]
-    left_out = [{"environment": str(variant), "reason": reason,
-                 "configurations": sum(1 for c in configs if c.if_available and variant_of(c) == variant)}
-                for variant, reason in reasons.items()]
-    if not kept:
-        raise EnvironmentProblem("every configuration of this scenario is marked if_available, and this machine "
-                                 "has none of them (nothing was built):\n  " + "\n  ".join(reasons.values()))
-    return kept, left_out
-
-
-def preflight(configs: list[Configuration]) -> None:
-    check_root()
-    require(workload_tools(configs))
-    check_congestion_controls(configs)
-    # before anything is built: every environment exists here, and runs every tool its workloads need
-    tools = tools_by_variant(configs)
-    environments.check(list(tools), tools)
-    links.preflight(configs)  # link backends: explicit ones can do what is asked here; vnb-link is built
 
 
 @dataclass
@@ -147,44 +61,29 @@ def execute(loaded: LoadedScenario, store: Store, *, resume_run_id: str | None =
             console: Console | None = None, progress: bool = True,
             on_trial: Callable[[TrialSlot, str], None] | None = None,
             max_configurations: int = MAX_CONFIGURATIONS, allow_concurrent: bool = False,
-            hosts: HostAccess | None = None) -> RunSummary:
+            place: Place | None = None) -> RunSummary:
+    """Run (or, with `resume_run_id`, finish) a scenario at `place` (default: the local lab); see the module
+    docstring for the order of business. Nothing here depends on which place it is (runner/places)."""
     console = console or Console(stderr=True)
+    place = place or LabPlace()
     configs = expand(loaded, max_configurations)
-    if hosts is None:
-        if loaded.scenario.hosts is not None:
-            raise ScenarioError(f"{loaded.source}: its [hosts] table places the endpoints on real hosts: run it "
-                                "with --hosts INVENTORY (or remove the table to run it in the local lab)")
-        configs, left_out = leave_out_unavailable(configs)
-        preflight(configs)
-    else:
-        # Where each endpoint runs, checked against the scenario, then every host over SSH, all before
-        # anything is stored or started anywhere.
-        place = hosts_bench.placement(configs, hosts.inventory, loaded.source)
-        host_facts = hosts_bench.check_hosts(place, hosts_bench.needed_tools(configs), hosts.connect,
-                                             shaper=configs[0].scenario.lab.qdisc)
-        left_out = []
+    configs, left_out = place.prepare(loaded, configs)
     rep = loaded.scenario.repeat
 
     run_id = resume_run_id or new_run_id()
     # Before anything is stored or built: one run measures on this machine at a time (runlock.py).
     lock = RunLock(run_id, scenario=loaded.scenario.name, db=str(store.path)).acquire(allow_concurrent)
-    host_locks = HostLocks()
     try:
-        if hosts is not None:  # and on each host: one run measures there at a time, whatever its controller
-            host_locks = lock_hosts(place.hosts, hosts.connect, holder_line(run_id, loaded.scenario.name))
-            host_facts = hosts_bench.survey_hosts(place, hosts.connect, host_facts)
+        place.hold(run_id, loaded.scenario.name)  # and at the place: one run measures there at a time
         if resume_run_id:
             store.reopen_run(run_id)
             fp = store.run(run_id)["fingerprint"]
+            place.check_resume(fp, run_id)
             if allow_concurrent:
                 fp["allow_concurrent"] = True
-            if fp.get("hosts") and hosts is None:
-                raise ScenarioError(f"run {run_id} ran on the hosts of {fp.get('inventory')}: resume it with "
-                                    f"--hosts INVENTORY")
             if allow_concurrent or fp.get("left_out", []) != left_out:  # as this session finds the machine
                 fp["left_out"] = left_out
-            if hosts is not None:
-                fp["hosts"], fp["inventory"] = host_facts, str(hosts.inventory.path)  # as this session found them
+            fp.update(place.facts())  # as this session found the place
             store.update_fingerprint(run_id, fp)
         else:
             fp = fingerprint.collect([t for t in workload_tools(configs) if t not in (TASKSET, IP)])
@@ -194,14 +93,13 @@ def execute(loaded: LoadedScenario, store: Store, *, resume_run_id: str | None =
                 fp["left_out"] = left_out
             if loaded.scale_note:
                 fp["scale"] = loaded.scale_note
-            if hosts is not None:  # the controller's fingerprint above, each host's here
-                fp["hosts"], fp["inventory"] = host_facts, str(hosts.inventory.path)
+            fp.update(place.facts())
             store.create_run(run_id, loaded.scenario.name, loaded.source, loaded.text, loaded.text_hash,
                              list(loaded.overrides), rep.seed, fp)
         for c in configs:
             store.add_configuration(run_id, c.key, c.labels, c.params(), c.expected)
     except BaseException:
-        host_locks.release()
+        place.release()
         lock.release()
         raise
     if left_out:
@@ -212,12 +110,7 @@ def execute(loaded: LoadedScenario, store: Store, *, resume_run_id: str | None =
         console.print("[yellow]sharing the machine with " + "; ".join(o.describe() for o in lock.others)
                       + " (--allow-concurrent): both runs' numbers are compromised[/]")
 
-    lab_spec = loaded.scenario.lab
-    if hosts is None:
-        bench = DumbbellBench.for_configs(run_prefix(run_id), configs, pin_cpus=lab_spec.pin_cpus)
-    else:
-        bench = hosts_bench.HostsBench.for_hosts(run_prefix(run_id), configs, place, hosts.connect, host_facts)
-        bench.relock = host_locks.retake
+    bench = place.bench(run_prefix(run_id), configs)
     bench.keep_dir = store.path.parent / "vnetbench-logs" / run_id  # next to the results it explains
     monitor = LoadMonitor(netns_prefix=run_prefix(run_id), run_id=run_id).start()
     tally = _Tally()
@@ -231,26 +124,26 @@ def execute(loaded: LoadedScenario, store: Store, *, resume_run_id: str | None =
                     _run_adaptive(configs, rep, store, run_id, trial, bar, resumed=bool(resume_run_id))
                 else:
                     _run_fixed(configs, rep, store, run_id, trial, bar, resumed=bool(resume_run_id))
-    except HostsGone as e:
+    except PlaceGone as e:
         status, reason = "interrupted", (f"{e}; when it answers again, finish the run with `vnetbench run --resume "
-                                         f"{run_id} --hosts {hosts.inventory.path if hosts else 'INVENTORY'}`")
-        raise HostsGone(reason) from None
+                                         f"{run_id}{place.resume_args()}`")
+        raise type(e)(reason) from None
     except BaseException as e:
         stop = interruption_behind(e)  # the stop itself, or as C code handed it back (an ImportError)
         if stop is not None:
-            status, reason = "interrupted", f"stopped by {stop.signame}; finish it with `vnetbench run --resume {run_id}`"
+            status, reason = "interrupted", (f"stopped by {stop.signame}; finish it with `vnetbench run --resume "
+                                             f"{run_id}{place.resume_args()}`")
         else:
             status, reason = "failed", f"{type(e).__name__}: {e}"
         raise
     finally:
         errors = bench.teardown()
         if errors:
-            clean = f"vnetbench clean --hosts {hosts.inventory.path}" if hosts else "vnetbench clean"
-            console.print("[red]teardown problems:[/] " + "; ".join(errors) + f" (run `{clean}`)")
+            console.print("[red]teardown problems:[/] " + "; ".join(errors) + f" (run `{place.clean_command()}`)")
         fp["machine_load"] = [*fp.get("machine_load", []), monitor.stop()]  # one entry per session (resumes)
         fp["cpu_wake_latency"] = bench.cpu_wake_latency
         _store_end(store, run_id, status, reason, fp, console)
-        host_locks.release()
+        place.release()
         lock.release()
     return RunSummary(run_id, status, tally.ok, tally.failed, tally.failures)
 
@@ -329,7 +222,7 @@ class _TrialRunner:
             self.on_trial(slot, outcome.status)
         self.done += 1
         self.bar.advance(self.task)
-        self.bench.after_trial(outcome)  # a host that dropped out: wait for it, or stop (HostsGone)
+        self.bench.after_trial(outcome)  # part of the place dropped out: wait for it, or stop (PlaceGone)
         return outcome.status
 
 

@@ -40,7 +40,7 @@ class Configuration:
     offered_bps: float | None  # per sender; None = unlimited
     expected: dict[str, float] = field(default_factory=dict)  # theory, for reports and tests
     # From a matrix entry marked `if_available = true`: run where this machine can build its environment,
-    # otherwise left out of the run, which says so (runner.run.leave_out_unavailable).
+    # otherwise left out of the run, which says so (runner.places.lab.leave_out_unavailable).
     if_available: bool = False
 
     @property

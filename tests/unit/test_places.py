@@ -1,0 +1,57 @@
+"""The place seam (runner/places): the runner talks to a Place, whichever it is."""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+
+from vnetbench import cli
+from vnetbench.errors import VnetbenchError
+from vnetbench.runner import places, run
+from vnetbench.runner.places.base import Place
+from vnetbench.runner.places.hosts import HostsPlace
+from vnetbench.runner.places.lab import LabPlace
+
+INVENTORY = """all:
+  hosts:
+    server-a: {ansible_host: 198.18.0.1}
+    client-1: {ansible_host: 198.18.0.2}
+"""
+
+
+def test_the_runner_names_no_place():
+    """execute and resume go through the Place interface alone: no branch on where the run happens."""
+    for function in (run.execute, run.resume, run._TrialRunner.__call__):
+        source = inspect.getsource(function)
+        for word in ("hosts", "Hosts", "inventory", "DumbbellBench(", "for_configs", "HostAccess"):
+            assert word not in source, f"{function.__qualname__} names {word!r}"
+
+
+def test_every_place_is_a_place_and_the_lab_answers_last():
+    assert all(issubclass(p, Place) for p in places.PLACES)
+    assert places.PLACES[-1] is LabPlace
+    for place in places.PLACES:
+        for abstract in ("prepare", "bench", "doctor", "clean"):
+            assert not getattr(getattr(place, abstract), "__isabstractmethod__", False), (place, abstract)
+
+
+@pytest.mark.parametrize("command", ["run", "doctor", "clean"])
+def test_the_command_line_chooses_the_place(tmp_path, command):
+    inventory = tmp_path / "inv.yml"
+    inventory.write_text(INVENTORY)
+    parser = cli.build_parser()
+    extra = ["quick"] if command == "run" else []
+    assert type(places.from_args(parser.parse_args([command, *extra]))) is LabPlace
+    chosen = places.from_args(parser.parse_args([command, *extra, "--hosts", str(inventory)]))
+    assert type(chosen) is HostsPlace and chosen.access.inventory.path == inventory
+    assert chosen.resume_args() == f" --hosts {inventory}"
+    assert chosen.clean_command() == f"vnetbench clean --hosts {inventory}"
+    with pytest.raises(VnetbenchError, match="go with --hosts"):
+        places.from_args(parser.parse_args([command, *extra, "--accept-new-host-keys"]))
+
+
+def test_a_run_of_the_lab_is_not_resumed_on_hosts_and_back():
+    with pytest.raises(VnetbenchError, match="resume it with --hosts INVENTORY"):
+        LabPlace().check_resume({"hosts": {"server-a": {}}, "inventory": "inv.yml"}, "abc")
+    LabPlace().check_resume({}, "abc")
