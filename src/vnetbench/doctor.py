@@ -12,8 +12,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from vnetbench import machine
 from vnetbench.lab import cgroups, environments, netns
-from vnetbench.runner import fingerprint
 from vnetbench.workloads import registry
 from vnetbench.workloads.base import ETHTOOL, IP, SS, TASKSET, Tool
 
@@ -107,12 +107,12 @@ def run_checks() -> DoctorReport:
     report = DoctorReport()
     root = os.geteuid() == 0
     report.add("root", root, "running as root" if root else "not root", "run vnetbench with sudo")
-    fp = fingerprint.collect([])
-    report.add("kernel", True, f"{fp['kernel']} on {fp['cpu_model']} x{fp['cpus']}, "
-                               f"{(fp['memory_bytes'] or 0) / 2**30:.1f} GiB")
+    facts = machine.identity()
+    report.add("kernel", True, f"{facts['kernel']} on {facts['cpu_model']} x{facts['cpus']}, "
+                               f"{(machine.memory_bytes() or 0) / 2**30:.1f} GiB")
     report.add("tcp congestion control", True,
-               f"default {fp['sysctls']['net.ipv4.tcp_congestion_control']}, available: "
-               f"{fp['sysctls']['net.ipv4.tcp_available_congestion_control']}")
+               f"default {machine.read_sysctl('net.ipv4.tcp_congestion_control')}, available: "
+               f"{machine.read_sysctl('net.ipv4.tcp_available_congestion_control')}")
     for tool in TOOLS:
         version = tool.version() if tool.path() else None
         report.add(f"tool {tool.command}", tool.path() is not None, version or "missing",

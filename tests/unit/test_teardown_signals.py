@@ -176,3 +176,40 @@ def test_a_signal_pending_when_start_process_unblocks_still_waits_for_the_block(
             started.append(start_process(["true"]))  # unblocked for the start: the handler defers it
             started[0].wait()
     assert len(started) == 1
+
+
+def _shell_group(script: str) -> subprocess.Popen:
+    return start_process(["sh", "-c", script], start_new_session=True)
+
+
+def _group_gone(pgid: int, within: float = 5.0) -> bool:
+    """No process left in the group (a killed child stays a zombie until init reaps it: waited for)."""
+    import time
+
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_stop_groups_ends_each_group_by_sigterm_and_kills_one_that_ignores_it():
+    """The one way started processes are stopped: a group that takes SIGTERM ends at once (its children with
+    it); one that ignores SIGTERM is killed after the grace, and none is reported as stubborn."""
+    import time
+
+    from vnetbench.lab.teardown import stop_groups
+
+    polite = _shell_group("sleep 60 & wait")
+    deaf = _shell_group("trap '' TERM; sleep 60 & wait")
+    time.sleep(0.3)  # both shells have started their child and set their trap
+    started = time.monotonic()
+    assert stop_groups([polite, deaf], grace=1.0) == []
+    took = time.monotonic() - started
+    assert polite.returncode == -signal.SIGTERM and deaf.returncode == -signal.SIGKILL
+    assert 0.9 <= took < 4.0  # one grace for all, not one each
+    assert _group_gone(polite.pid) and _group_gone(deaf.pid)  # the sleeps went with their shells
+    assert stop_groups([polite, deaf]) == []  # ended ones: nothing to do

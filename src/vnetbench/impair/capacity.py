@@ -19,9 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from vnetbench import units
+from vnetbench import machine, units
 from vnetbench.impair import backend as B
-from vnetbench.runner.fingerprint import cpu_model
 
 STATE_DIR_ENV = "VNETBENCH_STATE_DIR"
 DEFAULT_STATE_DIR = Path("/var/lib/vnetbench")
@@ -51,9 +50,8 @@ def emulator_identity() -> str | None:
 
 
 def machine_identity() -> dict[str, Any]:
-    uname = os.uname()
-    return {"hostname": uname.nodename, "cpu_model": cpu_model(), "cpus": os.cpu_count(), "kernel": uname.release,
-            "vnb_link": emulator_identity()}
+    facts = machine.identity()
+    return {**{k: facts[k] for k in ("hostname", "cpu_model", "cpus", "kernel")}, "vnb_link": emulator_identity()}
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ from vnetbench.impair import tc
 from vnetbench.impair.backend import Backend, LabLink, TrialCounters, register, require_binary
 from vnetbench.impair.model import CAPABILITY_TEXT, LinkConditions, LinkSpec, Schedule
 from vnetbench.lab import netns
-from vnetbench.lab.teardown import Registry, atomic, start_process
+from vnetbench.lab.teardown import Registry, atomic, start_process, stop_groups
 
 READY_TIMEOUT = 5.0
 NICE = -10
@@ -281,16 +281,7 @@ class Emulator:
         p, self.proc = self.proc, None
         if p is None:
             return None
-        if p.poll() is None:
-            try:
-                os.killpg(p.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-            try:
-                p.wait(timeout=grace)
-            except subprocess.TimeoutExpired:
-                os.killpg(p.pid, signal.SIGKILL)
-                p.wait(timeout=5)
+        stop_groups([p], grace)
         try:
             return json.loads(self.stats_path.read_text())
         except (OSError, json.JSONDecodeError):

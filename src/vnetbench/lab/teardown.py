@@ -20,7 +20,7 @@ import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 
 class Interrupted(BaseException):
@@ -235,18 +235,8 @@ class Registry:
 
     def stop_processes(self, grace: float = 1.0) -> None:
         live = [p for p in self.processes if p.poll() is None]
-        for p in live:
-            _signal_group(p, signal.SIGTERM)
-        deadline = time.monotonic() + grace
-        for p in live:
-            try:
-                p.wait(timeout=max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                _signal_group(p, signal.SIGKILL)
-                try:
-                    p.wait(timeout=2)
-                except subprocess.TimeoutExpired:
-                    self.errors.append(f"process {p.pid} ({' '.join(map(str, p.args))[:80]}) would not die")
+        for p in stop_groups(live, grace, kill_wait=2.0):
+            self.errors.append(f"process {p.pid} ({' '.join(map(str, p.args))[:80]}) would not die")
         for p in live:
             # The leader may have gone while others of its group linger (a server's workers busy with a
             # connection whose link is gone): nothing of the group may outlive the lab.
@@ -263,6 +253,28 @@ class Registry:
                 except Exception as e:  # keep going: one failure must not strand the rest
                     self.errors.append(f"removing {what}: {e}")
         return self.errors
+
+
+def stop_groups(procs: Iterable[subprocess.Popen], grace: float = 2.0,
+                kill_wait: float = 5.0) -> list[subprocess.Popen]:
+    """Stop started processes the one way vnetbench stops them: SIGTERM to each one's process group (a tool
+    writes its final numbers, the emulator its stats), SIGKILL to a group whose leader has not ended `grace`
+    seconds later (one deadline for all); returns those that outlived even that (`kill_wait` more seconds)."""
+    live = [p for p in procs if p.poll() is None]
+    for p in live:
+        _signal_group(p, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    stubborn = []
+    for p in live:
+        try:
+            p.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            _signal_group(p, signal.SIGKILL)
+            try:
+                p.wait(timeout=kill_wait)
+            except subprocess.TimeoutExpired:
+                stubborn.append(p)
+    return stubborn
 
 
 def kill_group(p: subprocess.Popen) -> None:

@@ -13,9 +13,7 @@ fidelity.
 
 from __future__ import annotations
 
-import os
 import shutil
-import signal
 import subprocess
 import tempfile
 import time
@@ -29,7 +27,7 @@ from vnetbench.impair import tc
 from vnetbench.impair.links import LinkFailed, LinkManager, bottleneck_drops, link_metrics
 from vnetbench.lab.environments import Variant
 from vnetbench.lab.nodes import Host
-from vnetbench.lab.teardown import Registry, kill_group
+from vnetbench.lab.teardown import Registry, kill_group, stop_groups
 from vnetbench.lab.topology import Group, Lab, build_dumbbell
 from vnetbench.runner import pathcheck
 from vnetbench.scenario.plan import Configuration
@@ -598,18 +596,9 @@ def _shift(s: Started, seconds: float) -> None:
 
 
 def _stop(s: Started) -> None:
-    """Stop a workload that runs until told (a sampler): SIGTERM to its process group, then wait."""
-    for proc in s.procs.values():
-        if proc.poll() is None:
-            try:
-                os.killpg(proc.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-    for proc in s.procs.values():
-        try:
-            proc.wait(timeout=2)
-        except subprocess.TimeoutExpired:
-            pass  # the registry kills what is left at teardown
+    """Stop a workload that runs until told (a sampler): SIGTERM to its process group (it writes what it
+    sampled), SIGKILL when it has not ended 2 s later."""
+    stop_groups(s.procs.values(), grace=2.0)
 
 
 def variant_of(config: Configuration) -> Variant:

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import os
 import platform
 import subprocess
 from pathlib import Path
 from typing import Any
 
 import vnetbench
+from vnetbench import machine
 from vnetbench.workloads.base import IPERF3, PING, Tool
 
 SYSCTLS = [
@@ -16,33 +16,6 @@ SYSCTLS = [
     "net.ipv4.tcp_rmem", "net.ipv4.tcp_wmem", "net.ipv4.tcp_congestion_control",
     "net.ipv4.tcp_available_congestion_control", "net.ipv4.tcp_mtu_probing", "net.ipv4.tcp_ecn",
 ]
-
-
-def read_sysctl(key: str) -> str | None:
-    try:
-        return Path("/proc/sys", *key.split(".")).read_text().strip()
-    except OSError:
-        return None
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
-def memory_bytes() -> int | None:
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemTotal:"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
 
 
 def git_revision() -> str | None:
@@ -61,20 +34,14 @@ def git_revision() -> str | None:
 
 def collect(tools: list[Tool] | None = None) -> dict[str, Any]:
     tools = tools or [IPERF3, PING]
-    uname = os.uname()
     return {
-        "kernel": uname.release,
-        "kernel_version": uname.version,
-        "machine": uname.machine,
-        "hostname": uname.nodename,
-        "cpu_model": cpu_model(),
-        "cpus": os.cpu_count(),
-        "memory_bytes": memory_bytes(),
+        **machine.identity(),
+        "memory_bytes": machine.memory_bytes(),
         "python": platform.python_version(),
         "vnetbench_version": vnetbench.__version__,
         "vnetbench_git": git_revision(),
         "tools": {t.command: t.version() for t in tools},
-        "sysctls": {k: read_sysctl(k) for k in SYSCTLS},
+        "sysctls": {k: machine.read_sysctl(k) for k in SYSCTLS},
     }
 
 

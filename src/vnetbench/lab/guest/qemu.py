@@ -46,7 +46,6 @@ import os
 import re
 import shlex
 import shutil
-import signal
 import socket
 import struct
 import subprocess
@@ -62,7 +61,7 @@ from vnetbench.hosts.ssh import SshConnection
 from vnetbench.lab import netns
 from vnetbench.lab.guest import initramfs
 from vnetbench.lab.nodes import Namespace, run_holding_input
-from vnetbench.lab.teardown import Registry, atomic, start_process
+from vnetbench.lab.teardown import Registry, atomic, start_process, stop_groups
 
 QEMU = "qemu-system-x86_64"
 NIC_DEVICES = {"virtio-net": "virtio-net-pci", "e1000": "e1000", "rtl8139": "rtl8139"}
@@ -568,20 +567,7 @@ class Guest:
 
     @staticmethod
     def _stop_process(proc: subprocess.Popen, grace: float) -> None:
-        if proc.poll() is not None:
-            return
-        for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
-            try:
-                os.killpg(proc.pid, sig)
-            except ProcessLookupError:
-                return
-            except PermissionError:
-                proc.send_signal(sig)
-            try:
-                proc.wait(timeout=wait)
-                return
-            except subprocess.TimeoutExpired:
-                continue
+        stop_groups([proc], grace)
 
 
 # ---------------------------------------------------------------- helpers

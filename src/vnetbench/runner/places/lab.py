@@ -18,7 +18,7 @@ from vnetbench.errors import EnvironmentProblem, ScenarioError
 from vnetbench.impair import links
 from vnetbench.lab import environments
 from vnetbench.lab.environments import Variant
-from vnetbench.runner import fingerprint
+from vnetbench import machine
 from vnetbench.runner.bench import DumbbellBench, variant_of
 from vnetbench.runner.places.base import Place
 from vnetbench.scenario.load import LoadedScenario
@@ -122,7 +122,7 @@ def check_root() -> None:
 def wanted_congestion_controls(configs: list[Configuration]) -> tuple[list[str], set[str]]:
     """(the TCP congestion controls the run's streams ask for, those the kernel has loaded now)."""
     wanted = sorted({c.stream.congestion_control for c in configs if c.stream and c.stream.proto == "tcp"})
-    return wanted, set((fingerprint.read_sysctl("net.ipv4.tcp_available_congestion_control") or "").split())
+    return wanted, set((machine.read_sysctl("net.ipv4.tcp_available_congestion_control") or "").split())
 
 
 def tools_by_variant(configs: list[Configuration]) -> dict[Variant, list[tuple[str, str]]]:
@@ -144,7 +144,7 @@ def check_congestion_controls(configs: list[Configuration]) -> None:
             subprocess.run(["modprobe", f"tcp_{cc}"], capture_output=True, timeout=30, check=False)
         except (OSError, subprocess.TimeoutExpired):
             pass  # no modprobe, or it hung: the check below says what is missing
-        available = set((fingerprint.read_sysctl("net.ipv4.tcp_available_congestion_control") or "").split())
+        available = set((machine.read_sysctl("net.ipv4.tcp_available_congestion_control") or "").split())
         if cc not in available:
             raise EnvironmentProblem(
                 f"TCP congestion control {cc!r} is not available on this kernel (available: "
