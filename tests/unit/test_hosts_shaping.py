@@ -101,6 +101,28 @@ def test_a_scenario_without_conditions_changes_no_host(tmp_path):
     assert "tc" in [t.command for t in hosts_bench.needed_tools(configs(tmp_path))]
 
 
+def test_a_host_scenario_that_states_no_bottleneck_shapes_nothing(tmp_path):
+    """No [lab] table (or one without `bottleneck`): the lab's default 100 Mbit/s is not put on a real host
+    (it was, and the run was refused where the inventory did not allow shaping). Stated in the file, on the
+    command line or in the matrix, it is."""
+    bare = SCENARIO.replace('[lab]\nbottleneck = "100Mbit"\nbuffer = "500kB"\nsenders = 1\n', "")
+    assert "[lab]" not in bare
+    (tmp_path / "s.toml").write_text(bare)
+    one = ["lab.senders=1"]  # one sender host: on the command line, the file has no [lab]
+    nothing = P.expand(L.load(str(tmp_path / "s.toml"), one))
+    assert [c.scenario.lab.bottleneck for c in nothing] == [None]
+    assert hosts_bench.placement(nothing, inv(tmp_path), "s.toml").shaped == {}
+    assert "tc" not in [t.command for t in hosts_bench.needed_tools(nothing)]
+    stated = P.expand(L.load(str(tmp_path / "s.toml"), [*one, 'matrix.bottleneck=["20Mbit", "unlimited"]']))
+    assert [c.scenario.lab.bottleneck for c in stated] == [20e6, None]
+    assert set(hosts_bench.placement(stated, inv(tmp_path), "s.toml").shaped) == {"server-a"}
+    assert [c.scenario.lab.bottleneck for c in P.expand(L.load(str(tmp_path / "s.toml"), [*one, "bottleneck=30Mbit"]))] \
+        == [30e6]
+    # The lab's own default is unchanged for a scenario without [hosts].
+    lab_only = bare.replace('[hosts]\nreceiver = "server-a"\nsenders = ["client-1"]\n', "")
+    assert [c.scenario.lab.bottleneck for c in configs(tmp_path, lab_only)] == [100e6]
+
+
 def test_the_backend_is_what_the_hosts_kernel_has(tmp_path):
     def spec(text):
         return [lab_links(c.scenario.lab)["bottleneck"] for c in configs(tmp_path, text)]

@@ -89,7 +89,8 @@ class LabSpec(Strict):
     topology: Literal["dumbbell"] = "dumbbell"
     senders: int | Literal["auto"] = "auto"
     bottleneck: float | None = Field(default=100e6, description="rate of the switch port toward the receiver, "
-                                                                "or 'unlimited' (no shaping)")
+                                                                "or 'unlimited' (no shaping); default 100 Mbit/s, "
+                                                                "and unlimited for a scenario with a [hosts] table")
     mtu: int = Field(default=1500, ge=576, le=9000)
     buffer: Buffer = Field(default_factory=lambda: Buffer(bytes=500_000))
     qdisc: Literal["tbf", "htb"] = "tbf"
@@ -503,6 +504,15 @@ class Scenario(Strict):
     @classmethod
     def _one_or_more(cls, v: Any) -> Any:
         return [v] if isinstance(v, str) else v
+
+    @model_validator(mode="after")
+    def _hosts_shape_only_what_is_asked(self) -> "Scenario":
+        # Real hosts' links are what they are: a scenario written for them shapes only what it states. The
+        # lab's default bottleneck applied there put 100 Mbit/s on the receiver's interface (and refused the
+        # run where the inventory did not allow shaping) for a scenario that asked for nothing.
+        if self.hosts is not None and "bottleneck" not in self.lab.model_fields_set:
+            self.lab.bottleneck = None
+        return self
 
     @model_validator(mode="after")
     def _workloads(self) -> "Scenario":
