@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from vnetbench import machine
+from vnetbench.impair.backends import REGISTRY
 from vnetbench.lab import cgroups, environments, netns
 from vnetbench.workloads import registry
 from vnetbench.workloads.base import ETHTOOL, IP, SS, TASKSET, Tool
@@ -23,28 +24,23 @@ TOOLS = list(dict.fromkeys([IP, SS, TASKSET, *(t for d in registry.drivers().val
                             Tool("tcpdump", "tcpdump", ("--version",)), Tool("nft", "nftables", ("--version",)),
                             Tool("qemu-system-x86_64", "qemu-system-x86", ("--version",))]))
 
+# Every kernel qdisc a link backend is made of (from the backend registry: each registers its probe and its
+# fix), and the others vnetbench uses or users ask about.
 QDISCS = {
-    "tbf": "tbf rate 10mbit burst 32kb limit 100kb",
-    "htb": "htb default 1",
-    "netem": "netem delay 1ms",
+    **{kind.name: kind.probe_qdisc for kind in REGISTRY.values() if kind.kernel},
     "fq": "fq",
     "fq_codel": "fq_codel",
     "codel": "codel",
     "pfifo": "pfifo limit 100",
     "clsact": "",  # its own parent: `tc qdisc add dev X clsact`
 }
-
-
-# What to do when a qdisc is missing. netem ships as the module sch_netem: in Debian's and Ubuntu's kernel
-# images (linux-image-*, linux-modules-extra-* on Ubuntu cloud kernels), Fedora/RHEL's kernel-modules-extra.
+# What to do when a qdisc is missing; in the lab the userspace emulator stands in for netem.
 QDISC_FIXES = {
-    "netem": "modprobe sch_netem (Debian/Ubuntu: linux-image-amd64 / linux-modules-extra-$(uname -r); "
-             "Fedora/RHEL: kernel-modules-extra); until then delay, jitter, loss and reordering use the "
-             "userspace emulator vnb-link (`make setup` builds it)",
-    "tbf": "modprobe sch_tbf (CONFIG_NET_SCH_TBF): bottlenecks need tbf or htb",
-    "htb": "modprobe sch_htb (CONFIG_NET_SCH_HTB); qdisc = \"tbf\" works without it",
+    **{kind.name: kind.fix for kind in REGISTRY.values() if kind.kernel},
     "fq": "modprobe sch_fq (CONFIG_NET_SCH_FQ): only for pacing with fq; vnetbench does not need it",
 }
+QDISC_FIXES["netem"] += ("; until then delay, jitter, loss and reordering use the userspace emulator vnb-link "
+                         "(`make setup` builds it)")
 KVM_FIX = ("guests run under TCG (software, much slower; results say so). For KVM: enable virtualisation "
            "(VT-x/AMD-V, nested on a VM), modprobe kvm_intel or kvm_amd, and install qemu-system-x86")
 

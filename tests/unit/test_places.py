@@ -55,3 +55,23 @@ def test_a_run_of_the_lab_is_not_resumed_on_hosts_and_back():
     with pytest.raises(VnetbenchError, match="resume it with --hosts INVENTORY"):
         LabPlace().check_resume({"hosts": {"server-a": {}}, "inventory": "inv.yml"}, "abc")
     LabPlace().check_resume({}, "abc")
+
+
+def test_link_backend_names_come_from_one_registry():
+    """The scenario's `backend` values, doctor's qdisc probes and fixes, and a host's qdisc checks are all the
+    backend registry's (issue 30: each concept declared once)."""
+    from typing import get_args
+
+    from vnetbench import doctor
+    from vnetbench.hosts import preflight
+    from vnetbench.impair.backends import REGISTRY
+    from vnetbench.impair.model import BACKENDS, LinkSpec
+    from vnetbench.scenario.model import LabSpec
+
+    assert set(BACKENDS) == {"auto", *REGISTRY}
+    for model in (LinkSpec, LabSpec):
+        assert get_args(model.model_fields["backend"].annotation) == BACKENDS
+    kernel = {name for name, kind in REGISTRY.items() if kind.kernel}
+    assert kernel == set(preflight.QDISC_MODULES) and kernel <= set(doctor.QDISCS)
+    assert all(REGISTRY[name].fix and doctor.QDISC_FIXES[name].startswith(REGISTRY[name].fix) for name in kernel)
+    assert "userspace" not in kernel

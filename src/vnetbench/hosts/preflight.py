@@ -17,20 +17,22 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-from vnetbench.doctor import QDISC_FIXES, TOOLS
+from vnetbench.doctor import TOOLS
 from vnetbench.errors import HostError
 from vnetbench.hosts.inventory import SHAPE_VAR, InventoryHost
 from vnetbench.hosts.ssh import (SBIN_PATH, AuthenticationRefused, HostKeyChanged, HostKeyUnknown, SshConnection,
                                  Unreachable)
+from vnetbench.impair.backends import REGISTRY
 from vnetbench.workloads.base import IP, SS, TASKSET, Tool
 
 # What every run on a host uses: without these a host cannot take part, whatever the scenario.
 # A workload's tool is needed only by scenarios that use it; `run --hosts` checks those per scenario.
 NEEDED_TOOLS = frozenset({IP.command, SS.command, TASKSET.command})
-QDISC_MODULES = ("netem", "tbf", "htb")
+# The kernel qdiscs link conditions on a host are made of: the kernel link backends (impair/backend's registry).
+QDISC_MODULES = tuple(kind.name for kind in REGISTRY.values() if kind.kernel)
 FAN_OUT = 16  # hosts checked at once
 # On a host, link conditions are the host kernel's qdiscs (hosts/shaping.py): no emulator stands in for netem.
-HOST_QDISC_FIXES = {"netem": QDISC_FIXES["netem"].split("; until then")[0]
+HOST_QDISC_FIXES = {"netem": REGISTRY["netem"].fix
                     + "; until then link conditions on this host are rates and buffers only (tbf, htb)"}
 
 _WHICH = SBIN_PATH + 'for t in "$@"; do printf "%s\\t%s\\n" "$t" "$(command -v -- "$t")"; done'
@@ -123,7 +125,7 @@ def _facts(report: HostReport, conn: SshConnection) -> None:
     for m in QDISC_MODULES:
         state = states.get(m, "unknown")
         report.add(f"qdisc {m}", state in ("loaded", "built-in", "module"), words.get(state, state),
-                   HOST_QDISC_FIXES.get(m) or QDISC_FIXES.get(m, f"modprobe sch_{m}"), needed=False)
+                   HOST_QDISC_FIXES.get(m) or REGISTRY[m].fix, needed=False)
 
 
 def _shaping(report: HostReport, conn: SshConnection) -> None:

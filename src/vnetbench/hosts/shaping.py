@@ -41,7 +41,6 @@ from vnetbench.impair.tc import installed_roots
 from vnetbench.lab import offload
 from vnetbench.lab.teardown import Registry
 
-HOST_BACKENDS = ("tbf", "htb", "netem")
 STEERING_QDISCS = ("clsact", "ingress")
 SIDES = ("ingress", "egress")
 

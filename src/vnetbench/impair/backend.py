@@ -43,13 +43,19 @@ class BackendKind:
     can: frozenset[str]  # the LinkSpec capabilities it expresses (LinkSpec.needs())
     cls: type["Backend"]
     probe_qdisc: str | None = None  # a kernel qdisc: available when the kernel accepts this; None: the emulator
+    fix: str = ""  # what makes it available where it is not (doctor, host preflight)
+
+    @property
+    def kernel(self) -> bool:
+        """A kernel qdisc (what a real host can have), not the local emulator."""
+        return self.probe_qdisc is not None
 
 
 REGISTRY: dict[str, BackendKind] = {}
 
 
-def register(name: str, label: str, can: frozenset[str] | set[str],
-             probe_qdisc: str | None = None) -> Callable[[type["Backend"]], type["Backend"]]:
+def register(name: str, label: str, can: frozenset[str] | set[str], probe_qdisc: str | None = None,
+             fix: str = "") -> Callable[[type["Backend"]], type["Backend"]]:
     """Class decorator: the class realises the backend `name` (one class may register several names)."""
     def add(cls: type[Backend]) -> type[Backend]:
         if name in REGISTRY:
@@ -57,7 +63,7 @@ def register(name: str, label: str, can: frozenset[str] | set[str],
         if name not in BACKENDS:
             # the scenario model validates `backend` against BACKENDS before any backend module is imported
             raise TypeError(f"link backend {name!r} must also be listed in vnetbench.impair.model.BACKENDS")
-        REGISTRY[name] = BackendKind(name, label, frozenset(can), cls, probe_qdisc)
+        REGISTRY[name] = BackendKind(name, label, frozenset(can), cls, probe_qdisc, fix)
         return cls
     return add
 

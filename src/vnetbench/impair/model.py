@@ -35,6 +35,9 @@ from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, SerializerF
 from vnetbench import quantities, units
 
 DIRECTIONS = ("forward", "reverse")
+# The names a scenario's `backend` can take. Listed here, below the backends (the scenario model validates
+# them before any backend module is imported); a backend module registering a name not listed is refused
+# (impair/backend.register), so the two cannot drift.
 BACKENDS = ("auto", "tbf", "htb", "netem", "userspace")
 FRAME_OVERHEAD = 14  # Ethernet header on top of the MTU: a full frame is MTU + 14 bytes
 MAHIMAHI_OPPORTUNITY_BYTES = 1500
@@ -597,7 +600,7 @@ class LinkSpec(_Partial):
     under each direction (a direction's own keys win).
     """
 
-    backend: Literal["auto", "tbf", "htb", "netem", "userspace"] = "auto"
+    backend: Literal[BACKENDS] = "auto"  # type: ignore[valid-type]
     forward: LinkConditions = Field(default_factory=LinkConditions)
     reverse: LinkConditions = Field(default_factory=LinkConditions)
     schedule: Schedule | None = None

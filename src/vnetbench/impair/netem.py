@@ -176,7 +176,11 @@ def layout_problem(shown: list[dict[str, Any]], cond: LinkConditions, shaper: st
     return None
 
 
-@register("netem", "'netem' (kernel network emulator)", NETEM_CAN, probe_qdisc="netem delay 1ms")
+# netem ships as the module sch_netem: in Debian's and Ubuntu's kernel images (linux-image-*, linux-modules-extra-*
+# on Ubuntu cloud kernels), Fedora/RHEL's kernel-modules-extra.
+@register("netem", "'netem' (kernel network emulator)", NETEM_CAN, probe_qdisc="netem delay 1ms",
+          fix="modprobe sch_netem (Debian/Ubuntu: linux-image-amd64 / linux-modules-extra-$(uname -r); "
+              "Fedora/RHEL: kernel-modules-extra)")
 class NetemBackend(Backend):
     name = "netem"
 

@@ -14,8 +14,10 @@ RATE_TOLERANCE = 0.001
 
 
 # (decorators apply bottom-up: tbf is registered first)
-@register("htb", "'htb' (kernel hierarchical token bucket)", SHAPER_NEEDS, probe_qdisc="htb default 1")
-@register("tbf", "'tbf' (kernel token bucket)", SHAPER_NEEDS, probe_qdisc="tbf rate 10mbit burst 32kb limit 100kb")
+@register("htb", "'htb' (kernel hierarchical token bucket)", SHAPER_NEEDS, probe_qdisc="htb default 1",
+          fix="modprobe sch_htb (CONFIG_NET_SCH_HTB); qdisc = \"tbf\" works without it")
+@register("tbf", "'tbf' (kernel token bucket)", SHAPER_NEEDS, probe_qdisc="tbf rate 10mbit burst 32kb limit 100kb",
+          fix="modprobe sch_tbf (CONFIG_NET_SCH_TBF): bottlenecks need tbf or htb")
 class ShaperBackend(Backend):
     """Kernel tbf or htb (+ bfifo) on the egress of each direction: rate and buffer only."""
 

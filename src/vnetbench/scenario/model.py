@@ -42,7 +42,7 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from vnetbench import quantities, units
-from vnetbench.impair.model import (Delay, LinkBuffer, LinkSpec, LossSpec, Schedule, buffer_bytes_in_range,
+from vnetbench.impair.model import (BACKENDS, Delay, LinkBuffer, LinkSpec, LossSpec, Schedule, buffer_bytes_in_range,
                                     lab_links, link_rate, short_hand_conflicts)
 from vnetbench.lab import environments
 from vnetbench.scenario.names import RULE, require_name
@@ -104,7 +104,7 @@ class LabSpec(Strict):
     jitter: Delay = Field(default=0.0, description="delay variation on the bottleneck (normal, sd = jitter)")
     loss: LossSpec = Field(default_factory=LossSpec, description="loss on the bottleneck: '1%' (Bernoulli) or "
                                                                  "{model = \"gilbert_elliott\", p = ..., r = ...}")
-    backend: Literal["auto", "tbf", "htb", "netem", "userspace"] = Field(
+    backend: Literal[BACKENDS] = Field(  # type: ignore[valid-type]
         default="auto", description="who emulates the bottleneck: auto = tbf/htb for rate and buffer alone, netem "
                                     "where the kernel has it, else the userspace emulator vnb-link")
     bottleneck_schedule: str | None = Field(default=None, description="the bottleneck's rate over time: "
