@@ -9,11 +9,12 @@ VENV  := .venv
 PY    := $(VENV)/bin/python
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 
-# Debian packages the lab and its workloads need. Checked one by one so a
+# Debian packages the lab and its workloads need: every tool's of src/vnetbench/tools.py and its
+# SUPPORT_PACKAGES (tests/unit/test_tools.py keeps the two the same). Checked one by one so a
 # machine that has them all never touches apt.
-DEB_PACKAGES := iproute2 iputils-ping iperf3 fping irtt sockperf wrk apache2-utils nginx-light sysbench mbw \
+DEB_PACKAGES := iproute2 iputils-ping iperf3 irtt sockperf wrk apache2-utils nginx-light sysbench mbw \
                 ethtool tcpdump \
-                nftables procps util-linux kmod busybox-static qemu-system-x86 \
+                nftables procps util-linux coreutils kmod busybox-static qemu-system-x86 \
                 linux-image-amd64 dropbear-bin openssh-client openssh-server zstd chromium python3-venv tmux docker.io \
                 podman catatonit
 

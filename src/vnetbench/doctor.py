@@ -12,17 +12,15 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from vnetbench import machine
+from vnetbench import machine, tools
 from vnetbench.impair.backends import REGISTRY
 from vnetbench.lab import cgroups, environments, netns
 from vnetbench.workloads import registry
-from vnetbench.workloads.base import ETHTOOL, IP, SS, TASKSET, Tool
+from vnetbench.tools import ETHTOOL, IP, SS, TASKSET
 
 # The lab's own tools, every workload's, and those of the environments.
 TOOLS = list(dict.fromkeys([IP, SS, TASKSET, *(t for d in registry.drivers().values() for t in d.requires), ETHTOOL,
-                            Tool("fping", "fping", ("-v",)),
-                            Tool("tcpdump", "tcpdump", ("--version",)), Tool("nft", "nftables", ("--version",)),
-                            Tool("qemu-system-x86_64", "qemu-system-x86", ("--version",))]))
+                            tools.TCPDUMP, tools.NFT, tools.QEMU]))
 
 # Every kernel qdisc a link backend is made of (from the backend registry: each registers its probe and its
 # fix), and the others vnetbench uses or users ask about.

@@ -85,7 +85,7 @@ def test_a_missing_tool_is_a_problem_with_its_package(monkeypatch):
     real = preview.workload_tools
 
     def with_a_missing_one(configs):
-        from vnetbench.workloads.base import Tool
+        from vnetbench.tools import Tool
         return real(configs) + [Tool("vnb-no-such-tool", "vnb-no-such-package")]
 
     monkeypatch.setattr(preview, "workload_tools", with_a_missing_one)

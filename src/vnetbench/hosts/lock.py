@@ -26,7 +26,7 @@ from vnetbench.errors import EnvironmentProblem, HostError
 from vnetbench.hosts.inventory import InventoryHost
 from vnetbench.hosts.node import WRAPPER
 from vnetbench.hosts.ssh import SshConnection
-from vnetbench.workloads.base import FLOCK
+from vnetbench.tools import FLOCK
 
 BUSY = 75  # EX_TEMPFAIL: taken by another run
 

@@ -23,7 +23,7 @@ from vnetbench.hosts.inventory import SHAPE_VAR, InventoryHost
 from vnetbench.hosts.ssh import (SBIN_PATH, AuthenticationRefused, HostKeyChanged, HostKeyUnknown, SshConnection,
                                  Unreachable)
 from vnetbench.impair.backends import REGISTRY
-from vnetbench.workloads.base import IP, SS, TASKSET, Tool
+from vnetbench.tools import IP, SS, TASKSET, Tool
 
 # What every run on a host uses: without these a host cannot take part, whatever the scenario.
 # A workload's tool is needed only by scenarios that use it; `run --hosts` checks those per scenario.

@@ -45,7 +45,7 @@ def lab_link(lab: Any, name: str, host: str | None = None) -> B.LabLink:
 def preflight(configs: list) -> None:
     """Before anything is built: links exist and their backends can do what is asked here;
     the emulator's binary and ethtool are present when the userspace backend will run."""
-    from vnetbench.workloads.base import ETHTOOL, require
+    from vnetbench.tools import ETHTOOL, require
 
     n = max((c.active_senders for c in configs), default=1)
     auto = check_configs(configs, n_senders=n)

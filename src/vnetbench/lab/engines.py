@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 from urllib.parse import urlparse
 
+from vnetbench import tools
 from vnetbench.errors import EnvironmentProblem, LabError
 from vnetbench.lab.nodes import exec_wrapper
 
@@ -247,7 +248,7 @@ def image_tools() -> tuple[tuple[str, str], ...]:
     """(command, package) of everything a workload or the lab may run in a container."""
     from vnetbench.lab.guest import initramfs
 
-    basics = (("iperf3", "iperf3"), ("ping", "iputils-ping"), ("ethtool", "ethtool"))
+    basics = tuple((t.command, t.package) for t in (tools.IPERF3, tools.PING, tools.ETHTOOL))
     return tuple(dict.fromkeys(basics + initramfs.optional_tools()))
 
 

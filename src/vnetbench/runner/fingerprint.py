@@ -9,7 +9,7 @@ from typing import Any
 
 import vnetbench
 from vnetbench import machine
-from vnetbench.workloads.base import IPERF3, PING, Tool
+from vnetbench.tools import IPERF3, PING, Tool
 
 SYSCTLS = [
     "net.core.rmem_max", "net.core.wmem_max", "net.core.default_qdisc", "net.core.netdev_max_backlog",

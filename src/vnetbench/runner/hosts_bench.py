@@ -39,7 +39,8 @@ from vnetbench.runner.bench import DumbbellBench, TrialOutcome
 from vnetbench.runner.fingerprint import SYSCTLS
 from vnetbench.scenario.plan import Configuration
 from vnetbench.workloads import registry as workloads
-from vnetbench.workloads.base import ETHTOOL, FLOCK, IP, PING, SS, TC, Measurement, Started, Tool, TrialContext
+from vnetbench.tools import ETHTOOL, FLOCK, IP, PING, SS, TC, Tool
+from vnetbench.workloads.base import Measurement, Started, TrialContext
 
 BARE = Variant("bare")
 # How long before they begin the clients of a trial are started on their hosts, to begin together (see

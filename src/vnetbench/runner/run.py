@@ -39,7 +39,8 @@ from vnetbench.scenario.model import RepeatSpec
 from vnetbench.scenario.plan import Configuration, TrialSlot, expand, order_trials
 from vnetbench.stats import adaptive_decision
 from vnetbench.store.db import Store, TrialRecord
-from vnetbench.workloads.base import IP, TASKSET, Measurement
+from vnetbench.tools import IP, TASKSET
+from vnetbench.workloads.base import Measurement
 
 __all__ = ["RunSummary", "check_root", "execute", "new_run_id", "resume"]
 

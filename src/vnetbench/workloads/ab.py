@@ -74,7 +74,8 @@ from pydantic import Field, field_validator, model_validator
 
 from vnetbench.metrics import HIGHER, LOWER, Metric
 from vnetbench.quantities import WholeSeconds
-from vnetbench.workloads.base import AB, NGINX, Measurement, Started, ToolFailed, TrialContext
+from vnetbench.tools import AB, NGINX
+from vnetbench.workloads.base import Measurement, Started, ToolFailed, TrialContext
 from vnetbench.workloads.registry import register
 from vnetbench.workloads.wrk import HttpOptions, NginxClient
 

@@ -22,7 +22,6 @@ ping probes the queue an iperf3 stream builds).
 from __future__ import annotations
 
 import math
-import shutil
 import subprocess
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -32,69 +31,9 @@ from typing import Any, Callable, ClassVar, Iterator, Sequence
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
-from vnetbench.errors import EnvironmentProblem
+from vnetbench.tools import Tool  # every tool is declared in vnetbench.tools
 from vnetbench.metrics import Metric, metric
 from vnetbench.store.db import SampleRecord, SeriesRecord
-
-
-@dataclass(frozen=True)
-class Tool:
-    command: str
-    package: str  # the Debian package that provides it
-    version_args: tuple[str, ...] = ("--version",)  # empty: the tool has no version flag (its package's is used)
-
-    def path(self) -> str | None:
-        return shutil.which(self.command)
-
-    def version(self) -> str | None:
-        exe = self.path()
-        if exe is None:
-            return None
-        if not self.version_args:
-            return self._package_version()
-        try:
-            out = subprocess.run([exe, *self.version_args], capture_output=True, text=True, timeout=5)
-        except (OSError, subprocess.TimeoutExpired):
-            return None
-        text = (out.stdout or out.stderr).strip().splitlines()
-        return text[0].strip() if text else None
-
-    def _package_version(self) -> str | None:
-        try:
-            out = subprocess.run(["dpkg-query", "-W", "-f", "${Version}", self.package], capture_output=True,
-                                 text=True, timeout=5)
-        except (OSError, subprocess.TimeoutExpired):
-            return None
-        return f"{self.command} {out.stdout.strip()} (Debian package {self.package})" if out.returncode == 0 \
-            and out.stdout.strip() else None
-
-
-IPERF3 = Tool("iperf3", "iperf3")
-PING = Tool("ping", "iputils-ping", ("-V",))
-TASKSET = Tool("taskset", "util-linux", ("--version",))
-FLOCK = Tool("flock", "util-linux", ("--version",))
-IP = Tool("ip", "iproute2", ("-V",))
-SS = Tool("ss", "iproute2", ("-V",))
-ETHTOOL = Tool("ethtool", "ethtool", ("--version",))
-TC = Tool("tc", "iproute2", ("-V",))
-SOCKPERF = Tool("sockperf", "sockperf", ("--version",))
-WRK = Tool("wrk", "wrk", ("--version",))
-AB = Tool("ab", "apache2-utils", ("-V",))
-NGINX = Tool("nginx", "nginx-light", ("-v",))
-SYSBENCH = Tool("sysbench", "sysbench", ("--version",))
-MBW = Tool("mbw", "mbw", ())  # mbw has no version flag; -h prints its usage
-IRTT = Tool("irtt", "irtt", ("version",))
-
-
-def require(tools: list[Tool]) -> None:
-    """Fail before anything is built if a tool is missing, naming its package."""
-    missing = [t for t in tools if t.path() is None]
-    if missing:
-        pkgs = sorted({t.package for t in missing})
-        names = ", ".join(t.command for t in missing)
-        raise EnvironmentProblem(
-            f"missing tool{'s' if len(missing) > 1 else ''}: {names}; install with: apt-get install {' '.join(pkgs)}"
-        )
 
 
 @dataclass

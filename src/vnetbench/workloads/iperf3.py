@@ -28,7 +28,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from vnetbench.impair.links import staggered
 from vnetbench.metrics import HIGHER, LOWER, Metric
 from vnetbench.quantities import Duration, Size
-from vnetbench.workloads.base import (IPERF3, Measurement, ServerSpec, Started, ToolFailed, TrialContext, TrialHosts,
+from vnetbench.tools import IPERF3
+from vnetbench.workloads.base import (Measurement, ServerSpec, Started, ToolFailed, TrialContext, TrialHosts,
                                       Workload, WorkloadOptions)
 from vnetbench.workloads.registry import register
 

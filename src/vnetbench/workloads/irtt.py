@@ -36,7 +36,8 @@ from pydantic import Field, field_validator
 
 from vnetbench.metrics import LOWER, Metric
 from vnetbench.quantities import Duration, Seconds
-from vnetbench.workloads.base import (IRTT, Measurement, ServerSpec, Started, ToolFailed, TrialContext, TrialHosts,
+from vnetbench.tools import IRTT
+from vnetbench.workloads.base import (Measurement, ServerSpec, Started, ToolFailed, TrialContext, TrialHosts,
                                       Workload, WorkloadOptions)
 from vnetbench.workloads.registry import register
 

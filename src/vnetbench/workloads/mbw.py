@@ -25,7 +25,8 @@ from pydantic import Field, field_validator
 
 from vnetbench.metrics import HIGHER, Metric
 from vnetbench.quantities import Size
-from vnetbench.workloads.base import MBW, Measurement, Started, ToolFailed, TrialContext, Workload, WorkloadOptions
+from vnetbench.tools import MBW
+from vnetbench.workloads.base import Measurement, Started, ToolFailed, TrialContext, Workload, WorkloadOptions
 from vnetbench.workloads.registry import register
 
 METHOD_FLAG = {"memcpy": "-t0", "dumb": "-t1", "mcblock": "-t2"}

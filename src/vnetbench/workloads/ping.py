@@ -17,8 +17,8 @@ from pydantic import Field, field_validator
 
 from vnetbench.metrics import LOWER, Metric
 from vnetbench.quantities import Duration, Seconds
-from vnetbench.workloads.base import (PING, Measurement, Started, ToolFailed, TrialContext, Workload,
-                                      WorkloadOptions)
+from vnetbench.tools import PING
+from vnetbench.workloads.base import Measurement, Started, ToolFailed, TrialContext, Workload, WorkloadOptions
 from vnetbench.workloads.registry import register
 
 _REPLY = re.compile(r"^\[(?P<ts>[0-9.]+)\] \d+ bytes from .*?icmp_seq=(?P<seq>\d+) .*?time=(?P<rtt>[0-9.]+) ms")

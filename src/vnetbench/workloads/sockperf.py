@@ -42,7 +42,8 @@ from pydantic import Field, field_validator, model_validator
 
 from vnetbench.metrics import HIGHER, LOWER, Metric
 from vnetbench.quantities import WholeSeconds
-from vnetbench.workloads.base import (SOCKPERF, Measurement, ServerSpec, Started, ToolFailed, TrialContext, TrialHosts,
+from vnetbench.tools import SOCKPERF
+from vnetbench.workloads.base import (Measurement, ServerSpec, Started, ToolFailed, TrialContext, TrialHosts,
                                       Workload, WorkloadOptions)
 from vnetbench.workloads.registry import register
 

@@ -30,8 +30,8 @@ from pydantic import Field, field_validator
 
 from vnetbench.metrics import HIGHER, Metric
 from vnetbench.quantities import Size, WholeSeconds
-from vnetbench.workloads.base import (SYSBENCH, Measurement, Started, ToolFailed, TrialContext, Workload,
-                                      WorkloadOptions)
+from vnetbench.tools import SYSBENCH
+from vnetbench.workloads.base import Measurement, Started, ToolFailed, TrialContext, Workload, WorkloadOptions
 from vnetbench.workloads.registry import register
 
 OVERHEAD_S = 10.0

@@ -26,7 +26,8 @@ from pydantic import field_validator
 
 from vnetbench.metrics import HIGHER, LOWER, Metric
 from vnetbench.quantities import Duration
-from vnetbench.workloads.base import SS, Measurement, Started, ToolFailed, TrialContext, Workload, WorkloadOptions
+from vnetbench.tools import SS
+from vnetbench.workloads.base import Measurement, Started, ToolFailed, TrialContext, Workload, WorkloadOptions
 from vnetbench.workloads.registry import register
 
 MIN_INTERVAL = 0.010

@@ -39,8 +39,9 @@ from pydantic import Field, field_validator, model_validator
 
 from vnetbench.metrics import HIGHER, LOWER, Metric
 from vnetbench.quantities import Duration, Size, WholeSeconds
-from vnetbench.workloads.base import (NGINX, WRK, Measurement, ServerSpec, Started, ToolFailed, TrialContext,
-                                      TrialHosts, Workload, WorkloadOptions)
+from vnetbench.tools import NGINX, WRK
+from vnetbench.workloads.base import (Measurement, ServerSpec, Started, ToolFailed, TrialContext, TrialHosts,
+                                      Workload, WorkloadOptions)
 from vnetbench.workloads.registry import register
 
 PORT = 5320  # inside the range the container model publishes

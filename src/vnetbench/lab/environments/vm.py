@@ -39,7 +39,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar, Sequence
 
-from vnetbench import units
+from vnetbench import tools, units
 from vnetbench.errors import EnvironmentUnavailable, LabError
 from vnetbench.lab import netns, offload
 from vnetbench.lab.environments.base import Capability, EnvironmentType, register
@@ -415,8 +415,8 @@ def _checks(nic: str | None = None) -> list[tuple[str, bool, str, str]]:
     out.append(("vm busybox", initramfs.find_busybox() is not None,
                 "static busybox for the guest's shell and tools" if initramfs.find_busybox()
                 else "no static busybox (/bin/busybox)", "apt-get install busybox-static"))
-    for cmd, pkg in (*initramfs.REQUIRED_TOOLS, ("ssh", "openssh-client"), ("ssh-keygen", "openssh-client"),
-                     ("dropbearkey", "dropbear-bin")):
+    for cmd, pkg in (*initramfs.REQUIRED_TOOLS,
+                     *((t.command, t.package) for t in (tools.SSH, tools.SSH_KEYGEN, tools.DROPBEARKEY))):
         found = shutil.which(cmd, path="/usr/sbin:/usr/bin:/sbin:/bin")
         out.append((f"vm {cmd}", found is not None, found or f"{cmd} is missing",
                     "" if found else f"apt-get install {pkg}"))

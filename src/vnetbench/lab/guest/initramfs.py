@@ -51,6 +51,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable
 
+from vnetbench import tools
 from vnetbench.errors import EnvironmentProblem
 from vnetbench.lab.nodes import exec_wrapper
 
@@ -67,19 +68,14 @@ NIC_MODULES: dict[str, tuple[str, ...]] = {
 
 # Tools copied into the guest: (command, Debian package). Required ones fail the build when
 # missing; optional ones are copied when the host has them (workloads check in the guest).
-REQUIRED_TOOLS: tuple[tuple[str, str], ...] = (
-    ("dropbear", "dropbear-bin"),
-    ("iperf3", "iperf3"),
-    ("ping", "iputils-ping"),
-    ("ethtool", "ethtool"),
-    ("date", "coreutils"),  # GNU date: steps the clock by a fractional offset (busybox's takes whole seconds)
-)
-OPTIONAL_TOOLS: tuple[tuple[str, str], ...] = (
-    ("ip", "iproute2"),  # tcp_metrics, flushed before every trial (busybox's ip has no such command)
-    ("ss", "iproute2"),
-    ("fping", "fping"),
-    ("irtt", "irtt"),
-)
+REQUIRED_TOOLS: tuple[tuple[str, str], ...] = tuple(
+    (t.command, t.package) for t in (tools.DROPBEAR, tools.IPERF3, tools.PING, tools.ETHTOOL, tools.DATE))
+OPTIONAL_TOOLS: tuple[tuple[str, str], ...] = tuple(
+    (t.command, t.package) for t in (
+        tools.IP,  # tcp_metrics, flushed before every trial (busybox's ip has no such command)
+        tools.SS,
+        tools.IRTT,
+    ))
 
 
 def optional_tools() -> tuple[tuple[str, str], ...]:

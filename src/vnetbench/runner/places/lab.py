@@ -24,7 +24,7 @@ from vnetbench.runner.places.base import Place
 from vnetbench.scenario.load import LoadedScenario
 from vnetbench.scenario.plan import Configuration
 from vnetbench.workloads import registry
-from vnetbench.workloads.base import IP, PING, SS, TASKSET, Tool, require
+from vnetbench.tools import IP, PING, SS, TASKSET, Tool, require
 
 
 class LabPlace(Place):
