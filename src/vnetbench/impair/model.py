@@ -103,11 +103,13 @@ def _probability(v: Any) -> Any:
     return value
 
 
-Rate = Annotated[float | None, BeforeValidator(_rate)]
+Rate = Annotated[float | None, BeforeValidator(
+    _rate, json_schema_input_type=quantities.WrittenRate | quantities.UnlimitedText)]
 Duration = quantities.Duration
-Delay = Annotated[float, BeforeValidator(_delay)]
-Probability = Annotated[float, BeforeValidator(_probability)]
-_Bytes = Annotated[float | None, BeforeValidator(lambda v: None if v is None else units.parse_size(v))]
+Delay = Annotated[float, BeforeValidator(_delay, json_schema_input_type=quantities.WrittenDuration)]
+Probability = Annotated[float, BeforeValidator(_probability, json_schema_input_type=quantities.WrittenFraction)]
+_Bytes = Annotated[float | None, BeforeValidator(lambda v: None if v is None else units.parse_size(v),
+                                                 json_schema_input_type=quantities.WrittenSize)]
 
 
 class _Partial(BaseModel):
@@ -125,6 +127,10 @@ class _Partial(BaseModel):
 
 class LinkBuffer(_Partial):
     """A queue limit in bytes ("500kB") or as time at the link's rate ("20ms")."""
+
+    model_config = ConfigDict(json_schema_extra=quantities.written_also_as(
+        {"type": "number", "description": "bytes"}, quantities.text_schema(units.SIZE_PATTERN),
+        quantities.text_schema(units.DURATION_PATTERN)))
 
     bytes: float | None = Field(default=None, description="the limit in bytes")
     seconds: float | None = Field(default=None, description="the limit as a time at the link's rate")
@@ -170,6 +176,10 @@ class QueueSpec(_Partial):
     parameters: ``queue = {kind = "codel", target = "2ms"}``.
     """
 
+    model_config = ConfigDict(json_schema_extra=quantities.written_also_as(
+        quantities.text_schema(units.any_case(*QUEUE_KINDS, "droptail", "drophead")),
+        spelled={"kind": units.any_case(*QUEUE_KINDS, "droptail", "drophead")}))
+
     kind: Literal["drop_tail", "drop_head", "codel", "red", "pie"] = Field(default="drop_tail",
                                                                             description="the discipline")
     target: Duration | None = Field(default=None, description="codel (5 ms) and pie (15 ms): the target delay")
@@ -210,6 +220,11 @@ class QueueSpec(_Partial):
         return self
 
 
+LOSS_MODELS = ("none", "bernoulli", "gilbert_elliott")
+LOSS_MODEL_ALIASES = {"ge": "gilbert_elliott", "gemodel": "gilbert_elliott", "gilbert": "gilbert_elliott",
+                      "random": "bernoulli"}
+
+
 class LossSpec(_Partial):
     """Packet loss at ingress: none, Bernoulli, or Gilbert-Elliott.
 
@@ -218,6 +233,11 @@ class LossSpec(_Partial):
     Bad->Good, loss_bad (netem's 1-h) and loss_good (1-k) the loss
     probabilities in each state, as netem's ``gemodel p r 1-h 1-k``.
     """
+
+    model_config = ConfigDict(json_schema_extra=quantities.written_also_as(
+        {"type": "number", "minimum": 0, "maximum": 1}, quantities.text_schema(units.PERCENT_PATTERN),
+        quantities.text_schema(units.any_case("none", "off")),
+        spelled={"model": units.any_case(*LOSS_MODELS, *LOSS_MODEL_ALIASES)}))
 
     model: Literal["none", "bernoulli", "gilbert_elliott"] = Field(default="none", description="the loss model")
     p: Probability = Field(default=0.0, description="bernoulli: the loss probability; gilbert_elliott: Good->Bad")
@@ -239,8 +259,7 @@ class LossSpec(_Partial):
             return {"model": "bernoulli", "p": p} if p > 0 else {"model": "none"}
         if isinstance(v, dict) and isinstance(v.get("model"), str):
             name = v["model"].strip().lower().replace("-", "_")
-            name = {"ge": "gilbert_elliott", "gemodel": "gilbert_elliott", "gilbert": "gilbert_elliott",
-                    "random": "bernoulli"}.get(name, name)
+            name = LOSS_MODEL_ALIASES.get(name, name)
             v = {**v, "model": name}
         return v
 
@@ -471,6 +490,11 @@ class Schedule(_Partial):
     default). Times count from the start of the trial's flows.
     """
 
+    model_config = ConfigDict(json_schema_extra=quantities.written_also_as(
+        lambda table: {**table["properties"]["steps"], "description": "the steps alone"},
+        {"type": "string", "description": "a rate cycle \"100Mbit/5s 20Mbit/5s\" or \"trace:FILE\""},
+        keys={"cycle": {"type": "string", "description": "a rate cycle, \"100Mbit/5s 20Mbit/5s\", in `direction`"}}))
+
     steps: list[ScheduleStep] = Field(default_factory=list, description="changes at given times, in time order")
     every: Duration | None = Field(default=None, description="repeat the steps with this period")
     trace: str | None = Field(default=None, description="a Mahimahi trace file for the rate (a regular file of at "
@@ -606,6 +630,9 @@ class LinkSpec(_Partial):
     `reverse` the way back (ACKs, ping replies). `both` is a short-hand merged
     under each direction (a direction's own keys win).
     """
+
+    model_config = ConfigDict(json_schema_extra=quantities.written_also_as(keys={"both": lambda table: {
+        **table["properties"]["forward"], "description": "conditions merged under forward and reverse"}}))
 
     backend: Literal["auto", "tbf", "htb", "netem", "userspace"] = Field(
         default="auto", description="who realises the conditions: auto = tbf/htb for rate and buffer alone, netem "

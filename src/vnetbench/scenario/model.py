@@ -121,14 +121,15 @@ class LabSpec(Strict):
     # Which environment each option belongs to (each environment's module declares its own).
     ENV_OPTIONS: ClassVar[dict[str, tuple[str, ...]]] = environments.option_owners()
 
-    @field_validator("bottleneck", mode="before")
+    @field_validator("bottleneck", mode="before",
+                     json_schema_input_type=quantities.WrittenRate | quantities.UnlimitedText)
     @classmethod
     def _bottleneck(cls, v: Any) -> Any:
         if v is None or (isinstance(v, str) and v.strip().lower() in ("unlimited", "none")):
             return None
         return link_rate(_rate(v), v)
 
-    @field_validator("cpu_quota", mode="before")
+    @field_validator("cpu_quota", mode="before", json_schema_input_type=quantities.WrittenFraction)
     @classmethod
     def _cpu_quota(cls, v: Any) -> Any:
         if v is None:
@@ -271,7 +272,8 @@ class RepeatSpec(Strict):
                              "fewest, when min is not given)")
     min: int | None = Field(default=None, ge=1, le=1000, description="adaptive: fewest trials per configuration")
     max: int | None = Field(default=None, ge=1, le=1000, description="adaptive: most trials per configuration")
-    target_ci: Annotated[float | None, BeforeValidator(_fraction)] = Field(
+    target_ci: Annotated[float | None,
+                         BeforeValidator(_fraction, json_schema_input_type=quantities.WrittenFraction)] = Field(
         default=None, description="adaptive: target relative width of the median's 95% CI, e.g. \"5%\"")
     key_metrics: list[str] = Field(default_factory=lambda: ["throughput.rx_mbps"],
                                    description="adaptive: the metrics whose precision decides when to stop")
@@ -370,7 +372,7 @@ class HostsSpec(Strict):
     wait_for_host: Duration = Field(default=30.0, ge=0, le=24 * 3600, description="how long a run waits for a "
                                     "host that dropped out to answer again before it stops (to be resumed)")
 
-    @field_validator("senders", mode="before")
+    @field_validator("senders", mode="before", json_schema_input_type=str | list[str])
     @classmethod
     def _one_or_more(cls, v: Any) -> Any:
         return [v] if isinstance(v, str) else v
@@ -520,7 +522,7 @@ class Scenario(Strict):
                 raise ValueError(f"matrix.{axis} lists a value twice: {values}")
         return v
 
-    @field_validator("workloads", mode="before")
+    @field_validator("workloads", mode="before", json_schema_input_type=str | list[str])
     @classmethod
     def _one_or_more(cls, v: Any) -> Any:
         return [v] if isinstance(v, str) else v

@@ -143,7 +143,7 @@ class Options(WorkloadOptions):
             raise ValueError(f"{v:g} B: iperf3 takes a window (socket buffer) of 1 KiB to 512 MiB")
         return v
 
-    @field_validator("offered", mode="before")
+    @field_validator("offered", mode="before", json_schema_input_type=str | float)
     @classmethod
     def _offered(cls, v: Any) -> Any:
         # a bare number is a rate in bit/s (as everywhere else), written the way the expression reads it
