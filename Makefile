@@ -5,6 +5,7 @@
 # Both must run as root (the lab is made of network namespaces).
 # While changing vnetbench:
 #   make check  the fast tier: the unit tests and the few lab tests marked `quick` (a few minutes)
+#   make docs   the documentation site, into site/ (its reference pages regenerated from the code)
 
 SHELL := /bin/bash
 VENV  := .venv
@@ -19,7 +20,7 @@ DEB_PACKAGES := iproute2 iputils-ping iperf3 fping irtt sockperf wrk apache2-uti
                 linux-image-amd64 dropbear-bin openssh-client openssh-server zstd chromium python3-venv tmux docker.io \
                 podman catatonit
 
-.PHONY: setup deps venv emulator plotly-bundle demo test check test-unit test-lab clean-lab
+.PHONY: setup deps venv emulator plotly-bundle demo test check test-unit test-lab docs clean-lab
 
 setup: deps venv emulator plotly-bundle
 
@@ -76,6 +77,12 @@ check: setup
 
 test-unit: venv
 	$(VENV)/bin/pytest -q tests/unit
+
+# The docs site: the generated reference pages brought up to date, then MkDocs (pinned in the test extras)
+# with warnings as errors.
+docs: venv
+	$(PY) -m vnetbench.docsgen
+	$(VENV)/bin/mkdocs build --strict --site-dir site
 
 clean-lab: venv
 	$(VENV)/bin/vnetbench clean

@@ -1,5 +1,5 @@
-"""The docs (issue 32): generated reference pages are current, every TOML example plans and validates, and the
-README stays a front door."""
+"""The docs (issue 32): generated reference pages are current, every TOML example plans and validates, the site
+builds with warnings as errors, and the README stays a front door."""
 
 from __future__ import annotations
 
@@ -127,6 +127,26 @@ def test_a_marker_names_a_builtin():
     for where, line, _, marker in EXAMPLES:
         if marker and marker.startswith("fragment of "):
             assert marker.removeprefix("fragment of ") in L.builtin_names(), f"{where}:{line}: {marker}"
+
+
+def test_the_site_builds_with_warnings_as_errors(tmp_path):
+    pytest.importorskip("mkdocs", reason="MkDocs is in the test extras: pip install -e '.[test]'")
+    pytest.importorskip("material", reason="the Material theme is in the test extras: pip install -e '.[test]'")
+    proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site"),
+                           "--config-file", str(ROOT / "mkdocs.yml")], capture_output=True, text=True, timeout=300,
+                          cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    site = tmp_path / "site"
+    for page in ("index.html", "tutorial.html", "reference/cli.html", "reference/scenario.html",
+                 "reproductions/seed-000.html"):  # page.html: readable from the file system
+        assert (site / page).exists(), page
+    assert (site / "reference" / "scenario.schema.json").exists()
+    assert (site / "search" / "search_index.json").exists()
+    # nothing outside the site: no web fonts, no scripts or styles from elsewhere
+    outside = {m for html in site.rglob("*.html")
+               for m in re.findall(r'(?:src|href)="(https?://[^"]+)"', html.read_text(encoding="utf-8"))
+               if re.search(r"\.(js|css|woff2?)(\?|$)|fonts\.", m)}
+    assert not outside, outside
 
 
 def test_the_readme_is_a_front_door():
