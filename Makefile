@@ -3,6 +3,9 @@
 #               its table and write demo/vnetbench.db and demo/report.html
 #   make test   install what is missing and run the whole test suite
 # Both must run as root (the lab is made of network namespaces).
+# While changing vnetbench:
+#   make check  the fast tier: the unit tests and the few lab tests marked `quick` (a few minutes)
+#   make docs   the documentation site, into site/ (its reference pages regenerated from the code)
 
 SHELL := /bin/bash
 VENV  := .venv
@@ -18,7 +21,7 @@ DEB_PACKAGES := iproute2 iputils-ping iperf3 irtt sockperf wrk apache2-utils ngi
                 linux-image-amd64 dropbear-bin openssh-client openssh-server zstd chromium python3-venv tmux docker.io \
                 podman catatonit
 
-.PHONY: setup deps venv emulator plotly-bundle demo test test-unit test-lab clean-lab
+.PHONY: setup deps venv emulator plotly-bundle demo test check test-unit test-lab docs clean-lab
 
 setup: deps venv emulator plotly-bundle
 
@@ -62,11 +65,25 @@ demo: setup
 
 test: setup
 	@if [ -f emulator/Cargo.toml ]; then cargo test --release --locked --manifest-path emulator/Cargo.toml; fi
-	$(VENV)/bin/pytest -q tests
+	$(VENV)/bin/pytest -q --durations=25 tests
+	$(VENV)/bin/vnetbench clean --check
+
+# The edit-test loop: every unit test, then the lab tests marked `quick` (each one short run of one
+# configuration: a kernel shaper's physics, a failing tool, a timeout, Ctrl-C's teardown). `make test` stays
+# the suite to run before a merge.
+check: setup
+	$(VENV)/bin/pytest -q tests/unit
+	$(VENV)/bin/pytest -q -m quick tests/integration
 	$(VENV)/bin/vnetbench clean --check
 
 test-unit: venv
 	$(VENV)/bin/pytest -q tests/unit
+
+# The docs site: the generated reference pages brought up to date, then MkDocs (pinned in the test extras)
+# with warnings as errors.
+docs: venv
+	$(PY) -m vnetbench.docsgen
+	$(VENV)/bin/mkdocs build --strict --site-dir site
 
 clean-lab: venv
 	$(VENV)/bin/vnetbench clean

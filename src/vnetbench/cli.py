@@ -108,6 +108,19 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_schema(args: argparse.Namespace) -> int:
+    from vnetbench.scenario.schema import schema_text
+
+    text = schema_text()
+    if args.output and args.output != "-":
+        with output_file(args.output, what="schema") as f:
+            f.write(text)
+        err.print(f"scenario schema written to {args.output}", highlight=False, soft_wrap=True)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
 def _max_configurations(text: str) -> int:
     try:
         value = int(text)
@@ -250,6 +263,11 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--max-configurations", type=_max_configurations, default=MAX_CONFIGURATIONS, metavar="N",
                     help=f"refuse a matrix of more configurations (default {MAX_CONFIGURATIONS:,})")
     sp.set_defaults(func=cmd_plan)
+
+    sp = sub.add_parser("schema", help="print the JSON Schema of scenario files, for editors (a `#:schema` "
+                                       "line binds a file to it: docs/reference/schema.md)")
+    sp.add_argument("-o", "--output", metavar="FILE", help="write it to FILE (default: standard output)")
+    sp.set_defaults(func=cmd_schema)
 
     sp = with_db(sub.add_parser("runs", help="list stored runs"))
     sp.set_defaults(func=cmd_runs)

@@ -164,6 +164,47 @@ def parse_percent(text: str) -> float:
     return _finite(value, text, "number")
 
 
+# ------------------------------------------------------------- written forms
+
+# What a scenario file may write for each quantity, as JSON Schema patterns (`vnetbench schema`: an editor marks
+# "100 Mbti" while it is typed). Built from the parsers' own tables and number syntax; tests/unit/test_schema.py
+# checks that a pattern matches exactly the texts its parser reads (ECMA-262 and Python agree on this syntax).
+_NUMBER_PATTERN = _NUMBER.replace("(?P<num>", "(?:")
+_UNIT_CHARS = re.compile(r"[A-Za-z]*")  # what _RE reads as a unit: a unit outside it is never reached
+
+
+def _either(words: list[str]) -> str:
+    return "(?:" + "|".join(sorted(words, key=lambda w: (-len(w), w))) + ")"
+
+
+def _any_case(word: str) -> str:
+    """The word in any letter case, "_" also written "-" (the loaders lower a name and replace "-")."""
+    return "".join(f"[{c.lower()}{c.upper()}]" if c.isalpha() else "[-_]" if c == "_" else re.escape(c)
+                   for c in word)
+
+
+def _quantity_pattern(unit: str) -> str:
+    return r"^\s*" + _NUMBER_PATTERN + r"\s*" + unit + r"\s*$"
+
+
+_PREFIXES = _either([p for p in {**_DECIMAL, **_BINARY} if p])
+#: A rate: a number of bits/s, or with a unit (the prefixes as written, the suffix in any case, as parse_rate).
+RATE_PATTERN = _quantity_pattern(f"(?:{_PREFIXES}?(?:{_any_case('bit')}|{_any_case('bps')}))?")
+#: A size: bytes, or with a unit ending in B.
+SIZE_PATTERN = _quantity_pattern(f"(?:{_PREFIXES}?B)?")
+#: A duration: seconds, or with a unit.
+DURATION_PATTERN = _quantity_pattern(_either([u for u in _DURATION if _UNIT_CHARS.fullmatch(u)]) + "?")
+#: A number or a percentage of one ("5%", "0.05"), as parse_percent reads it (Python's float() also reads
+#: "1_000", "inf" and "nan": the first is no way to write a fraction, the others are refused by every range).
+PERCENT_PATTERN = r"^\s*[+-]?" + _NUMBER_PATTERN + r"\s*%?\s*$"
+
+
+def any_case(*words: str) -> str:
+    """A pattern of these words in any letter case ("_" or "-"), with spaces around (the loaders strip and lower
+    them)."""
+    return r"^\s*" + _either([_any_case(w) for w in words]) + r"\s*$"
+
+
 def utc_text(ts: float | None, missing: str = "-", seconds: bool = True) -> str:
     """A time for people, in UTC everywhere (the terminal, the HTML report and the JSON agree):
     '2026-11-25 02:11:05 UTC'."""

@@ -63,7 +63,8 @@ def our_processes() -> list[str]:
     return [l for l in out.splitlines() if l.strip()]
 
 
-@pytest.mark.parametrize("signals", [1, 2], ids=["ctrl-c", "ctrl-c twice"])
+@pytest.mark.parametrize("signals", [pytest.param(1, id="ctrl-c", marks=pytest.mark.quick),
+                                     pytest.param(2, id="ctrl-c twice")])
 def test_interrupt_tears_everything_down(tmp_path, signals, no_leftovers):
     db = tmp_path / "r.db"
     proc = start_run(db)
@@ -162,6 +163,7 @@ def _bench_and_config(*overrides):
     return bench, config
 
 
+@pytest.mark.quick
 def test_failing_tool_is_recorded_and_the_run_goes_on(no_leftovers):
     bench, config = _bench_and_config()
     bench.setup()
@@ -179,6 +181,7 @@ def test_failing_tool_is_recorded_and_the_run_goes_on(no_leftovers):
         bench.teardown()
 
 
+@pytest.mark.quick
 def test_hanging_tool_times_out(no_leftovers):
     bench, config = _bench_and_config("workload.stream.timeout=3s")
     bench.setup()
@@ -195,7 +198,8 @@ def test_hanging_tool_times_out(no_leftovers):
         bench.teardown()
 
 
-@pytest.mark.parametrize("variant", [["lab.ip_version=6"], ["lab.qdisc=htb"]], ids=["ipv6", "htb"])
+@pytest.mark.parametrize("variant", [pytest.param(["lab.ip_version=6"], id="ipv6"),
+                                     pytest.param(["lab.qdisc=htb"], id="htb", marks=pytest.mark.quick)])
 def test_ipv6_and_htb_saturate_like_ipv4_tbf(tmp_path, variant, no_leftovers):
     proc = cli("run", "quick", "--db", str(tmp_path / "r.db"), "--no-progress", *SHORT, "--set", "ratios=[2.0]",
                "--set", "protos=[udp]", "--set", "repetitions=1", *[a for v in variant for a in ("--set", v)])

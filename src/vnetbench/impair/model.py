@@ -106,10 +106,13 @@ def _probability(v: Any) -> Any:
     return value
 
 
-Rate = Annotated[float | None, BeforeValidator(_rate)]
+Rate = Annotated[float | None, BeforeValidator(
+    _rate, json_schema_input_type=quantities.WrittenRate | quantities.UnlimitedText)]
 Duration = quantities.Duration
-Delay = Annotated[float, BeforeValidator(_delay)]
-Probability = Annotated[float, BeforeValidator(_probability)]
+Delay = Annotated[float, BeforeValidator(_delay, json_schema_input_type=quantities.WrittenDuration)]
+Probability = Annotated[float, BeforeValidator(_probability, json_schema_input_type=quantities.WrittenFraction)]
+_Bytes = Annotated[float | None, BeforeValidator(lambda v: None if v is None else units.parse_size(v),
+                                                 json_schema_input_type=quantities.WrittenSize)]
 
 
 class _Partial(BaseModel):
@@ -128,8 +131,12 @@ class _Partial(BaseModel):
 class LinkBuffer(_Partial):
     """A queue limit in bytes ("500kB") or as time at the link's rate ("20ms")."""
 
-    bytes: float | None = None
-    seconds: float | None = None
+    model_config = ConfigDict(json_schema_extra=quantities.written_also_as(
+        {"type": "number", "description": "bytes"}, quantities.text_schema(units.SIZE_PATTERN),
+        quantities.text_schema(units.DURATION_PATTERN)))
+
+    bytes: float | None = Field(default=None, description="the limit in bytes")
+    seconds: float | None = Field(default=None, description="the limit as a time at the link's rate")
 
     @model_validator(mode="before")
     @classmethod
@@ -172,12 +179,18 @@ class QueueSpec(_Partial):
     parameters: ``queue = {kind = "codel", target = "2ms"}``.
     """
 
-    kind: Literal["drop_tail", "drop_head", "codel", "red", "pie"] = "drop_tail"
-    target: Duration | None = None
-    interval: Duration | None = None
-    min: Annotated[float | None, BeforeValidator(lambda v: None if v is None else units.parse_size(v))] = None
-    max: Annotated[float | None, BeforeValidator(lambda v: None if v is None else units.parse_size(v))] = None
-    p_max: Probability | None = None
+    model_config = ConfigDict(json_schema_extra=quantities.written_also_as(
+        quantities.text_schema(units.any_case(*QUEUE_KINDS, "droptail", "drophead")),
+        spelled={"kind": units.any_case(*QUEUE_KINDS, "droptail", "drophead")}))
+
+    kind: Literal["drop_tail", "drop_head", "codel", "red", "pie"] = Field(default="drop_tail",
+                                                                            description="the discipline")
+    target: Duration | None = Field(default=None, description="codel (5 ms) and pie (15 ms): the target delay")
+    interval: Duration | None = Field(default=None, description="codel: its interval (100 ms)")
+    min: _Bytes = Field(default=None, description="red: the average queue (bytes) where dropping starts (required)")
+    max: _Bytes = Field(default=None, description="red: the average queue (bytes) where dropping reaches p_max "
+                        "(required)")
+    p_max: Probability | None = Field(default=None, description="red: the drop probability at max (0.1)")
 
     @model_validator(mode="before")
     @classmethod
@@ -210,6 +223,11 @@ class QueueSpec(_Partial):
         return self
 
 
+LOSS_MODELS = ("none", "bernoulli", "gilbert_elliott")
+LOSS_MODEL_ALIASES = {"ge": "gilbert_elliott", "gemodel": "gilbert_elliott", "gilbert": "gilbert_elliott",
+                      "random": "bernoulli"}
+
+
 class LossSpec(_Partial):
     """Packet loss at ingress: none, Bernoulli, or Gilbert-Elliott.
 
@@ -219,11 +237,18 @@ class LossSpec(_Partial):
     probabilities in each state, as netem's ``gemodel p r 1-h 1-k``.
     """
 
-    model: Literal["none", "bernoulli", "gilbert_elliott"] = "none"
-    p: Probability = 0.0
-    r: Probability | None = None
-    loss_bad: Probability = 1.0
-    loss_good: Probability = 0.0
+    model_config = ConfigDict(json_schema_extra=quantities.written_also_as(
+        {"type": "number", "minimum": 0, "maximum": 1}, quantities.text_schema(units.PERCENT_PATTERN),
+        quantities.text_schema(units.any_case("none", "off")),
+        spelled={"model": units.any_case(*LOSS_MODELS, *LOSS_MODEL_ALIASES)}))
+
+    model: Literal["none", "bernoulli", "gilbert_elliott"] = Field(default="none", description="the loss model")
+    p: Probability = Field(default=0.0, description="bernoulli: the loss probability; gilbert_elliott: Good->Bad")
+    r: Probability | None = Field(default=None, description="gilbert_elliott: Bad->Good (required there)")
+    loss_bad: Probability = Field(default=1.0, description="gilbert_elliott: loss probability in the Bad state "
+                                  "(netem's 1-h)")
+    loss_good: Probability = Field(default=0.0, description="gilbert_elliott: loss probability in the Good state "
+                                   "(netem's 1-k)")
 
     @model_validator(mode="before")
     @classmethod
@@ -237,8 +262,7 @@ class LossSpec(_Partial):
             return {"model": "bernoulli", "p": p} if p > 0 else {"model": "none"}
         if isinstance(v, dict) and isinstance(v.get("model"), str):
             name = v["model"].strip().lower().replace("-", "_")
-            name = {"ge": "gilbert_elliott", "gemodel": "gilbert_elliott", "gilbert": "gilbert_elliott",
-                    "random": "bernoulli"}.get(name, name)
+            name = LOSS_MODEL_ALIASES.get(name, name)
             v = {**v, "model": name}
         return v
 
@@ -300,12 +324,14 @@ class LinkConditions(_Partial):
     delay: Delay = Field(default=0.0, description="one-way propagation delay")
     jitter: Delay = Field(default=0.0, description="delay variation: the standard deviation (normal, pareto, "
                                                       "paretonormal) or half-width (uniform)")
-    distribution: Literal["normal", "uniform", "pareto", "paretonormal"] = "normal"
+    distribution: Literal["normal", "uniform", "pareto", "paretonormal"] = Field(
+        default="normal", description="the jitter's distribution")
     jitter_reorders: bool = Field(default=False, description="false: packets keep their order (a packet never "
                                                              "leaves before the one ahead of it)")
-    loss: LossSpec = Field(default_factory=LossSpec)
+    loss: LossSpec = Field(default_factory=LossSpec, description="packet loss: \"1%\" (Bernoulli) or a "
+                           "Gilbert-Elliott table")
     reorder: Probability = Field(default=0.0, description="probability a packet skips the delay (netem reorder)")
-    duplicate: Probability = 0.0
+    duplicate: Probability = Field(default=0.0, description="probability a packet is sent twice")
     corrupt: Probability = Field(default=0.0, description="probability of one flipped bit after the Ethernet header")
     overhead: int = Field(default=0, ge=0, le=1000, description="bytes added per frame for serialisation only "
                                                                 "(24 = preamble + IFG + FCS)")
@@ -391,10 +417,11 @@ class LinkConditions(_Partial):
 class ScheduleStep(_Partial):
     """At time `at` (from the start of the trial's flows), change the given fields."""
 
-    at: Duration
-    forward: LinkConditions | None = None
-    reverse: LinkConditions | None = None
-    both: LinkConditions | None = None
+    at: Duration = Field(description="when, from the start of the trial's flows")
+    forward: LinkConditions | None = Field(default=None, description="what changes in the forward direction")
+    reverse: LinkConditions | None = Field(default=None, description="what changes in the reverse direction")
+    both: LinkConditions | None = Field(default=None, description="what changes in both (a direction's own keys "
+                                        "win)")
 
     def for_direction(self, direction: str) -> LinkConditions | None:
         parts = [p for p in (self.both, getattr(self, direction)) if p is not None]
@@ -466,10 +493,17 @@ class Schedule(_Partial):
     default). Times count from the start of the trial's flows.
     """
 
-    steps: list[ScheduleStep] = Field(default_factory=list)
-    every: Duration | None = None
-    trace: str | None = None
-    direction: Literal["forward", "reverse", "both"] = "forward"
+    model_config = ConfigDict(json_schema_extra=quantities.written_also_as(
+        lambda table: {**table["properties"]["steps"], "description": "the steps alone"},
+        {"type": "string", "description": "a rate cycle \"100Mbit/5s 20Mbit/5s\" or \"trace:FILE\""},
+        keys={"cycle": {"type": "string", "description": "a rate cycle, \"100Mbit/5s 20Mbit/5s\", in `direction`"}}))
+
+    steps: list[ScheduleStep] = Field(default_factory=list, description="changes at given times, in time order")
+    every: Duration | None = Field(default=None, description="repeat the steps with this period")
+    trace: str | None = Field(default=None, description="a Mahimahi trace file for the rate (a regular file of at "
+                              "most 64 MiB)")
+    direction: Literal["forward", "reverse", "both"] = Field(default="forward", description="where the compact "
+                                                             "and trace forms apply")
 
     @model_validator(mode="before")
     @classmethod
@@ -600,10 +634,17 @@ class LinkSpec(_Partial):
     under each direction (a direction's own keys win).
     """
 
-    backend: Literal[BACKENDS] = "auto"  # type: ignore[valid-type]
-    forward: LinkConditions = Field(default_factory=LinkConditions)
-    reverse: LinkConditions = Field(default_factory=LinkConditions)
-    schedule: Schedule | None = None
+    model_config = ConfigDict(json_schema_extra=quantities.written_also_as(keys={"both": lambda table: {
+        **table["properties"]["forward"], "description": "conditions merged under forward and reverse"}}))
+
+    backend: Literal[BACKENDS] = Field(  # type: ignore[valid-type]
+        default="auto", description="who realises the conditions: auto = tbf/htb for rate and buffer alone, netem "
+        "where the kernel has it, else the userspace emulator vnb-link")
+    forward: LinkConditions = Field(default_factory=LinkConditions, description="the stream's direction "
+                                    "(toward the receiver)")
+    reverse: LinkConditions = Field(default_factory=LinkConditions, description="the way back (ACKs, ping "
+                                    "replies)")
+    schedule: Schedule | None = Field(default=None, description="conditions that change during a trial")
     seed: int = Field(default=1, ge=0, le=2**63 - 1, description="seed of the loss/jitter/... random streams")
 
     @model_validator(mode="before")

@@ -94,6 +94,13 @@ def load_text(text: str, source: str, overrides: list[str] | tuple[str, ...] = (
         raise ScenarioError(f"{source}: a value is beyond what can be read: {e}".split("; use sys.")[0]) from None
     except RecursionError:
         raise ScenarioError(f"{source}: arrays or tables nested too deep to read") from None
+    return load_data(raw, text, source, overrides)
+
+
+def load_data(raw: dict[str, Any], text: str, source: str,
+              overrides: list[str] | tuple[str, ...] = ()) -> LoadedScenario:
+    """Validate a scenario already parsed from TOML (`raw`, changed in place); `text` is kept for the record. The
+    docs' tests plan their examples this way, each fragment merged into the scenario it belongs to."""
     # The file's rates are scaled to the line rate run here; what --set gives runs as typed. So the [scale]
     # table's own overrides come first, then the scaling (its resolved line rate kept as one more override, so
     # that --resume runs the rates the run started with), then every other override.

@@ -1,33 +1,4 @@
-"""Typed models of a scenario file.
-
-A scenario says what lab to build, which parameters to sweep, which workloads to
-run on every configuration, and how to repeat them::
-
-    name = "congestion"
-
-    [lab]                       # the testbed
-    topology = "dumbbell"
-    bottleneck = "100Mbit"
-    buffer = "500kB"
-
-    [matrix]                    # every combination is one configuration
-    ratio = [0.6, 2.0]
-    proto = ["udp", "tcp"]
-
-    [workload.stream]           # the load
-    tool = "iperf3"
-    offered = "ratio * bottleneck / senders"
-
-    [workload.probe]            # measured during the load
-    tool = "ping"
-    during = "stream"
-
-    [repeat]
-    repetitions = 5
-
-    [hosts]                     # only with `run --hosts INVENTORY`: endpoints on real machines
-    receiver = "server-a"
-    senders = ["client-1"]
+"""Typed models of a scenario file (:class:`Scenario` shows a whole one).
 
 Quantities are parsed here (see :mod:`vnetbench.units`) so the rest of the code
 only sees numbers in base units: bits/s, bytes, seconds.
@@ -86,17 +57,26 @@ class LabSpec(Strict):
     runs where this machine can build it and is left out, said so, elsewhere.
     """
 
-    topology: Literal["dumbbell"] = "dumbbell"
-    senders: int | Literal["auto"] = "auto"
+    topology: Literal["dumbbell"] = Field(default="dumbbell", description="senders -> switch -> bottleneck port "
+                                          "-> receiver (the only topology yet)")
+    senders: int | Literal["auto"] = Field(default="auto", description="how many senders (1 to 64); auto: 2 up to "
+                                           "ratio 2, 3 up to 3, 4 above")
     bottleneck: float | None = Field(default=100e6, description="rate of the switch port toward the receiver, "
                                                                 "or 'unlimited' (no shaping); default 100 Mbit/s, "
                                                                 "and unlimited for a scenario with a [hosts] table")
-    mtu: int = Field(default=1500, ge=576, le=9000)
-    buffer: Buffer = Field(default_factory=lambda: Buffer(bytes=500_000))
-    qdisc: Literal["tbf", "htb"] = "tbf"
-    shape: Literal["forward", "reverse", "both"] = "forward"
-    ip_version: Literal[4, 6] = 4
-    pin_cpus: bool = True
+    mtu: int = Field(default=1500, ge=576, le=9000, description="MTU of every link of the lab (IPv6 needs 1280 "
+                                                                "or more)")
+    buffer: Buffer = Field(default_factory=lambda: Buffer(bytes=500_000), description="the bottleneck's queue "
+                           "limit: bytes (\"500kB\") or a time at its rate (\"40ms\")")
+    qdisc: Literal["tbf", "htb"] = Field(default="tbf", description="the kernel shaper of a rate and buffer: tbf, "
+                                         "or htb with a byte FIFO")
+    shape: Literal["forward", "reverse", "both"] = Field(
+        default="forward", description="the direction(s) of the bottleneck link the lab-level short-hands "
+        "(bottleneck, buffer, delay, jitter, loss, bottleneck_schedule) apply to; forward = the stream's way")
+    ip_version: Literal[4, 6] = Field(default=4, description="which of the lab's addresses the workloads use "
+                                      "(IPv4 198.18.0.0/15 and IPv6 2001:2::/48 are both configured)")
+    pin_cpus: bool = Field(default=True, description="pin workload processes: the receiver on the last CPU, "
+                           "senders on the others")
     # Link conditions (vnetbench.impair.model). Short-hands for the "bottleneck" link (the switch port toward
     # the receiver), in the `shape` direction(s); [lab.link.NAME] gives any link conditions per direction.
     delay: Delay = Field(default=0.0, description="one-way delay added on the bottleneck, in each `shape` "
@@ -142,14 +122,15 @@ class LabSpec(Strict):
     # Which environment each option belongs to (each environment's module declares its own).
     ENV_OPTIONS: ClassVar[dict[str, tuple[str, ...]]] = environments.option_owners()
 
-    @field_validator("bottleneck", mode="before")
+    @field_validator("bottleneck", mode="before",
+                     json_schema_input_type=quantities.WrittenRate | quantities.UnlimitedText)
     @classmethod
     def _bottleneck(cls, v: Any) -> Any:
         if v is None or (isinstance(v, str) and v.strip().lower() in ("unlimited", "none")):
             return None
         return link_rate(_rate(v), v)
 
-    @field_validator("cpu_quota", mode="before")
+    @field_validator("cpu_quota", mode="before", json_schema_input_type=quantities.WrittenFraction)
     @classmethod
     def _cpu_quota(cls, v: Any) -> Any:
         if v is None:
@@ -288,17 +269,22 @@ class RepeatSpec(Strict):
     is a contradiction and an error.
     """
 
-    repetitions: int = Field(default=5, ge=1, le=1000)
+    repetitions: int = Field(default=5, ge=1, le=1000, description="trials per configuration (adaptive: the "
+                             "fewest, when min is not given)")
     min: int | None = Field(default=None, ge=1, le=1000, description="adaptive: fewest trials per configuration")
     max: int | None = Field(default=None, ge=1, le=1000, description="adaptive: most trials per configuration")
-    target_ci: Annotated[float | None, BeforeValidator(_fraction)] = Field(
+    target_ci: Annotated[float | None,
+                         BeforeValidator(_fraction, json_schema_input_type=quantities.WrittenFraction)] = Field(
         default=None, description="adaptive: target relative width of the median's 95% CI, e.g. \"5%\"")
     key_metrics: list[str] = Field(default_factory=lambda: ["throughput.rx_mbps"],
                                    description="adaptive: the metrics whose precision decides when to stop")
-    order: Literal["interleaved", "sequential"] = "interleaved"
+    order: Literal["interleaved", "sequential"] = Field(
+        default="interleaved", description="interleaved: each round runs every configuration once, in a fresh "
+        "random order (seeded), so drift spreads evenly; sequential: a configuration's trials one after another")
     seed: int = Field(default=1, ge=0, le=2**63 - 1, description="seeds the trial order and the emulators' "
                                                               "randomness (a 64-bit integer, as SQLite stores it)")
-    warmup: bool = True
+    warmup: bool = Field(default=True, description="run one unrecorded trial of the first configuration first "
+                         "(caches, ARP and TCP metrics to a steady state)")
 
     DEFAULT_MIN: ClassVar[int] = 5
     DEFAULT_MAX: ClassVar[int] = 20
@@ -373,17 +359,21 @@ class HostsSpec(Strict):
     inventory host or group names. ``addresses`` gives, per host, the address its peers send to when that is
     not the inventory's (a data-plane address beside the management one SSH uses)."""
 
-    receiver: str = Field(min_length=1)
-    senders: list[str] = Field(min_length=1)
-    addresses: dict[str, str] = Field(default_factory=dict)
+    receiver: str = Field(min_length=1, description="the inventory host (or a group of one) the receiver runs on")
+    senders: list[str] = Field(min_length=1, description="inventory hosts or groups the senders run on, in order "
+                               "(a group: as many of its hosts as the scenario uses)")
+    addresses: dict[str, str] = Field(default_factory=dict, description="per host, the address its peers send to, "
+                                      "when not the inventory's (a data network beside SSH's)")
     # Per host, the interface its workloads' traffic must use (checked against the host's routes to the other
     # endpoints; link conditions go on it). Default: whichever the routes to the addresses use.
-    interfaces: dict[str, str] = Field(default_factory=dict)
+    interfaces: dict[str, str] = Field(default_factory=dict, description="per host, the interface its workloads' "
+                                       "traffic must use (checked against its routes; link conditions go on it)")
     # How long a run waits for a host that dropped out (its ssh refused or timed out) to come back before it
     # stops, to be finished later with --resume.
-    wait_for_host: Duration = Field(default=30.0, ge=0, le=24 * 3600)
+    wait_for_host: Duration = Field(default=30.0, ge=0, le=24 * 3600, description="how long a run waits for a "
+                                    "host that dropped out to answer again before it stops (to be resumed)")
 
-    @field_validator("senders", mode="before")
+    @field_validator("senders", mode="before", json_schema_input_type=str | list[str])
     @classmethod
     def _one_or_more(cls, v: Any) -> Any:
         return [v] if isinstance(v, str) else v
@@ -435,7 +425,7 @@ class ScaleSpec(Strict):
     literal offered rate is scaled by the same factor (scenario/load.py), so ratios, queueing delays and the
     bandwidth-delay-product limits stay those of the study; above it, nothing changes."""
 
-    line_rate: Rate
+    line_rate: Rate = Field(description="the line rate the scenario's bandwidths and windows are written for")
     to: str = Field(default="measured", description="a rate, or 'measured' (doctor --fidelity's capacity)")
     fallback: Rate | None = Field(default=None, description="the line rate when nothing was measured on this "
                                   "machine (default: the written line_rate)")
@@ -453,15 +443,48 @@ MEASURED = "measured"
 
 
 class Scenario(Strict):
+    """A scenario says what lab to build, which parameters to sweep, which workloads to
+    run on every configuration, and how to repeat them::
+
+        name = "congestion"
+
+        [lab]                       # the testbed
+        topology = "dumbbell"
+        bottleneck = "100Mbit"
+        buffer = "500kB"
+
+        [matrix]                    # every combination is one configuration
+        ratio = [0.6, 2.0]
+        proto = ["udp", "tcp"]
+
+        [workload.stream]           # the load
+        tool = "iperf3"
+        offered = "ratio * bottleneck / senders"
+
+        [workload.probe]            # measured during the load
+        tool = "ping"
+        during = "stream"
+
+        [repeat]
+        repetitions = 5
+
+        [hosts]                     # only with `run --hosts INVENTORY`: endpoints on real machines
+        receiver = "server-a"
+        senders = ["client-1"]
+    """
+
     name: str = Field(description=f"what the scenario is called ({RULE.removeprefix('a name is ')})")
-    description: str = ""
-    lab: LabSpec = Field(default_factory=LabSpec)
-    matrix: dict[str, list[Any]] = Field(default_factory=dict)
-    workload: dict[str, Workload]
+    description: str = Field(default="", description="one line for people: plan, show and the report print it")
+    lab: LabSpec = Field(default_factory=LabSpec, description="the testbed")
+    matrix: dict[str, list[Any]] = Field(default_factory=dict, description="axes to sweep: every combination of "
+                                         "their values is one configuration")
+    workload: dict[str, Workload] = Field(description="the workloads, by name: [workload.NAME] with a tool and "
+                                          "its options")
     workloads: list[str] | None = Field(default=None, description="the workloads that run (their companions "
                                         "too); default: every enabled one. Swept in [matrix], one study of "
                                         "several tools runs each tool in its own configurations")
-    repeat: RepeatSpec = Field(default_factory=RepeatSpec)
+    repeat: RepeatSpec = Field(default_factory=RepeatSpec, description="how often, and in what order, each "
+                               "configuration runs")
     hosts: HostsSpec | None = Field(default=None, description="endpoints on real hosts (run --hosts INVENTORY)")
     scale: ScaleSpec | None = Field(default=None, description="rates written for one line rate, run at this "
                                     "machine's (applied when the file is read)")
@@ -500,7 +523,7 @@ class Scenario(Strict):
                 raise ValueError(f"matrix.{axis} lists a value twice: {values}")
         return v
 
-    @field_validator("workloads", mode="before")
+    @field_validator("workloads", mode="before", json_schema_input_type=str | list[str])
     @classmethod
     def _one_or_more(cls, v: Any) -> Any:
         return [v] if isinstance(v, str) else v

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, Callable, ClassVar, Iterator, Sequence
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from vnetbench.tools import Tool  # every tool is declared in vnetbench.tools
 from vnetbench.metrics import Metric, metric
@@ -76,9 +76,12 @@ class WorkloadOptions(BaseModel):
     but does not run unless asked. Each tool's model adds its own options."""
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
-    tool: str
-    during: str | None = None
-    enabled: bool = True  # an optional workload of a built-in: --set workload.NAME.enabled=true
+    tool: str = Field(description="the tool that runs (docs/reference/workloads.md: one section per tool)")
+    during: str | None = Field(default=None, description="the workload this one accompanies: it starts once that "
+                               "one is past its warm-up and lasts its measured time")
+    # an optional workload of a built-in: --set workload.NAME.enabled=true
+    enabled: bool = Field(default=True, description="false: offered but not run unless asked "
+                          "(--set workload.NAME.enabled=true)")
 
 
 @dataclass(frozen=True)

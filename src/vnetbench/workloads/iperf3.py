@@ -59,8 +59,9 @@ class FlowTiming(BaseModel):
     """When one sender's flow runs, relative to the trial's start."""
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
-    start: Duration = 0.0
-    duration: Duration | None = None  # None: the stream's duration
+    start: Duration = Field(default=0.0, description="when the flow starts, from the trial's start")
+    duration: Duration | None = Field(default=None, description="how long it runs; default: the stream's "
+                                      "duration")
 
     @field_validator("start")
     @classmethod
@@ -79,16 +80,20 @@ class Options(WorkloadOptions):
     """Bulk flows with iperf3, one per active sender, all to the receiver."""
 
     tool: Literal["iperf3"] = "iperf3"
-    proto: Literal["udp", "tcp"] = "tcp"
-    duration: Duration = 10.0
-    omit: Duration = 1.0
+    proto: Literal["udp", "tcp"] = Field(default="tcp", description="transport")
+    duration: Duration = Field(default=10.0, description="each flow's measured time (whole seconds, 1 s to a day)")
+    omit: Duration = Field(default=1.0, description="seconds at the start iperf3 leaves out (--omit; whole, up to "
+                           "600 s)")
     ratio: float | None = Field(default=None, description="over-subscription ratio, used by `offered`")
     offered: str = Field(default="unlimited", description="per-sender target rate: a rate, 'unlimited', or an expression")
-    congestion_control: str = "cubic"
-    length: Size | Literal["auto"] = "auto"
-    parallel: int = Field(default=1, ge=1, le=128)
-    reverse: bool = False
-    timeout: Duration | Literal["auto"] = "auto"
+    congestion_control: str = Field(default="cubic", description="TCP congestion control (iperf3 --congestion)")
+    length: Size | Literal["auto"] = Field(default="auto", description="bytes per write or datagram (iperf3 "
+                                           "--length; UDP: 16 to 65507); auto: iperf3's own")
+    parallel: int = Field(default=1, ge=1, le=128, description="flows per sender (iperf3 --parallel); the offered "
+                          "rate is shared between them")
+    reverse: bool = Field(default=False, description="the receiver sends (iperf3 --reverse)")
+    timeout: Duration | Literal["auto"] = Field(default="auto", description="when a trial is given up; auto: "
+                                                "omit + duration + 15 s")
     window: Size | None = Field(default=None, description="socket buffer / window (iperf3 --window): caps TCP at "
                                                           "window / RTT, the thesis' bandwidth-delay-product limit")
     flows: list[FlowTiming] = Field(default_factory=list, description="per sender, in order: when its flow starts "
@@ -139,7 +144,7 @@ class Options(WorkloadOptions):
             raise ValueError(f"{v:g} B: iperf3 takes a window (socket buffer) of 1 KiB to 512 MiB")
         return v
 
-    @field_validator("offered", mode="before")
+    @field_validator("offered", mode="before", json_schema_input_type=str | float)
     @classmethod
     def _offered(cls, v: Any) -> Any:
         # a bare number is a rate in bit/s (as everywhere else), written the way the expression reads it

@@ -47,7 +47,9 @@ class Options(WorkloadOptions):
     tool: Literal["mbw"] = "mbw"
     size: Size = Field(default=256 * 2**20, description="array size (mbw allocates two of them)")
     loops: int = Field(default=10, ge=1, le=10_000, description="copies per method (mbw -n)")
-    methods: list[Literal["memcpy", "dumb", "mcblock"]] = Field(default_factory=lambda: ["memcpy"], min_length=1)
+    methods: list[Literal["memcpy", "dumb", "mcblock"]] = Field(
+        default_factory=lambda: ["memcpy"], min_length=1,
+        description="memcpy (libc memcpy), dumb (b[i] = a[i]), mcblock (memcpy in fixed blocks)")
     on: Literal["receiver", "sender"] = Field(default="receiver", description="the endpoint it runs on")
 
     @field_validator("size")

@@ -141,7 +141,8 @@ class Options(WorkloadOptions):
     (the queue it builds: ``during = "stream"``) or on its own for ``duration``."""
 
     tool: Literal["ping"] = "ping"
-    interval: Duration = 0.001
+    interval: Duration = Field(default=0.001, description="time between echo requests, as ping -i (at least "
+                               "100 us)")
     size: int = Field(default=1450, ge=16, le=65000, description="ICMP payload bytes, as ping -s")
     duration: Seconds = Field(default=10.0, description="on its own: how long it pings (whole seconds); "
                                                          "during another workload it lasts that one's measured time")

@@ -64,8 +64,10 @@ class Options(WorkloadOptions):
     """Request/response latency with sockperf, first sender -> receiver."""
 
     tool: Literal["sockperf"] = "sockperf"
-    mode: Literal["ping-pong", "under-load"] = "ping-pong"
-    proto: Literal["udp", "tcp"] = "udp"
+    mode: Literal["ping-pong", "under-load"] = Field(
+        default="ping-pong", description="ping-pong: one message in flight, the next leaves when the answer "
+        "arrives (netperf TCP_RR / UDP_RR); under-load: `rate` messages/s, each answered")
+    proto: Literal["udp", "tcp"] = Field(default="udp", description="transport (IPv4 only: Debian's sockperf 3.7)")
     payload: int = Field(default=64, description="message size in bytes, as sockperf -m (at least its 14-byte "
                                                  "header)")
     duration: WholeSeconds = Field(default=10.0, description="on its own: how long it runs (whole seconds); during "

@@ -44,7 +44,8 @@ class Options(WorkloadOptions):
     """sysbench cpu and/or memory on one endpoint."""
 
     tool: Literal["sysbench"] = "sysbench"
-    tests: list[Literal["cpu", "memory"]] = Field(default_factory=lambda: ["cpu"], min_length=1)
+    tests: list[Literal["cpu", "memory"]] = Field(default_factory=lambda: ["cpu"], min_length=1,
+                                                  description="which sysbench tests run, one after the other")
     threads: int = Field(default=1, ge=1, le=1024, description="sysbench --threads")
     duration: WholeSeconds = Field(default=10.0, description="seconds per test (whole)")
     on: Literal["receiver", "sender"] = Field(default="receiver", description="the endpoint it runs on")

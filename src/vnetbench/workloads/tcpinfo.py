@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, Literal
 
 import numpy as np
-from pydantic import field_validator
+from pydantic import Field, field_validator
 
 from vnetbench.metrics import HIGHER, LOWER, Metric
 from vnetbench.quantities import Duration
@@ -256,8 +256,9 @@ class Options(WorkloadOptions):
     `interval` while another workload runs."""
 
     tool: Literal["ss"] = "ss"
-    interval: Duration = 0.02
-    during: str = "stream"
+    interval: Duration = Field(default=0.02, description="how often ss samples (10 ms to 100 ms; each sample is "
+                               "one ss call)")
+    during: str = Field(default="stream", description="the workload whose TCP flows it samples")
 
     @field_validator("interval")
     @classmethod
