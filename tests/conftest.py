@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import stat
 import tempfile
@@ -27,18 +28,24 @@ def _ours() -> set[str]:
     return {n for n in leftovers() if not n.startswith("vnb-emu-")}
 
 
+def _runs_namespaces() -> set[str]:
+    # A run's (vnb-<6 hex>-...), made and torn down within one `run` or execute(): a test fixture's own lab
+    # (vnb-fid..., vnb-e...) may live for its module and grow during its first test.
+    return {n for n in _ours() if re.match(r"vnb-[0-9a-f]{6}-", n)}
+
+
 @pytest.fixture(autouse=True)
 def leaves_the_machine_as_it_found_it(request):
-    """Every lab test: no new vnb-* namespace after it (one a test leaves is otherwise found, or worse used, by
-    a later one). Every test: /dev/null still the device (a test that replaced it with a file broke every later
+    """Every lab test: no new namespace of a run after it (one a test leaves is otherwise found, or worse used,
+    by a later one). Every test: /dev/null still the device (a test that replaced it with a file broke every later
     `>/dev/null`, and tmux could not start, while passing itself). The namespace check is for lab tests only,
     so that the unit tests can run while a lab is up."""
     lab = request.node.get_closest_marker("lab") is not None
-    before = _ours() if lab else set()
+    before = _runs_namespaces() if lab else set()
     yield
     if lab:
-        left = _ours() - before
-        assert not left, f"namespaces left behind by this test: {sorted(left)}"
+        left = _runs_namespaces() - before
+        assert not left, f"namespaces of a run left behind by this test: {sorted(left)}"
     assert stat.S_ISCHR(os.stat("/dev/null").st_mode), "/dev/null is no longer the null device after this test"
 
 
