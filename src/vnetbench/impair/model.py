@@ -25,27 +25,30 @@ from __future__ import annotations
 
 import math
 import re
-import stat
-from pathlib import Path
 from typing import Annotated, Any, Iterable, Literal
 
 from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer,
                       model_validator)
 
-from vnetbench import quantities, units
+from vnetbench import limits, quantities, units
+from vnetbench.impair.trace import OPPORTUNITY_BYTES, MahimahiTrace, read_mahimahi
 
 DIRECTIONS = ("forward", "reverse")
+SCHEDULE_DIRECTIONS = ("forward", "reverse", "both")
 # The names a scenario's `backend` can take. Listed here, below the backends (the scenario model validates
 # them before any backend module is imported); a backend module registering a name not listed is refused
 # (impair/backend.register), so the two cannot drift.
 BACKENDS = ("auto", "tbf", "htb", "netem", "userspace")
 FRAME_OVERHEAD = 14  # Ethernet header on top of the MTU: a full frame is MTU + 14 bytes
-MAHIMAHI_OPPORTUNITY_BYTES = 1500
-MAHIMAHI_MAX_BYTES = 64 * 2**20
+MAHIMAHI_OPPORTUNITY_BYTES = OPPORTUNITY_BYTES
+MAHIMAHI_MAX_BYTES = limits.TRACE_BYTES.value
 #: The compact schedule form: at most this many characters, and steps of at least a millisecond (the
-#: emulator's and the kernel's timers do not change a link faster; shorter steps would unroll for ever).
-SCHEDULE_MAX_TEXT = 100_000
+#: emulator's and the kernel's timers do not change a link faster).
+SCHEDULE_MAX_TEXT = limits.SCHEDULE_TEXT.value
 SCHEDULE_MIN_STEP_S = 1e-3
+#: A trial's schedule is unrolled this far past the trial's own seconds (flows end a little late); at most
+#: limits.SCHEDULE_STEPS steps in all.
+SCHEDULE_MARGIN_S = 5.0
 
 
 # --------------------------------------------------------------------- parsing
@@ -436,49 +439,9 @@ class ScheduleStep(_Partial):
 _CYCLE_ITEM = re.compile(r"^\s*(?P<rate>[^/\s]+)\s*/\s*(?P<dur>[^/\s]+)\s*$")
 
 
-def read_mahimahi(path: str | Path) -> list[int]:
-    """A Mahimahi trace: one delivery opportunity (1500 bytes) per line, at the
-    line's millisecond timestamp; non-decreasing; the trace loops with period
-    = its last timestamp."""
-    p = Path(path)
-    try:
-        info = p.stat()
-        # a regular file only: a device or a pipe (/dev/zero, /dev/stdin) would be read for ever or block
-        if not stat.S_ISREG(info.st_mode):
-            raise ValueError(f"trace file {str(path)!r} is not a regular file (a device, pipe or directory): "
-                             "give a Mahimahi trace file")
-        if info.st_size > MAHIMAHI_MAX_BYTES:
-            raise ValueError(f"trace file {str(path)!r} has {info.st_size:,} bytes, more than a trace's "
-                             f"{MAHIMAHI_MAX_BYTES // 2**20} MiB (millions of delivery opportunities): shorten it")
-        text = p.read_text()
-    except OSError as e:
-        raise ValueError(f"trace file {str(path)!r} cannot be read: {e.strerror or e}") from None
-    except UnicodeDecodeError:
-        raise ValueError(f"trace file {str(path)!r} is not text: a Mahimahi trace has one number per line") from None
-    stamps: list[int] = []
-    for n, line in enumerate(text.splitlines(), start=1):
-        line = line.strip()
-        if not line:
-            continue
-        if not line.isdigit():
-            raise ValueError(f"trace file {str(path)!r} line {n}: {line[:40]!r} is not a whole number of "
-                             "milliseconds (Mahimahi format: one timestamp per line)")
-        value = int(line)
-        if stamps and value < stamps[-1]:
-            raise ValueError(f"trace file {str(path)!r} line {n}: {value} ms comes before {stamps[-1]} ms "
-                             "(timestamps must not decrease)")
-        stamps.append(value)
-    if not stamps:
-        raise ValueError(f"trace file {str(path)!r} is empty: it needs at least one timestamp")
-    if stamps[-1] <= 0:
-        raise ValueError(f"trace file {str(path)!r} ends at {stamps[-1]} ms: its last timestamp is its period "
-                         "and must be positive")
-    return stamps
-
-
-def mahimahi_mean_rate(stamps: list[int]) -> float:
+def mahimahi_mean_rate(trace: MahimahiTrace) -> float:
     """Average rate of a looping trace, bit/s."""
-    return len(stamps) * MAHIMAHI_OPPORTUNITY_BYTES * 8 / (stamps[-1] / 1000.0)
+    return trace.mean_rate
 
 
 class Schedule(_Partial):
