@@ -521,6 +521,10 @@ class Schedule(_Partial):
         if self.every is not None:
             if self.every <= 0:
                 raise ValueError("schedule every must be positive")
+            if self.every < SCHEDULE_MIN_STEP_S:  # `every = "1us"` unrolled a million steps per second of trial
+                raise ValueError(f"every = {units.format_duration(self.every)}: a schedule repeats at most every "
+                                 f"{units.format_duration(SCHEDULE_MIN_STEP_S)} (the emulator's and the kernel's "
+                                 "timers do not change a link faster): make it longer")
             if any(t >= self.every for t in times):
                 raise ValueError(f"with every = {self.every:g}s each step's time must lie within one period "
                                  f"(0 <= at < {self.every:g}s)")
@@ -538,8 +542,29 @@ class Schedule(_Partial):
                     out |= d.needs()
         return out
 
+    def unrolled(self, until: float) -> float:
+        """How many steps `expand(until)` gives at most, without making them (a float: `every = "1ns"` over
+        a day is more than an int should be asked to count)."""
+        if self.every is None:
+            return float(len(self.steps))
+        return (math.floor(until / self.every) + 1.0) * len(self.steps) if until / self.every < 1e15 else math.inf
+
+    def too_long(self, until: float) -> str | None:
+        """Why unrolling this schedule up to `until` seconds is refused (over limits.SCHEDULE_STEPS), or None."""
+        count = self.unrolled(until)
+        if count <= limits.SCHEDULE_STEPS.value:
+            return None
+        many = f"{count:,.0f}" if math.isfinite(count) else "countless"
+        period = f" every {units.format_duration(self.every)}" if self.every is not None else ""
+        return (f"{len(self.steps):,} step{'s' if len(self.steps) != 1 else ''}{period} over a trial of "
+                f"{units.format_duration(until)} (with its margin) are {many} steps, over {limits.SCHEDULE_STEPS}: "
+                "make the steps longer or fewer, or the trial shorter")
+
     def expand(self, until: float) -> list[ScheduleStep]:
         """The steps in time order up to `until` seconds (repeating ones unrolled)."""
+        problem = self.too_long(until)
+        if problem is not None:  # `plan` refuses it first; this keeps a trial from unrolling it whatever calls
+            raise ValueError(f"schedule: {problem}")
         if self.every is None:
             return [s for s in self.steps if s.at <= until]
         out = []

@@ -24,7 +24,7 @@ from pydantic import ValidationError
 from vnetbench.errors import ScenarioError
 from vnetbench.scenario import MAX_CONFIGURATIONS
 from vnetbench.scenario.load import LoadedScenario, format_validation_error
-from vnetbench.impair.model import base_rtt, lab_links
+from vnetbench.impair.model import SCHEDULE_MARGIN_S, LinkSpec, base_rtt, lab_links
 from vnetbench.lab import environments
 from vnetbench.scenario.model import LabSpec, Scenario, StreamWorkload
 from vnetbench.workloads import registry
@@ -302,6 +302,7 @@ def _configuration(source: str, labels: dict[str, Any], scenario: Scenario, if_a
     environment = environments.kind(lab.env)
     problems += [f"workload.{name} ({w.tool}): {p}" for name, w in scenario.active.items()
                  if (p := environment.memory_problem(lab, registry.of(w).memory_bytes(w)))]
+    problems += schedule_problems(scenario)
     if problems:
         raise ScenarioError(f"{source}{f' [configuration {where}]' if where else ''}: " + "; ".join(problems))
     found = scenario.stream
@@ -341,6 +342,26 @@ def _configuration(source: str, labels: dict[str, Any], scenario: Scenario, if_a
         key=config_key(labels), labels=labels, scenario=scenario,
         active_senders=senders, offered_bps=offered, expected=expected, if_available=if_available,
     )
+
+
+def trial_seconds(scenario: Scenario) -> float:
+    """How long a trial's workloads run, phase after phase, warm-up included: the span its link schedules are
+    unrolled over (the runner's own sum, runner/bench.py)."""
+    return sum(sum(registry.of(scenario.workload[lead]).timing(scenario.workload[lead], None))
+               for lead, _ in scenario.phases())
+
+
+def schedule_problems(scenario: Scenario) -> list[str]:
+    """Link schedules that would unroll into more steps than a trial may start with (limits.SCHEDULE_STEPS)."""
+    lab = scenario.lab
+    until = trial_seconds(scenario) + SCHEDULE_MARGIN_S
+    out = []
+    for name, spec in lab_links(lab).items():
+        why = spec.schedule.too_long(until) if spec.schedule is not None else None
+        if why:
+            explicit = (lab.link.get(name) or LinkSpec()).schedule is not None
+            out.append(f"{f'lab.link.{name}.schedule' if explicit else 'lab.bottleneck_schedule'}: {why}")
+    return out
 
 
 def order_trials(configs: list[Configuration], repetitions: int, order: str, seed: int, warmup: bool) -> list[TrialSlot]:
