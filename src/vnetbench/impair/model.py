@@ -98,14 +98,18 @@ def _probability(v: Any) -> Any:
     if isinstance(v, bool):
         raise ValueError(f"{v!r} is not a probability; write a percentage (\"1%\") or a fraction (0.01)")
     if isinstance(v, (int, float)):
-        value = float(v)
+        try:
+            value = float(v)
+        except OverflowError:  # an integer of hundreds of digits: no probability either
+            raise ValueError(f"{units.brief(v)} is not a probability between 0 and 1 (0% and 100%)") from None
     else:
         try:
             value = units.parse_percent(str(v))
         except units.UnitError:
-            raise ValueError(f"{v!r} is not a probability; write a percentage (\"1%\") or a fraction (0.01)") from None
+            raise ValueError(f"{units.brief(v)} is not a probability; write a percentage (\"1%\") or a fraction "
+                             "(0.01)") from None
     if not 0.0 <= value <= 1.0 or math.isnan(value):
-        raise ValueError(f"{v!r} is not a probability between 0 and 1 (0% and 100%)")
+        raise ValueError(f"{units.brief(v)} is not a probability between 0 and 1 (0% and 100%)")
     return value
 
 
@@ -465,8 +469,8 @@ class Schedule(_Partial):
     every: Duration | None = Field(default=None, description="repeat the steps with this period")
     trace: str | None = Field(default=None, description="a Mahimahi trace file for the rate (a regular file of at "
                               "most 64 MiB)")
-    direction: Literal["forward", "reverse", "both"] = Field(default="forward", description="where the compact "
-                                                             "and trace forms apply")
+    direction: Literal[SCHEDULE_DIRECTIONS] = Field(  # type: ignore[valid-type]
+        default="forward", description="where the compact and trace forms apply")
 
     @model_validator(mode="before")
     @classmethod
@@ -481,7 +485,10 @@ class Schedule(_Partial):
         return v
 
     @staticmethod
-    def parse_text(text: str, direction: str = "forward") -> dict[str, Any]:
+    def parse_text(text: str, direction: Any = "forward") -> dict[str, Any]:
+        if not isinstance(direction, str) or direction not in SCHEDULE_DIRECTIONS:  # a table is no direction
+            raise ValueError(f"direction = {units.brief(direction)}: a schedule applies in one of "
+                             f"{', '.join(SCHEDULE_DIRECTIONS)}")
         t = text.strip()
         if t.lower().startswith("trace:"):
             return {"trace": t[6:].strip(), "direction": direction}
@@ -647,6 +654,9 @@ class LinkSpec(_Partial):
                 own = v.get(d) or {}
                 if isinstance(own, LinkConditions):
                     own = {k: getattr(own, k) for k in own.model_fields_set}
+                if not isinstance(own, dict):  # merged under `both`, so it must be a table too
+                    raise ValueError(f"{d} = {units.brief(own)} must be a table of link conditions, as both is, "
+                                     f"e.g. {d} = {{rate = \"100Mbit\"}}")
                 v[d] = {**both, **own}
         return v
 
