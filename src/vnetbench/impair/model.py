@@ -64,7 +64,7 @@ MAX_DELAY_S = 60.0
 
 def link_rate(value: float, text: Any) -> float:
     if value > MAX_LINK_RATE_BPS:
-        raise ValueError(f"{text!r}: a link's rate is at most {units.format_rate(MAX_LINK_RATE_BPS)} (the kernel's "
+        raise ValueError(f"{units.brief(text)}: a link's rate is at most {units.format_rate(MAX_LINK_RATE_BPS)} (the kernel's "
                          "shapers count bytes/s in 32 bits); for no shaping write 'unlimited'")
     return value
 
@@ -82,14 +82,14 @@ def _rate(v: Any) -> Any:
         return None
     value = units.parse_rate(v)
     if value < 0:
-        raise ValueError(f"{v!r}: a rate cannot be negative")
+        raise ValueError(f"{units.brief(v)}: a rate cannot be negative")
     return link_rate(value, v) or None
 
 
 def _delay(v: Any) -> float:
     value = quantities.duration(v)
     if value > MAX_DELAY_S:
-        raise ValueError(f"{v!r}: a delay or jitter is at most {MAX_DELAY_S:g}s")
+        raise ValueError(f"{units.brief(v)}: a delay or jitter is at most {MAX_DELAY_S:g}s")
     return value
 
 
@@ -502,7 +502,7 @@ class Schedule(_Partial):
         for item in items:
             m = _CYCLE_ITEM.match(item)
             if not m:
-                raise ValueError(f"schedule {units.brief(text)}: {item!r} is not RATE/TIME; write e.g. \"100Mbit/5s 20Mbit/5s\" "
+                raise ValueError(f"schedule {units.brief(text)}: {units.brief(item)} is not RATE/TIME; write e.g. \"100Mbit/5s 20Mbit/5s\" "
                                  "(each rate for its time, repeating), a list of steps, or \"trace:FILE\"")
             try:
                 rate = units.parse_rate(m["rate"])
@@ -510,7 +510,7 @@ class Schedule(_Partial):
             except units.UnitError as e:
                 raise ValueError(f"schedule {units.brief(text)}: {e}") from None
             if dur < SCHEDULE_MIN_STEP_S:
-                raise ValueError(f"schedule {units.brief(text)}: {item!r} lasts {units.format_duration(dur)}: a step "
+                raise ValueError(f"schedule {units.brief(text)}: {units.brief(item)} lasts {units.format_duration(dur)}: a step "
                                  "lasts at least 1ms")
             steps.append({"at": at, direction: {"rate": rate}})
             at += dur
