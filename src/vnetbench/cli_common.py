@@ -39,4 +39,4 @@ def open_store(args: argparse.Namespace, create: bool = False):
     if not create and not Path(args.db).exists():
         raise StoreError(f"{args.db}: no such results database; `vnetbench run SCENARIO --db {args.db}` makes one, "
                          "or give the --db of an existing one")
-    return Store(args.db)
+    return Store(args.db, create=create)

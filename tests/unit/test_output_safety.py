@@ -262,6 +262,23 @@ os.kill(os.getpid(), signal.SIGKILL)  # before any checkpoint: the run is only i
     assert _runs_in(copy) == {*RUNS, "killed000001"}  # the killed run's committed trials, recovered from the log
 
 
+def test_commands_that_read_results_never_make_or_change_a_database(db, tmp_path):
+    """An empty file given as --db was made a database and switched to WAL by `runs`; another SQLite file
+    without vnetbench's tables was given them."""
+    empty, foreign = tmp_path / "empty.db", tmp_path / "foreign.db"
+    empty.touch()
+    with sqlite3.connect(foreign) as conn:
+        conn.execute("PRAGMA user_version = 7")  # a database, but no table at all
+    before = tree_state(tmp_path)
+    for path, why in ((empty, "not a vnetbench results database (an empty file)"),
+                      (foreign, "an SQLite database without vnetbench's tables")):
+        for argv in (["runs"], ["show", RUNS[0]], ["export", RUNS[0]], ["compare", RUNS[0], RUNS[1]],
+                     ["history", "--metric", "throughput.rx_mbps"], ["report", RUNS[0], "-o", str(tmp_path / "r")]):
+            proc = cli(*argv, "--db", str(path), check=False)
+            assert proc.returncode == 2 and why in proc.stderr and "Traceback" not in proc.stderr, (argv, proc.stderr)
+    assert tree_state(tmp_path) == before  # no -wal, -shm or report beside them, and both as they were
+
+
 # ------------------------------------------------------------------ the module itself
 
 
