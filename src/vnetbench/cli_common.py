@@ -9,13 +9,13 @@ from __future__ import annotations
 import argparse
 import sys
 
-from rich.console import Console
+from vnetbench.console import SafeConsole
 
 DEFAULT_DB = "vnetbench.db"
 EXIT_CLOSED_PIPE = 141  # 128 + SIGPIPE, as the shell reports a process a closed pipe ended
 
 
-class _Console(Console):
+class _Console(SafeConsole):
     def on_broken_pipe(self) -> None:
         # rich would exit 1 without a word; main() says what happened, once, with the pipe's exit status
         self.quiet = True
