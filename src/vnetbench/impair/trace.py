@@ -4,8 +4,9 @@ A scenario names its trace by path, and vnetbench reads it as root: so the path 
 is read must be a trace and nothing else. A path under /proc, /sys or /dev, anything but a regular file,
 an empty file (the kernel's files, /proc/kmsg among them, are regular and say they are empty) or one larger
 than limits.TRACE_BYTES is refused before a byte is read. The file is opened without blocking (a FIFO
-planted after the check cannot hang the run), checked again as opened, and read with a bound. Messages
-name the file and a line number, never what the file holds: a secret named as a trace stays secret.
+planted after the check cannot hang the run), checked again as opened, and read with a bound on its size and
+its time. Messages name the file and a line number, never what the file holds: a secret named as a trace
+stays secret.
 
 A trace is parsed once per run, whatever the number of configurations that name it: the result is kept by
 the file's identity (device, inode, size, modification and change times), so a rewritten file is read
@@ -22,6 +23,7 @@ import itertools
 import os
 import re
 import stat
+import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +37,8 @@ MAX_TIMESTAMP_MS = 10**12 - 1
 # Kernel and device files: never a trace, and reading some of them blocks or has effects.
 NOT_TRACES = ("/proc", "/sys", "/dev")
 _KEPT = 16  # traces kept parsed (a scenario names a few)
+# A 64 MiB trace reads from a local disk in well under a second, and a cold one in a few.
+READ_TIMEOUT_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -90,9 +94,14 @@ def _identity(info: os.stat_result) -> tuple[int, ...]:
 
 
 def _read(fd: int, shown: str) -> bytes:
-    """The whole file, and not a byte beyond the limit (a file that grew since it was checked is refused)."""
+    """The whole file, and not a byte beyond the limit (a file that grew since it was checked is refused), within
+    READ_TIMEOUT_S (a file on a share that has stopped answering, or that trickles, is refused, not waited for)."""
     chunks, size = [], 0
+    deadline = time.monotonic() + READ_TIMEOUT_S
     while size <= MAX_BYTES:
+        if time.monotonic() > deadline:
+            raise ValueError(f"trace file {shown} could not be read within {READ_TIMEOUT_S:g} s ({size:,} bytes "
+                             "read): copy it to a local disk")
         chunk = os.read(fd, min(1 << 20, MAX_BYTES + 1 - size))
         if not chunk:
             return b"".join(chunks)
