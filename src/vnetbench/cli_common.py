@@ -31,12 +31,13 @@ err = _Console(stderr=True, highlight=False, soft_wrap=True)
 def open_store(args: argparse.Namespace, create: bool = False):
     """The results database the command's ``--db`` names (imported here: the store pulls in numpy). Only
     `run` makes one: a command that reads results never leaves an empty database where none was."""
+    import shlex
     from pathlib import Path
 
     from vnetbench.errors import StoreError
     from vnetbench.store.db import Store
 
     if not create and not Path(args.db).exists():
-        raise StoreError(f"{args.db}: no such results database; `vnetbench run SCENARIO --db {args.db}` makes one, "
+        raise StoreError(f"{args.db}: no such results database; `vnetbench run SCENARIO --db {shlex.quote(args.db)}` makes one, "
                          "or give the --db of an existing one")
     return Store(args.db, create=create)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import sqlite3
 import time
 import zlib
@@ -381,7 +382,7 @@ class Store:
         if len(rows) == 1:
             return rows[0]["id"]
         if not rows:
-            raise StoreError(f"no run {ref!r} in {self.path}; `vnetbench runs --db {self.path}` lists them")
+            raise StoreError(f"no run {ref!r} in {self.path}; `vnetbench runs --db {shlex.quote(str(self.path))}` lists them")
         raise StoreError(f"{ref!r} matches {len(rows)} runs in {self.path}; give more characters of the id")
 
     def run(self, run_id: str) -> dict[str, Any]:
@@ -402,7 +403,8 @@ class Store:
             stored = self.conn.execute("SELECT COUNT(*) FROM trials WHERE run_id=?", (run["id"],)).fetchone()[0]
             who = f" (pid {run['pid']})" if run.get("pid") else ""
             run["status_reason"] = (f"its process{who} ended without finishing it; {stored} trials are stored; "
-                                    f"finish it with `vnetbench run --resume {run['id']} --db {self.path}`")
+                                    f"finish it with `vnetbench run --resume {shlex.quote(str(run['id']))} "
+                                    f"--db {shlex.quote(str(self.path))}`")
         return run
 
     def runs(self) -> list[dict[str, Any]]:
