@@ -189,7 +189,9 @@ def cmd_export(args: argparse.Namespace) -> int:
                 n = export(store, run_id, args.format, f)
             err.print(f"{n} samples written to {args.output}")
         else:
-            export(store, run_id, args.format, sys.stdout)
+            from vnetbench.console import TerminalText
+
+            export(store, run_id, args.format, TerminalText(sys.stdout))  # cleaned only when it is a terminal
     return 0
 
 

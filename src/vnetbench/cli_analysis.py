@@ -14,6 +14,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from rich.markup import escape
+
 from vnetbench.cli_common import DEFAULT_DB, err, open_store, out
 from vnetbench.errors import VnetbenchError
 from vnetbench.metrics import HEADLINE
@@ -138,8 +140,9 @@ def cmd_baseline_set(args: argparse.Namespace) -> int:
     with open_store(args) as store:
         name, run_id = analysis.set_baseline(store, args.run, args.name)
         run = store.run(run_id)
-    out.print(f"baseline [bold]{name}[/] = run {run_id} ({run['scenario_name']}, {run['status']}); "
-              f"compare with it: vnetbench compare RUN --baseline" + ("" if name == run["scenario_name"] else f" {name}"))
+    out.print(f"baseline [bold]{escape(name)}[/] = run {escape(run_id)} ({escape(run['scenario_name'])}, "
+              f"{escape(run['status'])}); compare with it: vnetbench compare RUN --baseline"
+              + ("" if name == run["scenario_name"] else f" {escape(name)}"))
     if run["status"] != "completed":
         err.print(f"[yellow]note:[/] run {run_id} is {run['status']}, not completed: some trials are missing")
     return 0

@@ -17,21 +17,21 @@ from vnetbench import units
 def rate(v: Any) -> float:
     value = units.parse_rate(v)
     if value <= 0:
-        raise ValueError(f"{v!r}: a rate must be positive")
+        raise ValueError(f"{units.brief(v)}: a rate must be positive")
     return value
 
 
 def size(v: Any) -> float:
     value = units.parse_size(v)
     if value <= 0:
-        raise ValueError(f"{v!r}: a size must be positive")
+        raise ValueError(f"{units.brief(v)}: a size must be positive")
     return value
 
 
 def duration(v: Any) -> float:
     value = units.parse_duration(v)
     if value < 0:
-        raise ValueError(f"{v!r}: a duration cannot be negative")
+        raise ValueError(f"{units.brief(v)}: a duration cannot be negative")
     return value
 
 

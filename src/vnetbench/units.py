@@ -33,7 +33,7 @@ class UnitError(ValueError):
 
 def _split(text: str | int | float, what: str, units: str) -> tuple[float, str]:
     if isinstance(text, bool):
-        raise UnitError(f"{text!r} is not a {what}; expected a number with a unit ({units})")
+        raise UnitError(f"{brief(text)} is not a {what}; expected a number with a unit ({units})")
     if isinstance(text, (int, float)):
         return _finite(text, text, what), ""
     m = _RE.match(str(text))
@@ -81,7 +81,7 @@ def parse_rate(text: str | int | float) -> float:
             factor = _prefix_factor(prefix)
             if factor is not None:
                 return _finite(value * factor * per_bit, text, "rate")
-    raise UnitError(f"{text!r} has an unknown rate unit {unit!r}; expected {RATE_UNITS}")
+    raise UnitError(f"{brief(text)} has an unknown rate unit {brief(unit)}; expected {RATE_UNITS}")
 
 
 def parse_size(text: str | int | float) -> float:
@@ -93,7 +93,7 @@ def parse_size(text: str | int | float) -> float:
         factor = _prefix_factor(unit[:-1])
         if factor is not None:
             return _finite(value * factor, text, "size")
-    raise UnitError(f"{text!r} has an unknown size unit {unit!r}; expected {SIZE_UNITS}")
+    raise UnitError(f"{brief(text)} has an unknown size unit {brief(unit)}; expected {SIZE_UNITS}")
 
 
 _DURATION = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "sec": 1.0, "min": 60.0, "m": 60.0, "h": 3600.0}
@@ -106,7 +106,7 @@ def parse_duration(text: str | int | float) -> float:
         return value
     if unit in _DURATION:
         return _finite(value * _DURATION[unit], text, "duration")
-    raise UnitError(f"{text!r} has an unknown duration unit {unit!r}; expected {DURATION_UNITS}")
+    raise UnitError(f"{brief(text)} has an unknown duration unit {brief(unit)}; expected {DURATION_UNITS}")
 
 
 def parse_buffer(text: str | int | float) -> dict[str, float]:
@@ -119,7 +119,7 @@ def parse_buffer(text: str | int | float) -> dict[str, float]:
     try:
         return {"seconds": parse_duration(text)}
     except UnitError:
-        raise UnitError(f"{text!r} is neither a size ({SIZE_UNITS}) nor a time at the link rate "
+        raise UnitError(f"{brief(text)} is neither a size ({SIZE_UNITS}) nor a time at the link rate "
                         f"({DURATION_UNITS})") from None
 
 

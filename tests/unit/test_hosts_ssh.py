@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shlex
+import shutil
 import subprocess
 
 import pytest
@@ -110,3 +111,69 @@ def test_ssh_failures_name_host_address_and_fix(stderr, kind, words):
 def test_a_remote_command_exiting_255_is_not_an_ssh_failure():
     with SshConnection(host()) as c:
         assert c.failure("my tool: something went wrong\n") is None
+
+
+# ------------------------------------------------------------------ issue 33, item 10
+
+
+@pytest.mark.skipif(shutil.which("ssh") is None, reason="needs OpenSSH's client (ssh -G)")
+def test_no_agent_x11_or_port_forwarding_whatever_the_users_config_says(tmp_path):
+    """A benchmark host's root could use a forwarded agent or display as the controller's user: ssh's own
+    reading of the options (`ssh -G`) over a config that forwards everything shows none of it."""
+    config = tmp_path / "config"
+    config.write_text("Host *\n  ForwardAgent yes\n  ForwardX11 yes\n  ForwardX11Trusted yes\n"
+                      "  LocalForward 15432 localhost:5432\n  RemoteForward 15433 localhost:22\n  DynamicForward 1080\n")
+    with SshConnection(host(), config_file=config) as c:
+        effective = subprocess.run(["ssh", *c.options(), "-G", "--", c.host.address], capture_output=True,
+                                   text=True, timeout=10).stdout.splitlines()
+    assert "forwardagent no" in effective and "forwardx11 no" in effective
+    assert "clearallforwardings yes" in effective
+    assert not [line for line in effective if line.startswith(("localforward", "remoteforward", "dynamicforward"))]
+
+
+def test_a_host_answering_without_end_is_stopped_at_the_limit(tmp_path, monkeypatch):
+    """A 200 MB answer took 606 MiB: what a host answers is read up to limits.REMOTE_OUTPUT_BYTES, then the
+    command is stopped and the host named."""
+    import time
+    import tracemalloc
+
+    from vnetbench.errors import HostError
+    from vnetbench.hosts import ssh as S
+    from vnetbench.lab.nodes import OutputTooLarge, bounded_run
+    from vnetbench.limits import Limit
+
+    fake = tmp_path / "ssh"  # an "ssh" whose host answers 64 MiB to anything
+    fake.write_text("#!/bin/sh\nexec head -c 67108864 /dev/zero\n")
+    fake.chmod(0o755)
+    monkeypatch.setattr(S, "REMOTE_OUTPUT_BYTES", Limit("remote output", 2**20, "bytes"))
+    tracemalloc.start()
+    started = time.monotonic()
+    try:
+        with SshConnection(host(), ssh=str(fake)) as c, pytest.raises(HostError) as refused:
+            c.run(["cat", "/var/log/huge"])
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert "host srv (bench@198.18.0.10 port 2222): `cat /var/log/huge` answered more than the remote output " \
+           "limit of 1 MiB" in str(refused.value)
+    assert peak < 8 * 2**20 and time.monotonic() - started < 30, peak
+    # the same for a node's run() on a host (SshNode), and errors beyond the limit as well as output
+    with pytest.raises(OutputTooLarge, match="more than 1 MiB of error output"):
+        bounded_run(["sh", "-c", "head -c 3000000 /dev/zero >&2"], 30, 2**20)
+    done = bounded_run(["sh", "-c", "printf 'ok\\377'; echo err >&2; exit 3"], 30, 2**20)
+    assert (done.returncode, done.stdout, done.stderr) == (3, "ok\ufffd", "err\n")
+    with pytest.raises(subprocess.TimeoutExpired):
+        bounded_run(["sleep", "5"], 0.5, 2**20)
+
+
+def test_printed_fix_commands_are_quoted():
+    """A command the user is told to run holds the host's address, user, key and files as single words."""
+    odd = host(address="odd$(touch x)host", user="us er", private_key_file="/keys/my key")
+    with SshConnection(odd, known_hosts_file="/tmp/known hosts") as c:
+        texts = [str(c.failure(s)) for s in (UNKNOWN, CHANGED, DENIED, REFUSED)]
+    commands = [part for t in texts for part in t.split("`")[1::2]]
+    assert len(commands) == 4, texts
+    assert shlex.split(commands[0]) == ["ssh-keyscan", "-p", "2222", "odd$(touch x)host", ">>", "/tmp/known hosts"]
+    assert shlex.split(commands[1]) == ["ssh-keygen", "-f", "/tmp/known hosts", "-R", "[odd$(touch x)host]:2222"]
+    assert shlex.split(commands[2]) == ["ssh-copy-id", "-i", "/keys/my key", "-p", "2222", "us er@odd$(touch x)host"]
+    assert shlex.split(commands[3]) == ["ssh", "-v", "-p", "2222", "us er@odd$(touch x)host"]

@@ -57,7 +57,7 @@ def test_needs_names_every_capability_used():
     assert c.needs() == {"rate", "buffer", "delay", "jitter", "jitter:pareto", "loss:gilbert_elliott",
                          "queue:codel", "reorder", "duplicate", "corrupt"}
     assert LinkConditions().needs() == set() and LinkConditions().is_plain()
-    with pytest.raises(ValidationError, match="not a whole number of milliseconds"):  # this file is no trace
+    with pytest.raises(ValidationError, match="not one whole number of milliseconds"):  # this file is no trace
         LinkSpec.model_validate({"forward": {"rate": "10Mbit"}, "schedule": "trace:" + __file__})
 
 
@@ -103,12 +103,19 @@ def test_schedule_steps_and_their_errors():
 def test_mahimahi_trace(tmp_path):
     trace = tmp_path / "t.trace"
     trace.write_text("0\n0\n1\n3\n4\n")  # 5 opportunities of 1500 B per 4 ms
-    assert read_mahimahi(trace) == [0, 0, 1, 3, 4]
-    assert mahimahi_mean_rate([0, 0, 1, 3, 4]) == pytest.approx(5 * 1500 * 8 / 0.004)
+    read = read_mahimahi(trace)
+    assert (read.opportunities, read.period_ms) == (5, 4)
+    assert mahimahi_mean_rate(read) == pytest.approx(5 * 1500 * 8 / 0.004)
     s = Schedule.model_validate(f"trace:{trace}")
     assert s.trace == str(trace) and s.needs() == {"trace"} and s.trace_directions() == ("forward",)
-    for text, needle in [("1\nx\n", "line 2"), ("3\n2\n", "comes before"), ("", "empty"), ("0\n0\n", "positive")]:
+    for text, needle in [("1\nx\n", "line 2 is not one whole number"), ("3\n2\n", "line 2 goes back in time"),
+                         ("", "empty"), ("\n \n", "empty"), ("0\n0\n", "positive"), ("1 2\n", "line 1 is not one"),
+                         ("1\n" + "9" * 20 + "\n", "line 2: a timestamp of more than 12 digits"),
+                         ("\n\n5\r\n7\n", None)]:
         trace.write_text(text)
+        if needle is None:
+            assert read_mahimahi(trace).opportunities == 2
+            continue
         with pytest.raises(ValueError, match=needle):
             read_mahimahi(trace)
     with pytest.raises(ValidationError, match="cannot be read"):

@@ -9,14 +9,17 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import sqlite3
+import stat
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
-from helpers import ROOT, cli
+from helpers import ROOT, cli, tree_state
 from vnetbench.output import OutputError, output_file, write_text
 from vnetbench.report.html_synthetic import make_run
 from vnetbench.store.db import Store
@@ -109,7 +112,7 @@ def test_a_directory_an_unwritable_place_and_a_full_disk_are_one_line(db, tmp_pa
     cases = {
         str(tmp_path): "is a directory",
         "/proc/vnetbench-report.html": "cannot write report",
-        "/dev/full": "the disk is full",
+        "/dev/full": "is a device",
     }
     for target, expected in cases.items():
         proc = cli("report", RUNS[0], "-o", target, "--db", str(db), check=False)
@@ -117,16 +120,24 @@ def test_a_directory_an_unwritable_place_and_a_full_disk_are_one_line(db, tmp_pa
         assert expected in proc.stderr, (target, proc.stderr)
         assert "Traceback" not in proc.stderr
         assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
-    ro = tmp_path / "ro"
+    ro, full = tmp_path / "ro", tmp_path / "full"
     ro.mkdir()
+    full.mkdir()
     subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(ro)], check=False,
                    capture_output=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(full)], check=False, capture_output=True)
     try:
         if os.path.ismount(ro):  # root: a real read-only file system
             proc = cli("export", RUNS[0], "-o", str(ro / "x.csv"), "--db", str(db), check=False)
             assert proc.returncode == 2 and "read-only" in proc.stderr, proc.stderr
+        if os.path.ismount(full):  # and a full one
+            subprocess.run(["dd", "if=/dev/zero", f"of={full / 'filler'}", "bs=4k"], capture_output=True)
+            proc = cli("export", RUNS[0], "-o", str(full / "x.csv"), "--db", str(db), check=False)
+            assert proc.returncode == 2 and "the disk is full" in proc.stderr, proc.stderr
+            assert sorted(p.name for p in full.iterdir()) == ["filler"]  # no temporary left
     finally:
         subprocess.run(["umount", str(ro)], check=False, capture_output=True)
+        subprocess.run(["umount", str(full)], check=False, capture_output=True)
 
 
 def test_a_closed_pipe_is_one_line_not_a_traceback(db):
@@ -152,6 +163,120 @@ def test_stdout_to_a_full_disk_is_one_line(db):
                           capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert proc.returncode == 2, proc.stderr
     assert "disk is full" in proc.stderr and "Traceback" not in proc.stderr
+
+
+# ------------------------------------------------------------------ planted links, FIFOs, devices (issue 33, item 5)
+
+
+def _plant(place: Path, outside: Path, copies: int) -> dict[str, tuple[Path | None, str | None]]:
+    """What someone who can write to the output's directory would put at its name, each with what the command
+    must say (None: it writes its file, in place of the link); `copies` of each, one per command."""
+    os.mkfifo(outside / "fifo")
+    (outside / "victim.txt").write_text("not yours")
+    (outside / "dir").mkdir()
+    kinds = {
+        "fifo-link.html": (outside / "fifo", "is a link to a FIFO"),
+        "device-link.html": (Path("/dev/null"), "is a link to a device"),  # as /dev/sda would be, harmlessly
+        "dir-link.html": (outside / "dir", "is a link to a directory"),
+        "file-link.html": (outside / "victim.txt", None),
+        "dangling-link.html": (outside / "made-by-root.txt", None),
+        "fifo.html": (None, "is a FIFO"),
+    }
+    planted = {}
+    for i in range(copies):
+        for name, (to, why) in kinds.items():
+            path = place / f"{i}-{name}"
+            if to is None:
+                os.mkfifo(path)
+            else:
+                path.symlink_to(to)
+            planted[path.name] = (to, why)
+    return planted
+
+
+def test_no_writer_follows_a_planted_link_or_opens_a_fifo_or_device(db, tmp_path):
+    place, outside = tmp_path / "place", tmp_path / "outside"
+    place.mkdir()
+    outside.mkdir()
+    writers = len(_writers(db, "x"))
+    planted = _plant(place, outside, writers + 1)
+    before = tree_state(outside)
+    runs = []
+    for name, (_, why) in planted.items():
+        i = int(name.split("-", 1)[0])
+        if i == writers:  # refused before it checks for root, let alone builds a lab
+            if why is not None:
+                runs.append((["run", "quick", "--report", str(place / name), "--db", str(db)], name, why))
+        elif name.endswith("fifo-link.html") or i % 3 == 0:  # every writer on the finding, three on the rest
+            runs.append((_writers(db, str(place / name))[i], name, why))
+
+    def one(item):
+        argv, name, why = item
+        return item, cli(*argv, check=False, timeout=120)  # a FIFO opened for writing would block for ever
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        for (argv, name, why), proc in pool.map(one, runs):
+            assert "Traceback" not in proc.stderr, (argv, proc.stderr)
+            if why is None:
+                assert proc.returncode in (0, 1), (argv, proc.stderr)  # compare's gate may say 1
+                assert (place / name).is_file() and not (place / name).is_symlink(), argv
+            else:
+                assert proc.returncode == 2 and why in proc.stderr, (argv, proc.stderr)
+                assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert tree_state(outside) == before  # nothing behind a link was written, made, or opened and left waiting
+    assert not (outside / "made-by-root.txt").exists()
+    assert all(stat.S_ISFIFO((place / n).lstat().st_mode) for n in planted if n.endswith("-fifo.html"))
+    assert stat.S_ISCHR(os.stat("/dev/null").st_mode)
+    assert _leftover_temps(place) == []
+
+
+def test_the_journals_of_a_database_are_never_written(db, tmp_path):
+    """`export -o x.db-wal` lost a committed row of a killed run: the trials of a run killed before SQLite's
+    checkpoint live only in the write-ahead log beside the database."""
+    copy = tmp_path / "x.db"
+    shutil.copyfile(db, copy)
+    killed = subprocess.run([sys.executable, "-c", f"""
+import os, signal
+from vnetbench.report.html_synthetic import make_run
+from vnetbench.store.db import Store
+store = Store({str(copy)!r})
+store.conn.execute("PRAGMA wal_autocheckpoint = 0")
+make_run(store, "killed000001", matrix={{"proto": ["udp"]}}, repetitions=2, duration_s=2, series=False)
+os.kill(os.getpid(), signal.SIGKILL)  # before any checkpoint: the run is only in x.db-wal
+"""], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    wal = tmp_path / "x.db-wal"
+    assert wal.stat().st_size > 0
+    saved = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    other = tmp_path / "other.db"
+    shutil.copyfile(db, other)
+    # another database's journal first: the commands below open x.db, and SQLite's last reader to close it
+    # checkpoints the log into it (the rows move, none is lost)
+    proc = cli("export", RUNS[0], "-o", str(wal), "--db", str(other), check=False)
+    assert proc.returncode == 2 and "SQLite database or its journal" in proc.stderr, proc.stderr
+    assert wal.read_bytes() == saved["x.db-wal"]
+    for target in (wal, tmp_path / "x.db-journal", tmp_path / "x.db-shm"):
+        proc = cli("export", RUNS[0], "-o", str(target), "--db", str(copy), check=False)
+        assert proc.returncode == 2 and "a journal of the results database" in proc.stderr, (target, proc.stderr)
+    assert not (tmp_path / "x.db-journal").exists()
+    assert _runs_in(copy) == {*RUNS, "killed000001"}  # the killed run's committed trials, recovered from the log
+
+
+def test_commands_that_read_results_never_make_or_change_a_database(db, tmp_path):
+    """An empty file given as --db was made a database and switched to WAL by `runs`; another SQLite file
+    without vnetbench's tables was given them."""
+    empty, foreign = tmp_path / "empty.db", tmp_path / "foreign.db"
+    empty.touch()
+    with sqlite3.connect(foreign) as conn:
+        conn.execute("PRAGMA user_version = 7")  # a database, but no table at all
+    before = tree_state(tmp_path)
+    for path, why in ((empty, "not a vnetbench results database (an empty file)"),
+                      (foreign, "an SQLite database without vnetbench's tables")):
+        for argv in (["runs"], ["show", RUNS[0]], ["export", RUNS[0]], ["compare", RUNS[0], RUNS[1]],
+                     ["history", "--metric", "throughput.rx_mbps"], ["report", RUNS[0], "-o", str(tmp_path / "r")]):
+            proc = cli(*argv, "--db", str(path), check=False)
+            assert proc.returncode == 2 and why in proc.stderr and "Traceback" not in proc.stderr, (argv, proc.stderr)
+    assert tree_state(tmp_path) == before  # no -wal, -shm or report beside them, and both as they were
 
 
 # ------------------------------------------------------------------ the module itself

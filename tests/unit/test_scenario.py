@@ -112,7 +112,7 @@ def test_set_resolves_bare_names_and_plurals(tmp_path):
 def test_set_dotted_path_and_errors(tmp_path):
     path = write(tmp_path, MINIMAL)
     assert L.load(path, ["lab.buffer=40ms"]).scenario.lab.buffer.in_bytes(100e6) == pytest.approx(500_000)
-    with pytest.raises(ScenarioError, match="no parameter named 'nope'"):
+    with pytest.raises(ScenarioError, match="--set nope: .* has no parameter named nope; use a dotted key path"):
         L.load(path, ["nope=1"])
     with pytest.raises(ScenarioError, match=r"each workload has its own tool; say which, e.g. --set workload\.NAME\.tool"):
         L.load(path, ["tool=ping"])

@@ -106,7 +106,7 @@ def test_a_workload_during_another_runs_in_its_phase(tmp_path):
 @pytest.mark.parametrize("body, needle", [
     ("", "required but missing"),
     ("[workload]\n", "no workload"),
-    ('[workload.x]\ntool = "netperf"\n', "does not match any of the expected tags: 'iperf3'"),
+    ('[workload.x]\ntool = "netperf"\n', "workload.x.tool = 'netperf': not one vnetbench knows; give one of 'iperf3'"),
     ('[workload.x]\ntool = "ss"\nduring = ""\n[workload.s]\ntool = "iperf3"\n', "must name a workload"),
     ('[workload.x]\ntool = "iperf3"\nduring = "y"\n[workload.y]\ntool = "sockperf"\n', "runs on its own"),
     ('[workload.a]\ntool = "sockperf"\n[workload.b]\ntool = "sockperf"\nproto = "tcp"\n', "both run sockperf"),

@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import shlex
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -340,7 +341,7 @@ def _load(path: Path) -> Inventory:
                 or next(iter(failures.values()), e)
             cause = _first_line(why.__cause__ or why) + _yaml_position(path, plugin)
             raise InventoryError(f"{path}: not a valid Ansible {plugin.upper()} inventory: {cause}; "
-                                 f"`ansible-inventory -i {path} --list` shows the same in detail") from e
+                                 f"`ansible-inventory -i {shlex.quote(str(path))} --list` shows the same in detail") from e
     _check_names(path, manager)
     variables = VariableManager(loader=loader, inventory=manager)
 

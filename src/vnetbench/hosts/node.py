@@ -16,6 +16,7 @@ from typing import Any, Sequence
 from vnetbench.hosts.ssh import SshConnection
 from vnetbench.lab.nodes import RunsCommands, exec_wrapper
 from vnetbench.lab.teardown import Registry
+from vnetbench.limits import REMOTE_OUTPUT_BYTES
 
 WRAPPER = exec_wrapper("", "on this host")
 
@@ -50,6 +51,7 @@ STAMP = "vnb-start "
 
 class SshNode(RunsCommands):
     stdin_of_started = subprocess.PIPE
+    output_limit = REMOTE_OUTPUT_BYTES.value  # a host's answers are kilobytes: more is refused, not held
 
     def __init__(self, name: str, conn: SshConnection, registry: Registry, ipv4: str = "", ipv6: str = "",
                  facts: dict[str, Any] | None = None):

@@ -44,7 +44,8 @@ from typing import Sequence
 
 from vnetbench.errors import HostError
 from vnetbench.hosts.inventory import Inventory, InventoryHost
-from vnetbench.lab.nodes import RunsCommands
+from vnetbench.lab.nodes import OutputTooLarge, RunsCommands, bounded_run
+from vnetbench.limits import REMOTE_OUTPUT_BYTES
 
 SSH_FAILED = 255  # ssh's own exit status when it, not the remote command, failed
 CONTROL_PERSIST_S = 60  # an idle master outlives a crashed controller by at most this long
@@ -125,7 +126,10 @@ class SshConnection(RunsCommands):
                 "-o", f"ServerAliveCountMax={KEEPALIVE_COUNT}",
                 # The remote command's stderr is the caller's; ssh's own chatter ("Permanently added ...")
                 # is not. Errors (ERROR and above) still reach stderr, where _failure reads them.
-                "-o", "LogLevel=ERROR"]
+                "-o", "LogLevel=ERROR",
+                # Whatever the user's ssh config says for other uses: a benchmark host gets no way back to the
+                # controller's agent, X display or ports (root there could use them as the user)
+                "-o", "ForwardAgent=no", "-o", "ForwardX11=no", "-o", "ClearAllForwardings=yes"]
         if self.config_file:
             opts = ["-F", self.config_file, *opts]
         if self.known_hosts_file:
@@ -156,10 +160,14 @@ class SshConnection(RunsCommands):
         Raises a :class:`HostError` when ssh itself failed (host key, authentication, network)."""
         local = self.command(argv, root=root)
         try:
-            done = subprocess.run(local, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+            done = bounded_run(local, timeout, REMOTE_OUTPUT_BYTES.value)
         except subprocess.TimeoutExpired:
             raise CommandTimedOut(f"{self.where()}: `{shlex.join(argv)}` did not finish within {timeout:g} s",
                                   "check the host's load, or that the address answers ssh at all") from None
+        except OutputTooLarge:
+            raise HostError(f"{self.where()}: `{shlex.join(argv)[:200]}` answered more than {REMOTE_OUTPUT_BYTES}; "
+                            "it was stopped and nothing of its answer used",
+                            "check what the host runs under that name (its answers are kilobytes)") from None
         if done.returncode == SSH_FAILED:
             failure = self.failure(done.stderr)
             if failure is not None:
@@ -204,20 +212,20 @@ class SshConnection(RunsCommands):
                 f"{self.where()}: its host key has CHANGED from the one in {where}; this is what a "
                 f"man-in-the-middle looks like",
                 f"if the host was reinstalled, check the new key's fingerprint with its owner, then "
-                f"`ssh-keygen -f {self.known_hosts()} -R '{target}'` and connect again")
+                f"`{shlex.join(['ssh-keygen', '-f', self.known_hosts(), '-R', target])}` and connect again")
         if "Host key verification failed" in text or "No " in text and "host key is known" in text:
             return HostKeyUnknown(
                 f"{self.where()}: its host key is not in {self.known_hosts()} (StrictHostKeyChecking=yes)",
-                f"check the fingerprint out of band and add it (`ssh-keyscan{self._keyscan_port()} "
-                f"{self.host.address} >> {self.known_hosts()}`), or run with --accept-new-host-keys "
+                f"check the fingerprint out of band and add it (`{shlex.join(['ssh-keyscan', *self._port_args(), self.host.address])} "
+                f">> {shlex.quote(self.known_hosts())}`), or run with --accept-new-host-keys "
                 f"(trusts the key seen first)")
         if "Permission denied" in text or "Too many authentication failures" in text:
             key = self.host.private_key_file
             return AuthenticationRefused(
                 f"{self.where()}: authentication refused ({last})",
-                f"install a key for the user: `ssh-copy-id{' -i ' + key if key else ''}{self._copy_id_port()} "
-                f"{self._user_at()}{self.host.address}`, or load it into the agent (ssh-add), or set "
-                f"ansible_user / ansible_ssh_private_key_file in the inventory")
+                f"install a key for the user: `{shlex.join(['ssh-copy-id', *(['-i', key] if key else []), *self._port_args(), self._user_at() + self.host.address])}`, "
+                f"or load it into the agent (ssh-add), or set ansible_user / ansible_ssh_private_key_file in the "
+                f"inventory")
         for pattern, what in ((r"Connection timed out|Operation timed out|timed out", "timed out"),
                               (r"Connection refused", "connection refused"),
                               (r"No route to host", "no route to host"),
@@ -229,8 +237,9 @@ class SshConnection(RunsCommands):
                 return Unreachable(
                     f"{self.where()}: unreachable, {what} ({last})",
                     f"check that {self.host.address}{self._port_words()} is the host's address, that sshd "
-                    f"runs there and that no firewall drops it (`ssh -v{self._copy_id_port()} "
-                    f"{self._user_at()}{self.host.address}` shows where it stops)")
+                    f"runs there and that no firewall drops it "
+                    f"(`{shlex.join(['ssh', '-v', *self._port_args(), self._user_at() + self.host.address])}` shows "
+                    "where it stops)")
         if text.strip().startswith("ssh:") or "ssh_exchange" in text or "mux_client" in text:
             return HostError(f"{self.where()}: ssh failed: {last}", "`ssh -v` to the host shows why")
         return None
@@ -257,11 +266,8 @@ class SshConnection(RunsCommands):
     def _user_at(self) -> str:
         return f"{self.host.user}@" if self.host.user else ""
 
-    def _copy_id_port(self) -> str:
-        return f" -p {self.host.port}" if self.host.port else ""
-
-    def _keyscan_port(self) -> str:
-        return f" -p {self.host.port}" if self.host.port else ""
+    def _port_args(self) -> list[str]:
+        return ["-p", str(self.host.port)] if self.host.port else []
 
     def _port_words(self) -> str:
         return f" port {self.host.port}" if self.host.port else ""

@@ -25,27 +25,30 @@ from __future__ import annotations
 
 import math
 import re
-import stat
-from pathlib import Path
 from typing import Annotated, Any, Iterable, Literal
 
 from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer,
                       model_validator)
 
-from vnetbench import quantities, units
+from vnetbench import limits, quantities, units
+from vnetbench.impair.trace import OPPORTUNITY_BYTES, MahimahiTrace, read_mahimahi
 
 DIRECTIONS = ("forward", "reverse")
+SCHEDULE_DIRECTIONS = ("forward", "reverse", "both")
 # The names a scenario's `backend` can take. Listed here, below the backends (the scenario model validates
 # them before any backend module is imported); a backend module registering a name not listed is refused
 # (impair/backend.register), so the two cannot drift.
 BACKENDS = ("auto", "tbf", "htb", "netem", "userspace")
 FRAME_OVERHEAD = 14  # Ethernet header on top of the MTU: a full frame is MTU + 14 bytes
-MAHIMAHI_OPPORTUNITY_BYTES = 1500
-MAHIMAHI_MAX_BYTES = 64 * 2**20
+MAHIMAHI_OPPORTUNITY_BYTES = OPPORTUNITY_BYTES
+MAHIMAHI_MAX_BYTES = limits.TRACE_BYTES.value
 #: The compact schedule form: at most this many characters, and steps of at least a millisecond (the
-#: emulator's and the kernel's timers do not change a link faster; shorter steps would unroll for ever).
-SCHEDULE_MAX_TEXT = 100_000
+#: emulator's and the kernel's timers do not change a link faster).
+SCHEDULE_MAX_TEXT = limits.SCHEDULE_TEXT.value
 SCHEDULE_MIN_STEP_S = 1e-3
+#: A trial's schedule is unrolled this far past the trial's own seconds (flows end a little late); at most
+#: limits.SCHEDULE_STEPS steps in all.
+SCHEDULE_MARGIN_S = 5.0
 
 
 # --------------------------------------------------------------------- parsing
@@ -61,7 +64,7 @@ MAX_DELAY_S = 60.0
 
 def link_rate(value: float, text: Any) -> float:
     if value > MAX_LINK_RATE_BPS:
-        raise ValueError(f"{text!r}: a link's rate is at most {units.format_rate(MAX_LINK_RATE_BPS)} (the kernel's "
+        raise ValueError(f"{units.brief(text)}: a link's rate is at most {units.format_rate(MAX_LINK_RATE_BPS)} (the kernel's "
                          "shapers count bytes/s in 32 bits); for no shaping write 'unlimited'")
     return value
 
@@ -79,14 +82,14 @@ def _rate(v: Any) -> Any:
         return None
     value = units.parse_rate(v)
     if value < 0:
-        raise ValueError(f"{v!r}: a rate cannot be negative")
+        raise ValueError(f"{units.brief(v)}: a rate cannot be negative")
     return link_rate(value, v) or None
 
 
 def _delay(v: Any) -> float:
     value = quantities.duration(v)
     if value > MAX_DELAY_S:
-        raise ValueError(f"{v!r}: a delay or jitter is at most {MAX_DELAY_S:g}s")
+        raise ValueError(f"{units.brief(v)}: a delay or jitter is at most {MAX_DELAY_S:g}s")
     return value
 
 
@@ -95,14 +98,18 @@ def _probability(v: Any) -> Any:
     if isinstance(v, bool):
         raise ValueError(f"{v!r} is not a probability; write a percentage (\"1%\") or a fraction (0.01)")
     if isinstance(v, (int, float)):
-        value = float(v)
+        try:
+            value = float(v)
+        except OverflowError:  # an integer of hundreds of digits: no probability either
+            raise ValueError(f"{units.brief(v)} is not a probability between 0 and 1 (0% and 100%)") from None
     else:
         try:
             value = units.parse_percent(str(v))
         except units.UnitError:
-            raise ValueError(f"{v!r} is not a probability; write a percentage (\"1%\") or a fraction (0.01)") from None
+            raise ValueError(f"{units.brief(v)} is not a probability; write a percentage (\"1%\") or a fraction "
+                             "(0.01)") from None
     if not 0.0 <= value <= 1.0 or math.isnan(value):
-        raise ValueError(f"{v!r} is not a probability between 0 and 1 (0% and 100%)")
+        raise ValueError(f"{units.brief(v)} is not a probability between 0 and 1 (0% and 100%)")
     return value
 
 
@@ -436,49 +443,9 @@ class ScheduleStep(_Partial):
 _CYCLE_ITEM = re.compile(r"^\s*(?P<rate>[^/\s]+)\s*/\s*(?P<dur>[^/\s]+)\s*$")
 
 
-def read_mahimahi(path: str | Path) -> list[int]:
-    """A Mahimahi trace: one delivery opportunity (1500 bytes) per line, at the
-    line's millisecond timestamp; non-decreasing; the trace loops with period
-    = its last timestamp."""
-    p = Path(path)
-    try:
-        info = p.stat()
-        # a regular file only: a device or a pipe (/dev/zero, /dev/stdin) would be read for ever or block
-        if not stat.S_ISREG(info.st_mode):
-            raise ValueError(f"trace file {str(path)!r} is not a regular file (a device, pipe or directory): "
-                             "give a Mahimahi trace file")
-        if info.st_size > MAHIMAHI_MAX_BYTES:
-            raise ValueError(f"trace file {str(path)!r} has {info.st_size:,} bytes, more than a trace's "
-                             f"{MAHIMAHI_MAX_BYTES // 2**20} MiB (millions of delivery opportunities): shorten it")
-        text = p.read_text()
-    except OSError as e:
-        raise ValueError(f"trace file {str(path)!r} cannot be read: {e.strerror or e}") from None
-    except UnicodeDecodeError:
-        raise ValueError(f"trace file {str(path)!r} is not text: a Mahimahi trace has one number per line") from None
-    stamps: list[int] = []
-    for n, line in enumerate(text.splitlines(), start=1):
-        line = line.strip()
-        if not line:
-            continue
-        if not line.isdigit():
-            raise ValueError(f"trace file {str(path)!r} line {n}: {line[:40]!r} is not a whole number of "
-                             "milliseconds (Mahimahi format: one timestamp per line)")
-        value = int(line)
-        if stamps and value < stamps[-1]:
-            raise ValueError(f"trace file {str(path)!r} line {n}: {value} ms comes before {stamps[-1]} ms "
-                             "(timestamps must not decrease)")
-        stamps.append(value)
-    if not stamps:
-        raise ValueError(f"trace file {str(path)!r} is empty: it needs at least one timestamp")
-    if stamps[-1] <= 0:
-        raise ValueError(f"trace file {str(path)!r} ends at {stamps[-1]} ms: its last timestamp is its period "
-                         "and must be positive")
-    return stamps
-
-
-def mahimahi_mean_rate(stamps: list[int]) -> float:
+def mahimahi_mean_rate(trace: MahimahiTrace) -> float:
     """Average rate of a looping trace, bit/s."""
-    return len(stamps) * MAHIMAHI_OPPORTUNITY_BYTES * 8 / (stamps[-1] / 1000.0)
+    return trace.mean_rate
 
 
 class Schedule(_Partial):
@@ -502,8 +469,8 @@ class Schedule(_Partial):
     every: Duration | None = Field(default=None, description="repeat the steps with this period")
     trace: str | None = Field(default=None, description="a Mahimahi trace file for the rate (a regular file of at "
                               "most 64 MiB)")
-    direction: Literal["forward", "reverse", "both"] = Field(default="forward", description="where the compact "
-                                                             "and trace forms apply")
+    direction: Literal[SCHEDULE_DIRECTIONS] = Field(  # type: ignore[valid-type]
+        default="forward", description="where the compact and trace forms apply")
 
     @model_validator(mode="before")
     @classmethod
@@ -518,7 +485,10 @@ class Schedule(_Partial):
         return v
 
     @staticmethod
-    def parse_text(text: str, direction: str = "forward") -> dict[str, Any]:
+    def parse_text(text: str, direction: Any = "forward") -> dict[str, Any]:
+        if not isinstance(direction, str) or direction not in SCHEDULE_DIRECTIONS:  # a table is no direction
+            raise ValueError(f"direction = {units.brief(direction)}: a schedule applies in one of "
+                             f"{', '.join(SCHEDULE_DIRECTIONS)}")
         t = text.strip()
         if t.lower().startswith("trace:"):
             return {"trace": t[6:].strip(), "direction": direction}
@@ -532,7 +502,7 @@ class Schedule(_Partial):
         for item in items:
             m = _CYCLE_ITEM.match(item)
             if not m:
-                raise ValueError(f"schedule {units.brief(text)}: {item!r} is not RATE/TIME; write e.g. \"100Mbit/5s 20Mbit/5s\" "
+                raise ValueError(f"schedule {units.brief(text)}: {units.brief(item)} is not RATE/TIME; write e.g. \"100Mbit/5s 20Mbit/5s\" "
                                  "(each rate for its time, repeating), a list of steps, or \"trace:FILE\"")
             try:
                 rate = units.parse_rate(m["rate"])
@@ -540,7 +510,7 @@ class Schedule(_Partial):
             except units.UnitError as e:
                 raise ValueError(f"schedule {units.brief(text)}: {e}") from None
             if dur < SCHEDULE_MIN_STEP_S:
-                raise ValueError(f"schedule {units.brief(text)}: {item!r} lasts {units.format_duration(dur)}: a step "
+                raise ValueError(f"schedule {units.brief(text)}: {units.brief(item)} lasts {units.format_duration(dur)}: a step "
                                  "lasts at least 1ms")
             steps.append({"at": at, direction: {"rate": rate}})
             at += dur
@@ -558,6 +528,10 @@ class Schedule(_Partial):
         if self.every is not None:
             if self.every <= 0:
                 raise ValueError("schedule every must be positive")
+            if self.every < SCHEDULE_MIN_STEP_S:  # `every = "1us"` unrolled a million steps per second of trial
+                raise ValueError(f"every = {units.format_duration(self.every)}: a schedule repeats at most every "
+                                 f"{units.format_duration(SCHEDULE_MIN_STEP_S)} (the emulator's and the kernel's "
+                                 "timers do not change a link faster): make it longer")
             if any(t >= self.every for t in times):
                 raise ValueError(f"with every = {self.every:g}s each step's time must lie within one period "
                                  f"(0 <= at < {self.every:g}s)")
@@ -575,8 +549,29 @@ class Schedule(_Partial):
                     out |= d.needs()
         return out
 
+    def unrolled(self, until: float) -> float:
+        """How many steps `expand(until)` gives at most, without making them (a float: `every = "1ns"` over
+        a day is more than an int should be asked to count)."""
+        if self.every is None:
+            return float(len(self.steps))
+        return (math.floor(until / self.every) + 1.0) * len(self.steps) if until / self.every < 1e15 else math.inf
+
+    def too_long(self, until: float) -> str | None:
+        """Why unrolling this schedule up to `until` seconds is refused (over limits.SCHEDULE_STEPS), or None."""
+        count = self.unrolled(until)
+        if count <= limits.SCHEDULE_STEPS.value:
+            return None
+        many = f"{count:,.0f}" if math.isfinite(count) else "countless"
+        period = f" every {units.format_duration(self.every)}" if self.every is not None else ""
+        return (f"{len(self.steps):,} step{'s' if len(self.steps) != 1 else ''}{period} over a trial of "
+                f"{units.format_duration(until)} (with its margin) are {many} steps, over {limits.SCHEDULE_STEPS}: "
+                "make the steps longer or fewer, or the trial shorter")
+
     def expand(self, until: float) -> list[ScheduleStep]:
         """The steps in time order up to `until` seconds (repeating ones unrolled)."""
+        problem = self.too_long(until)
+        if problem is not None:  # `plan` refuses it first; this keeps a trial from unrolling it whatever calls
+            raise ValueError(f"schedule: {problem}")
         if self.every is None:
             return [s for s in self.steps if s.at <= until]
         out = []
@@ -659,6 +654,9 @@ class LinkSpec(_Partial):
                 own = v.get(d) or {}
                 if isinstance(own, LinkConditions):
                     own = {k: getattr(own, k) for k in own.model_fields_set}
+                if not isinstance(own, dict):  # merged under `both`, so it must be a table too
+                    raise ValueError(f"{d} = {units.brief(own)} must be a table of link conditions, as both is, "
+                                     f"e.g. {d} = {{rate = \"100Mbit\"}}")
                 v[d] = {**both, **own}
         return v
 

@@ -28,13 +28,12 @@ from typing import Any
 from vnetbench.errors import LabError
 from vnetbench.impair import tc
 from vnetbench.impair.backend import Backend, LabLink, TrialCounters, register, require_binary
-from vnetbench.impair.model import CAPABILITY_TEXT, LinkConditions, LinkSpec, Schedule
+from vnetbench.impair.model import CAPABILITY_TEXT, SCHEDULE_MARGIN_S, LinkConditions, LinkSpec, Schedule
 from vnetbench.lab import netns
 from vnetbench.lab.teardown import Registry, atomic, start_process, stop_groups
 
 READY_TIMEOUT = 5.0
 NICE = -10
-SCHEDULE_MARGIN_S = 5.0
 
 
 # ------------------------------------------------------------ config (JSON)
@@ -105,9 +104,11 @@ def settings(cond: LinkConditions, partial: bool = False, rate_for_buffer: float
     return out
 
 
-def emulator_config(spec: LinkSpec, until: float | None = None) -> dict[str, Any]:
+def emulator_config(spec: LinkSpec, until: float | None = None, traces: dict[str, str] | None = None
+                    ) -> dict[str, Any]:
     """The whole config file: seed, both directions, and the schedule unrolled up to
-    `until` seconds (None: no schedule, the initial settings only)."""
+    `until` seconds (None: no schedule, the initial settings only). `traces` maps a schedule's trace
+    path to the checked copy the emulator reads instead (UserspaceBackend.start_trial)."""
     cfg: dict[str, Any] = {"seed": spec.seed}
     initial = {d: spec.direction(d) for d in ("forward", "reverse")}
     sched = spec.schedule
@@ -121,7 +122,7 @@ def emulator_config(spec: LinkSpec, until: float | None = None) -> dict[str, Any
     if sched is not None:
         for d in sched.trace_directions():
             key = "a_to_b" if d == "forward" else "b_to_a"
-            cfg[key]["trace_file"] = str(Path(sched.trace).resolve())
+            cfg[key]["trace_file"] = (traces or {}).get(sched.trace) or str(Path(sched.trace).resolve())
         if until is not None:
             cfg["schedule"] = schedule_steps(spec, sched, until)
     return cfg
@@ -365,6 +366,8 @@ class UserspaceBackend(Backend):
         self.spec: LinkSpec | None = None
         self.receive_steering: str | None = None  # the hosts' receive on these CPUs (RPS mask), if steered
         self.offload_on: bool | None = None  # the endpoints' offloads, as last said (None: their defaults)
+        # A schedule's trace path -> (the identity of the file as checked, the copy the emulator reads)
+        self.trace_copies: dict[str, tuple[tuple[int, ...], str]] = {}
 
     def install(self) -> None:
         from vnetbench.lab.splice import middle_namespace, splice
@@ -446,7 +449,7 @@ class UserspaceBackend(Backend):
         if self.emulator is None or not self.emulator.alive():
             return out + [self.emulator.death() if self.emulator and self.emulator.death()
                           else "no emulator forwards on the link"]
-        wanted = emulator_config(spec)
+        wanted = emulator_config(spec, traces=self.traces())
         applied = self.emulator.applied()
         for key, d in (("a_to_b", "forward"), ("b_to_a", "reverse")):
             out += [f"{d}: {p}" for p in settings_differences(wanted[key], applied.get(key) or {})]
@@ -465,7 +468,31 @@ class UserspaceBackend(Backend):
             self.install()
         self.spec = spec
         until = seconds + SCHEDULE_MARGIN_S if spec.schedule is not None else None
-        self.emulator.start(emulator_config(spec, until))
+        if spec.schedule is not None and spec.schedule.trace is not None:
+            self._copy_trace(spec.schedule.trace)
+        self.emulator.start(emulator_config(spec, until, self.traces()))
+
+    def traces(self) -> dict[str, str]:
+        return {path: copy for path, (_, copy) in self.trace_copies.items()}
+
+    def _copy_trace(self, path: str) -> None:
+        """The emulator (root, like this process) reads a copy of the trace's checked bytes in its own work
+        directory, not the scenario's path: what stands at that path when a trial starts may be anything by
+        then. Copied again only when the file changed."""
+        from vnetbench import runfiles
+        from vnetbench.impair.trace import read_mahimahi, trace_bytes
+
+        try:
+            identity = read_mahimahi(path).identity
+            if self.trace_copies.get(path, ((),))[0] == identity:
+                return
+            trace, data = trace_bytes(path)
+        except ValueError as e:
+            raise LabError(str(e)) from None
+        copy = self.emulator.workdir / f"{self.emulator.tag}.trace{len(self.trace_copies)}"
+        with runfiles.create(copy, within=self.ctx.workdir) as f:
+            f.write(data)
+        self.trace_copies[path] = (trace.identity, str(copy))
 
     def failure(self) -> str | None:
         return self.emulator.death() if self.emulator is not None else None

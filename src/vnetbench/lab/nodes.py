@@ -182,20 +182,73 @@ class RunsCommands:
             self.registry.add_process(proc)
         return proc
 
+    # The most run() takes of a command's stdout or of its stderr (None: no bound, for this machine's own tools);
+    # a host vnetbench does not control answers within limits.REMOTE_OUTPUT_BYTES.
+    output_limit: ClassVar[int | None] = None
+
     def run(self, argv: Sequence[str], timeout: float = 10.0, pin: bool = False) -> subprocess.CompletedProcess:
         if self.stdin_of_started != subprocess.PIPE:
-            return subprocess.run(self.command(argv, pin), capture_output=True, text=True, timeout=timeout,
-                                  stdin=subprocess.DEVNULL)
-        return run_holding_input(self.command(argv, pin), timeout)
+            return bounded_run(self.command(argv, pin), timeout, self.output_limit)
+        return run_holding_input(self.command(argv, pin), timeout, self.output_limit)
 
 
-def run_holding_input(argv: Sequence[str], timeout: float) -> subprocess.CompletedProcess:
+class OutputTooLarge(LabError):
+    """A command answered more than its caller takes (``bounded_run``'s limit): it was killed."""
+
+
+def bounded_run(argv: Sequence[str], timeout: float, limit: int | None = None, stdin: Any = subprocess.DEVNULL
+                ) -> subprocess.CompletedProcess:
+    """subprocess.run(argv, capture_output=True, text=True, timeout=timeout), but a stream that passes `limit`
+    bytes kills the command and raises OutputTooLarge, holding at most `limit` + 64 KiB of each in memory (a
+    host answering 200 MB once took 606 MiB). Text is decoded as UTF-8, bytes that are not shown as U+FFFD."""
+    if limit is None:
+        return subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, stdin=stdin,
+                              errors="replace")
+    import selectors
+    import time
+
+    proc = subprocess.Popen(list(argv), stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    out_fd, err_fd = proc.stdout.fileno(), proc.stderr.fileno()  # type: ignore[union-attr]
+    taken: dict[int, bytearray] = {out_fd: bytearray(), err_fd: bytearray()}
+    deadline = time.monotonic() + timeout
+    try:
+        with selectors.DefaultSelector() as selector:
+            for fd in taken:
+                selector.register(fd, selectors.EVENT_READ)
+            while selector.get_map():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise subprocess.TimeoutExpired(list(argv), timeout)
+                for key, _ in selector.select(left):
+                    chunk = os.read(key.fd, 65536)
+                    if not chunk:
+                        selector.unregister(key.fd)
+                        continue
+                    taken[key.fd] += chunk
+                    if len(taken[key.fd]) > limit:
+                        which = "output" if key.fd == out_fd else "error output"
+                        raise OutputTooLarge(f"`{' '.join(map(str, argv[-1:]))[:200]}` answered more than "
+                                             f"{limit / 2**20:g} MiB of {which}; it was stopped and its answer not "
+                                             "read (see limits.REMOTE_OUTPUT_BYTES)")
+        status = proc.wait(max(deadline - time.monotonic(), 0.1))
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
+    finally:
+        proc.stdout.close()  # type: ignore[union-attr]
+        proc.stderr.close()  # type: ignore[union-attr]
+    return subprocess.CompletedProcess(list(argv), status, bytes(taken[out_fd]).decode("utf-8", "replace"),
+                                       bytes(taken[err_fd]).decode("utf-8", "replace"))
+
+
+def run_holding_input(argv: Sequence[str], timeout: float, limit: int | None = None) -> subprocess.CompletedProcess:
     """subprocess.run for a command that ends when its input closes (through the exec wrapper): it gets a pipe
     whose write end stays here until it ends (subprocess.run would close a PIPE at once, and the command with
     it). A timeout kills the client, which ends the command on its node as well."""
     read_end, write_end = os.pipe()
     try:
-        return subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, stdin=read_end)
+        return bounded_run(argv, timeout, limit, stdin=read_end)
     finally:
         os.close(read_end)
         os.close(write_end)

@@ -356,10 +356,10 @@ def _stop_reasons(configs: list[dict[str, Any]], label_keys: list[str], console:
         return
     t = Table(title="adaptive repetition: why each configuration stopped", title_justify="left")
     for k in label_keys:
-        t.add_column(k)
+        t.add_column(escape(k))
     t.add_column("stopped because")
     for c in configs:
-        t.add_row(*[str(c["labels"].get(k, "")) for k in label_keys],
+        t.add_row(*[escape(str(c["labels"].get(k, ""))) for k in label_keys],
                   escape(c.get("stop_reason") or "not finished (resume the run)"))
     console.print(t)
 
@@ -424,7 +424,8 @@ def _short_reason(reason: str) -> str:
 
 def _run_line(side: str, info: dict[str, Any], console: Console) -> None:
     when = (info.get("started") or "").replace("T", " ").replace("+00:00", " UTC")
-    console.print(f"  {side} [bold]{info.get('id')}[/]  {info.get('scenario')}  started {when}  {info.get('status')}")
+    console.print(f"  {side} [bold]{escape(str(info.get('id')))}[/]  {escape(str(info.get('scenario')))}  started "
+                  f"{escape(when)}  {escape(str(info.get('status')))}")
     if info.get("overrides"):
         console.print("      [dim]" + escape(" ".join(f"--set {o}" for o in info["overrides"])) + "[/]")
 
@@ -442,7 +443,7 @@ def comparison_view(report, console: Console) -> None:
     if report.differences:
         console.print("  what differs:")
         for d in report.differences:
-            console.print(f"    {d['what']} {d['name']}: {escape(d['a'])} → {escape(d['b'])}")
+            console.print(f"    {escape(str(d['what']))} {escape(str(d['name']))}: {escape(d['a'])} → {escape(d['b'])}")
 
     table = Table(show_lines=False, header_style="bold")
     # numbers keep their width on a narrow terminal; the interval and the reason wrap instead
@@ -528,9 +529,9 @@ def sparkline(values: list[float]) -> str:
 def history_view(hist, console: Console) -> None:
     """One table per configuration: time, run, n, median and CI; change points marked where they start."""
     better = "higher" if hist.direction == "higher" else "lower"
-    where = (" where " + ", ".join(f"{k}={v}" for k, v in hist.where.items())) if hist.where else ""
-    console.print(f"[bold]{hist.metric}[/] ({hist.unit}, {better} is better) per run of scenario "
-                  f"[bold]{hist.scenario}[/]{where}: median over the run's trials, oldest first")
+    where = escape(" where " + ", ".join(f"{k}={v}" for k, v in hist.where.items())) if hist.where else ""
+    console.print(f"[bold]{escape(hist.metric)}[/] ({escape(str(hist.unit))}, {better} is better) per run of "
+                  f"scenario [bold]{escape(str(hist.scenario))}[/]{where}: median over the run's trials, oldest first")
     console.print(f"[dim]change points: E-divisive means (Hunter), window {hist.window}, p <= {hist.pvalue:g}, "
                   f"minimum magnitude {100 * hist.min_magnitude:g}%[/]")
     for line in hist.lines:
@@ -550,8 +551,8 @@ def history_view(hist, console: Console) -> None:
                 colour = "green" if good else "red"
                 mark = (f"[bold {colour}]◆ {_signed_pct(rel)}[/] {_fmt(cp['mean_before'])} → "
                         f"{_fmt(cp['mean_after'])} (p={_p(cp['pvalue'])})")
-            status = p["status"] if p["status"] == "completed" else f"[yellow]{p['status']}[/]"
-            t.add_row((p["time"] or "").replace("T", " ").replace("+00:00", ""), p["run_id"], status, str(p["n"]),
+            status = p["status"] if p["status"] == "completed" else f"[yellow]{escape(str(p['status']))}[/]"
+            t.add_row((p["time"] or "").replace("T", " ").replace("+00:00", ""), escape(p["run_id"]), status, str(p["n"]),
                       _fmt(p["median"]), ci, mark)
         console.print(t)
         found = len(line.change_points)
@@ -565,8 +566,9 @@ def baselines_table(rows: list[dict[str, Any]], path: Any) -> Table:
     for col in ("name", "run", "scenario", "run started (UTC)", "status", "set (UTC)"):
         t.add_column(col)
     for b in rows:
-        t.add_row(escape(b["name"]), b["run_id"], b["scenario"], (b["run_started"] or "").replace("T", " ")[:19],
-                  b["status"], (b["set"] or "").replace("T", " ")[:19])
+        t.add_row(escape(b["name"]), escape(b["run_id"]), escape(str(b["scenario"])),
+                  (b["run_started"] or "").replace("T", " ")[:19], escape(str(b["status"])),
+                  (b["set"] or "").replace("T", " ")[:19])
     return t
 
 

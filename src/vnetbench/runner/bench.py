@@ -29,6 +29,7 @@ from vnetbench.lab.environments import Variant
 from vnetbench.lab.nodes import Host
 from vnetbench.lab.teardown import Registry, kill_group, stop_groups
 from vnetbench.lab.topology import Group, Lab, build_dumbbell
+from vnetbench.output import write_bytes
 from vnetbench.runner import pathcheck
 from vnetbench.scenario.plan import Configuration
 from vnetbench.workloads import ping, registry
@@ -120,7 +121,7 @@ class DumbbellBench:
             if self.keep_dir is not None:
                 self.keep_dir.mkdir(parents=True, exist_ok=True)
                 target = self.keep_dir / f"{path.parent.name}-{path.name}"
-                shutil.copyfile(path, target)
+                write_bytes(target, path.read_bytes(), what="console log")  # replaces, never writes through, a link
                 kept[path.name] = str(target)
         reason = str(problem).replace(str(self.workdir), "<work dir, removed>")
         if kept:

@@ -24,6 +24,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
+from vnetbench.console import SafeConsole
 from vnetbench.errors import PathNotAsDeclared, PlaceGone, ScenarioError, StoreError
 from vnetbench.lab.netns import run_prefix
 from vnetbench.lab.teardown import interruptible, interruption_behind
@@ -65,7 +66,7 @@ def execute(loaded: LoadedScenario, store: Store, *, resume_run_id: str | None =
             place: Place | None = None) -> RunSummary:
     """Run (or, with `resume_run_id`, finish) a scenario at `place` (default: the local lab); see the module
     docstring for the order of business. Nothing here depends on which place it is (runner/places)."""
-    console = console or Console(stderr=True)
+    console = console or SafeConsole(stderr=True)
     place = place or LabPlace()
     configs = expand(loaded, max_configurations)
     configs, left_out = place.prepare(loaded, configs)
@@ -108,7 +109,7 @@ def execute(loaded: LoadedScenario, store: Store, *, resume_run_id: str | None =
     if loaded.scale_note and not resume_run_id:
         console.print(escape(loaded.scale_note), highlight=False, soft_wrap=True)
     if lock.others:
-        console.print("[yellow]sharing the machine with " + "; ".join(o.describe() for o in lock.others)
+        console.print("[yellow]sharing the machine with " + escape("; ".join(o.describe() for o in lock.others))
                       + " (--allow-concurrent): both runs' numbers are compromised[/]")
 
     bench = place.bench(run_prefix(run_id), configs)
@@ -140,7 +141,8 @@ def execute(loaded: LoadedScenario, store: Store, *, resume_run_id: str | None =
     finally:
         errors = bench.teardown()
         if errors:
-            console.print("[red]teardown problems:[/] " + "; ".join(errors) + f" (run `{place.clean_command()}`)")
+            console.print("[red]teardown problems:[/] "
+                          + escape("; ".join(errors) + f" (run `{place.clean_command()}`)"))
         fp["machine_load"] = [*fp.get("machine_load", []), monitor.stop()]  # one entry per session (resumes)
         fp["cpu_wake_latency"] = bench.cpu_wake_latency
         _store_end(store, run_id, status, reason, fp, console)
@@ -158,7 +160,7 @@ def _store_end(store: Store, run_id: str, status: str, reason: str | None, fp: d
     except StoreError as e:
         if status == "completed":
             raise
-        console.print(f"[red]{e}[/]")
+        console.print(f"[red]{escape(str(e))}[/]")
 
 
 @dataclass
@@ -179,7 +181,7 @@ class _TrialRunner:
 
     def __call__(self, slot: TrialSlot, note: str = "") -> str | None:
         label = ("warm-up: " if slot.warmup else note) + slot.config.label_text
-        self.bar.update(self.task, description=label)
+        self.bar.update(self.task, description=escape(label))  # the bar's column reads markup
         unavailable = self.bench.unavailable(slot.config)
         if unavailable is not None:
             # Its environment never came up (a guest that did not boot): the trial fails, with the evidence.
@@ -217,8 +219,8 @@ class _TrialRunner:
         else:
             self.tally.failed += 1
             self.tally.failures.append(f"{slot.config.label_text} #{slot.repetition}: {outcome.status}: {outcome.reason}")
-            self.console.print(f"[yellow]trial {slot.config.label_text} #{slot.repetition} {outcome.status}:[/] "
-                               f"{outcome.reason}")
+            self.console.print(f"[yellow]trial {escape(slot.config.label_text)} #{slot.repetition} "
+                               f"{outcome.status}:[/] {escape(str(outcome.reason))}")
         if self.on_trial:
             self.on_trial(slot, outcome.status)
         self.done += 1

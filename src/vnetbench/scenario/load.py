@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import re
 import tomllib
 from dataclasses import dataclass
 from importlib import resources
@@ -14,7 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from vnetbench import units
+from vnetbench import limits, units
 from vnetbench.errors import ScenarioError
 from vnetbench.impair import capacity
 from vnetbench.scenario.model import MEASURED, LabSpec, RepeatSpec, ScaleSpec, Scenario
@@ -42,7 +43,7 @@ class LoadedScenario:
         return digest.hexdigest()[:16]
 
 
-MAX_SCENARIO_BYTES = 16 * 2**20
+MAX_SCENARIO_BYTES = limits.SCENARIO_BYTES.value
 
 
 def builtin_names() -> list[str]:
@@ -57,13 +58,14 @@ def read_source(name_or_path: str) -> tuple[str, str]:
         is_file = path.suffix == ".toml" or path.exists() or "/" in name_or_path
         if is_file and not path.is_file():
             raise ScenarioError(f"{shown}: no such scenario file; built-in scenarios are: {', '.join(builtin_names())}")
-        text = path.read_bytes() if is_file else None
+        text = None
+        if is_file:
+            with path.open("rb") as f:  # at most one byte beyond the limit: a huge file is not read whole
+                text = f.read(MAX_SCENARIO_BYTES + 1)
     except OSError as e:  # a name too long, a directory without permission, ...
         raise ScenarioError(f"{shown}: cannot read the scenario file: {e.strerror or e}") from None
     if text is not None:
-        if len(text) > MAX_SCENARIO_BYTES:
-            raise ScenarioError(f"{shown}: {len(text):,} bytes is not a scenario file (at most "
-                                f"{MAX_SCENARIO_BYTES // 2**20} MiB); a long rate trace goes in a trace file")
+        _check_size(len(text), shown)
         try:
             return str(path), text.decode("utf-8")
         except UnicodeDecodeError as e:
@@ -84,8 +86,36 @@ def load(name_or_path: str, overrides: list[str] | tuple[str, ...] = ()) -> Load
     return load_text(text, source, overrides)
 
 
+def _check_size(size: int, source: str) -> None:
+    if size > MAX_SCENARIO_BYTES:
+        raise ScenarioError(f"{source}: larger than {limits.SCENARIO_BYTES} (a scenario is a few kilobytes): this "
+                            "is not a scenario file; a long rate trace goes in a trace file (schedule = "
+                            "\"trace:FILE\")")
+
+
+# A key of more than KEY_DEPTH dot-separated parts (`a.b.c`), bare or quoted, with TOML's blanks around the dots.
+# Possessive and atomic, and never started inside a word, a string or a chain: one pass over the text.
+_KEY_PART = r'(?:[A-Za-z0-9_-]++|"[^"\n]{0,200}+"|\'[^\'\n]{0,200}+\')'
+_DEEP_KEY = re.compile(rf'(?<![A-Za-z0-9_\-"\'.])(?>{_KEY_PART}(?:[ \t]*+\.[ \t]*+{_KEY_PART}){{{limits.KEY_DEPTH.value}}})')
+
+
+def check_bounds(text: str, source: str) -> None:
+    """Refuse, before it is parsed, a text whose reading alone would take long: too large, or a key of too
+    many parts (tomllib's time grows with the square of a key's depth). `source` names it in the message."""
+    _check_size(len(text.encode("utf-8", "replace")), source)
+    if text.count(".") < limits.KEY_DEPTH.value:  # no key that deep: no need to look (nearly every file)
+        return
+    found = _DEEP_KEY.search(text)
+    if found is not None:
+        line = text.count("\n", 0, found.start()) + 1
+        raise ScenarioError(f"{source}: line {line}: a key of more than {limits.KEY_DEPTH.value} dot-separated "
+                            f"parts, over {limits.KEY_DEPTH}; a scenario's keys have at most 5 "
+                            "(lab.link.bottleneck.forward.rate): shorten it")
+
+
 def load_text(text: str, source: str, overrides: list[str] | tuple[str, ...] = ()) -> LoadedScenario:
     """Parse and validate scenario text (a file's, or one stored with a run for --resume)."""
+    check_bounds(text, source)
     try:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
@@ -138,12 +168,13 @@ def check_text(raw: Any, source: str) -> None:
         path, value = todo.pop()
         texts: list[tuple[str, str]] = []  # (where, text)
         if isinstance(value, dict):
-            texts = [(f"a key of {'.'.join(path) or 'the top level'}", k) for k in value if isinstance(k, str)]
+            texts = [(f"a key of {_shown_key('.'.join(path)) or 'the top level'}", k) for k in value
+                     if isinstance(k, str)]
             todo.extend((path + (str(k),), v) for k, v in value.items())
         elif isinstance(value, list):
             todo.extend((path + (str(i),), v) for i, v in enumerate(value))
         elif isinstance(value, str):
-            texts = [(".".join(path), value)]
+            texts = [(_shown_key(".".join(path)), value)]
         for where, text in texts:
             bad = next((ch for ch in text if ord(ch) in _HOSTILE), None)
             if bad is not None:
@@ -210,7 +241,7 @@ def apply_scale(raw: dict[str, Any], source: str) -> tuple[str | None, str | Non
     factor = target / written
     _scale_tree(raw.get("lab"), factor, None)
     _scale_tree(raw.get("workload"), factor, None)
-    for axis, values in (raw.get("matrix") or {}).items():
+    for axis, values in _table(raw.get("matrix")).items():
         _scale_tree(values, factor, axis)
     return (f"line rate {units.format_rate(target)}: {origin}. The scenario is written for "
             f"{units.format_rate(written)}: its bandwidths, byte buffers and socket windows are scaled by "
@@ -276,6 +307,16 @@ def _model_fields(model: type[BaseModel]) -> set[str]:
     return set(model.model_fields)
 
 
+def _table(value: Any) -> dict[str, Any]:
+    """A section of the raw file when it is a table, else an empty one (its type is validation's to judge)."""
+    return value if isinstance(value, dict) else {}
+
+
+def _workload_model(tool: Any) -> type[BaseModel] | None:
+    """The options model of a workload's `tool`, as written (any type): None for no known tool."""
+    return _WORKLOAD_MODELS.get(tool) if isinstance(tool, str) else None
+
+
 def resolve_key(raw: dict[str, Any], key: str, source: str) -> list[list[str]]:
     """Turn a --set key into the path(s) in the scenario it sets.
 
@@ -287,8 +328,14 @@ def resolve_key(raw: dict[str, Any], key: str, source: str) -> list[list[str]]:
     RR test's), as a bare matrix axis does.
     """
     if "." in key:
-        return [key.split(".")]
-    matrix = raw.get("matrix", {}) or {}
+        parts = key.split(".")
+        if len(parts) > limits.KEY_DEPTH.value:
+            raise ScenarioError(f"--set {_shown_key(key)}: a key of {len(parts):,} parts, over "
+                                f"{limits.KEY_DEPTH}: a scenario's keys have at most 5")
+        return [parts]
+    # The file's sections as written: any of them may be of the wrong type (a string where a table belongs), which
+    # validation names after the overrides are applied; here they only offer no place for a bare key.
+    matrix = _table(raw.get("matrix"))
     for axis in (key, key[:-1] if key.endswith("s") else None):
         if axis and axis in matrix:
             return [["matrix", axis]]
@@ -297,34 +344,51 @@ def resolve_key(raw: dict[str, Any], key: str, source: str) -> list[list[str]]:
         candidates.append([["lab", key]])
     if key in _model_fields(RepeatSpec):
         candidates.append([["repeat", key]])
-    workloads = [["workload", name, key] for name, spec in (raw.get("workload") or {}).items()
+    workloads = [["workload", name, key] for name, spec in _table(raw.get("workload")).items()
                  if isinstance(spec, dict) and key not in ("tool", "during")
-                 and key in _model_fields(_WORKLOAD_MODELS.get(spec.get("tool", "")) or BaseModel)]
+                 and key in _model_fields(_workload_model(spec.get("tool")) or BaseModel)]
     if workloads:
         candidates.append(workloads)
     if key in ("name", "description", "workloads"):
         candidates.append([[key]])
+    shown = _shown_key(key)
     if key in ("tool", "during") and not candidates:
-        raise ScenarioError(f"--set {key}: each workload has its own {key}; say which, e.g. "
+        raise ScenarioError(f"--set {shown}: each workload has its own {key}; say which, e.g. "
                             f"--set workload.NAME.{key}=...")
     if len(candidates) == 1:
         return candidates[0]
     if not candidates:
+        wrong = [f"{section} is {_kind(raw[section])}, not a table" for section in ("lab", "matrix", "workload",
+                                                                                    "repeat")
+                 if section in raw and not isinstance(raw[section], dict)]
         raise ScenarioError(
-            f"--set {key}: {source} has no parameter named {key!r}; use a dotted key path "
-            f"(e.g. lab.bottleneck, workload.stream.duration, matrix.ratio)"
+            f"--set {shown}: {source} has no parameter named {shown}"
+            + (f" ({'; '.join(wrong)} in {source}: fix the file)" if wrong else "")
+            + "; use a dotted key path (e.g. lab.bottleneck, workload.stream.duration, matrix.ratio)"
         )
     raise ScenarioError(
-        f"--set {key}: ambiguous in {source}, it could be "
+        f"--set {shown}: ambiguous in {source}, it could be "
         f"{' or '.join(' + '.join('.'.join(p) for p in c) for c in candidates)}; give the full key path"
     )
 
 
+def _shown_key(key: str) -> str:
+    """A key for a message: as written when it is short plain text, else quoted and shortened."""
+    return key if len(key) <= 80 and key.isprintable() else units.brief(key)
+
+
+def _kind(value: Any) -> str:
+    """What a value of the raw file is, for a message: "a string", "an array", ..."""
+    return {str: "a string", list: "an array", bool: "a boolean", int: "an integer", float: "a number",
+            dict: "a table"}.get(type(value), f"a {type(value).__name__}")
+
+
 def apply_override(raw: dict[str, Any], item: str, source: str) -> None:
     if "=" not in item:
-        raise ScenarioError(f"--set {item!r}: expected KEY=VALUE, e.g. --set bottleneck=50Mbit")
+        raise ScenarioError(f"--set {units.brief(item)}: expected KEY=VALUE, e.g. --set bottleneck=50Mbit")
     key, text = item.split("=", 1)
     key = key.strip()
+    check_bounds(text, f"--set {_shown_key(key)}")
     for path in resolve_key(raw, key, source):
         value = _parse_value(text.strip())
         if path[0] == "matrix":
@@ -338,7 +402,8 @@ def apply_override(raw: dict[str, Any], item: str, source: str) -> None:
             if child is None:
                 child = node[part] = {}
             if not isinstance(child, dict):
-                raise ScenarioError(f"--set {key}: {'.'.join(path[:-1])} in {source} is not a table")
+                raise ScenarioError(f"--set {_shown_key(key)}: {_shown_key('.'.join(path[:-1]))} in {source} is "
+                                    f"{_kind(child)}, not a table: set a key beside it, or fix the file")
             node = child
         node[path[-1]] = value
 
@@ -355,8 +420,7 @@ def _valid_keys(raw: dict[str, Any], loc: tuple[Any, ...]) -> list[str]:
     elif parent[:1] == ["repeat"]:
         model = RepeatSpec
     elif parent[:1] == ["workload"] and len(parent) >= 2:
-        tool = ((raw.get("workload") or {}).get(parent[1]) or {}).get("tool", "")
-        model = _WORKLOAD_MODELS.get(tool)
+        model = _workload_model(_table(_table(raw.get("workload")).get(parent[1])).get("tool"))
         if len(parent) == 3:  # pydantic puts the discriminator tag in the location
             model = _WORKLOAD_MODELS.get(str(parent[2]), model)
     elif parent:
@@ -390,9 +454,15 @@ def format_validation_error(error: ValidationError, raw: dict[str, Any], source:
     lines = [f"{source}: the scenario is not valid ({error.error_count()} problem{'s' if error.error_count() > 1 else ''}):"]
     for item in error.errors():
         loc = _clean_loc(tuple(item["loc"]))
-        key = ".".join(str(p) for p in loc) or "(top level)"
+        key = _shown_key(".".join(str(p) for p in loc)) or "(top level)"
         kind = item["type"]
         msg = item["msg"].removeprefix("Value error, ").removeprefix("Assertion failed, ")
+        if kind == "union_tag_invalid":  # pydantic's message quotes the tag whole, however long
+            ctx = item.get("ctx") or {}
+            lines.append(f"  {key}.{ctx.get('discriminator', 'tool').strip(chr(39))} = "
+                         f"{units.brief(ctx.get('tag'))}: not one vnetbench knows; give one of "
+                         f"{ctx.get('expected_tags', '')}")
+            continue
         if kind == "extra_forbidden":
             valid = _valid_keys(raw, tuple(item["loc"]))
             hint = f"; valid keys here: {', '.join(valid)}" if valid else ""

@@ -138,22 +138,22 @@ class LabSpec(Strict):
         try:
             cpus = units.parse_percent(str(v))
         except units.UnitError:
-            raise ValueError(f"{v!r} is not a CPU quota: write a percentage of one CPU ('50%') or a number "
+            raise ValueError(f"{units.brief(v)} is not a CPU quota: write a percentage of one CPU ('50%') or a number "
                              "of CPUs (1.5)") from None
         if not 0.01 <= cpus <= 1024:
-            raise ValueError(f"{v!r}: a CPU quota must be between 1% (0.01) and 1024 CPUs")
+            raise ValueError(f"{units.brief(v)}: a CPU quota must be between 1% (0.01) and 1024 CPUs")
         return cpus
 
     @field_validator("cpuset")
     @classmethod
     def _cpuset(cls, v: str | None) -> str | None:
         if v is not None and not re.fullmatch(r"\d+(-\d+)?(,\d+(-\d+)?)*", str(v)):
-            raise ValueError(f"{v!r} is not a CPU list: write e.g. '1', '0-1' or '0,2'")
+            raise ValueError(f"{units.brief(v)} is not a CPU list: write e.g. '1', '0-1' or '0,2'")
         return v
 
     @model_validator(mode="after")
     def _env_options(self) -> "LabSpec":
-        wrong = [f"{k} = {getattr(self, k)!r}" for k, envs in self.ENV_OPTIONS.items()
+        wrong = [f"{k} = {units.brief(getattr(self, k))}" for k, envs in self.ENV_OPTIONS.items()
                  if getattr(self, k) is not None and self.env not in envs]
         if wrong:
             owners = sorted({e for w in wrong for e in self.ENV_OPTIONS[w.split(" ")[0]]})
@@ -253,7 +253,7 @@ def _fraction(v: Any) -> Any:
     try:
         return units.parse_percent(str(v))
     except units.UnitError:
-        raise ValueError(f"{v!r} is not a fraction; write a percentage (\"5%\") or a fraction (0.05)") from None
+        raise ValueError(f"{units.brief(v)} is not a fraction; write a percentage (\"5%\") or a fraction (0.05)") from None
 
 
 class RepeatSpec(Strict):
@@ -305,7 +305,8 @@ class RepeatSpec(Strict):
             raise ValueError("give at least one key metric, e.g. [\"throughput.rx_mbps\"]")
         unknown = [m for m in v if m not in METRICS]
         if unknown:
-            raise ValueError(f"unknown metric(s) {', '.join(unknown)}; known: {', '.join(METRICS)}")
+            raise ValueError(f"unknown metric(s) {', '.join(map(units.brief, unknown[:5]))}"
+                             f"{f' and {len(unknown) - 5:,} more' if len(unknown) > 5 else ''}; known: {', '.join(METRICS)}")
         return list(dict.fromkeys(v))
 
     @model_validator(mode="after")
@@ -402,7 +403,7 @@ class HostsSpec(Strict):
     def _interfaces(cls, v: dict[str, str]) -> dict[str, str]:
         for host, name in v.items():
             if not re.fullmatch(r"(?!\.{1,2}$)[^/:\s]{1,15}", name):
-                raise ValueError(f"hosts.interfaces.{host} = {name!r} is not an interface name (1-15 characters, "
+                raise ValueError(f"hosts.interfaces.{host} = {units.brief(name)} is not an interface name (1-15 characters, "
                                  "no '/', ':' or spaces)")
         return v
 
@@ -413,7 +414,7 @@ class HostsSpec(Strict):
             try:
                 ipaddress.ip_address(addr)
             except ValueError:
-                raise ValueError(f"hosts.addresses.{host} = {addr!r} is not an IP address") from None
+                raise ValueError(f"hosts.addresses.{host} = {units.brief(addr)} is not an IP address") from None
         return v
 
 
@@ -520,7 +521,7 @@ class Scenario(Strict):
             if not values:
                 raise ValueError(f"matrix.{axis} is empty: give at least one value")
             if len({repr(x) for x in values}) != len(values):
-                raise ValueError(f"matrix.{axis} lists a value twice: {values}")
+                raise ValueError(f"matrix.{axis} lists a value twice: {units.brief(values)}")
         return v
 
     @field_validator("workloads", mode="before", json_schema_input_type=str | list[str])
@@ -541,8 +542,8 @@ class Scenario(Strict):
     def _workloads(self) -> "Scenario":
         unknown = [n for n in self.workloads or [] if n not in self.workload]
         if unknown:
-            raise ValueError(f"workloads = {self.workloads}: no workload named {', '.join(map(repr, unknown))} "
-                             f"(have {', '.join(self.workload)})")
+            raise ValueError(f"workloads = {units.brief(self.workloads)}: no workload named "
+                             f"{', '.join(map(units.brief, unknown[:5]))} (have {', '.join(self.workload)})")
         active = self.active
         if not active:
             what = "no workload" if not self.workload else "every workload has enabled = false"
@@ -556,13 +557,13 @@ class Scenario(Strict):
                                  f"workload it accompanies>\" (one of: {', '.join(leaders) or 'none yet'})")
             if w.during is not None:
                 if not d.can_accompany:
-                    raise ValueError(f"workload.{name} ({w.tool}) runs on its own: remove during = {w.during!r}")
+                    raise ValueError(f"workload.{name} ({w.tool}) runs on its own: remove during = {units.brief(w.during)}")
                 if w.during not in leaders:
                     if w.during in self.workload and not self.workload[w.during].enabled:
                         what = "is not enabled"
                     else:
                         what = "runs during another itself" if w.during in self.workload else "is no workload"
-                    raise ValueError(f"workload.{name}.during = {w.during!r} {what}; it must name a workload "
+                    raise ValueError(f"workload.{name}.during = {units.brief(w.during)} {what}; it must name a workload "
                                      f"that runs on its own ({', '.join(leaders) or 'none'})")
         tools: dict[str, str] = {}
         for name, w in active.items():

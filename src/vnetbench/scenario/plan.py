@@ -24,7 +24,7 @@ from pydantic import ValidationError
 from vnetbench.errors import ScenarioError
 from vnetbench.scenario import MAX_CONFIGURATIONS
 from vnetbench.scenario.load import LoadedScenario, format_validation_error
-from vnetbench.impair.model import base_rtt, lab_links
+from vnetbench.impair.model import SCHEDULE_MARGIN_S, LinkSpec, base_rtt, lab_links
 from vnetbench.lab import environments
 from vnetbench.scenario.model import LabSpec, Scenario, StreamWorkload
 from vnetbench.workloads import registry
@@ -146,7 +146,7 @@ def evaluate_offered(expr: str, variables: dict[str, float]) -> float | None:
         pass
     else:
         if value <= 0:  # iperf3 would read 0 as "as fast as it can": say 'unlimited' for that
-            raise ValueError(f"offered = {expr!r}: a rate must be more than 0; for no limit write 'unlimited'")
+            raise ValueError(f"offered = {units.brief(expr)}: a rate must be more than 0; for no limit write 'unlimited'")
         return value
 
     def ev(node: ast.AST) -> float:
@@ -156,7 +156,7 @@ def evaluate_offered(expr: str, variables: dict[str, float]) -> float | None:
             return float(node.value)
         if isinstance(node, ast.Name):
             if node.id not in variables or variables[node.id] is None:
-                raise ValueError(f"unknown name {node.id!r} (known: {', '.join(k for k, v in variables.items() if v is not None)})")
+                raise ValueError(f"unknown name {units.brief(node.id)} (known: {', '.join(k for k, v in variables.items() if v is not None)})")
             return float(variables[node.id])
         if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
             return _OPS[type(node.op)](ev(node.left), ev(node.right))
@@ -167,9 +167,9 @@ def evaluate_offered(expr: str, variables: dict[str, float]) -> float | None:
     try:
         value = ev(ast.parse(text, mode="eval"))
     except (SyntaxError, ValueError, ZeroDivisionError) as e:
-        raise ValueError(f"offered = {expr!r}: {e}; write a rate ('50Mbit'), 'unlimited', or e.g. 'ratio * bottleneck / senders'") from None
+        raise ValueError(f"offered = {units.brief(expr)}: {e}; write a rate ('50Mbit'), 'unlimited', or e.g. 'ratio * bottleneck / senders'") from None
     if not math.isfinite(value) or value <= 0:
-        raise ValueError(f"offered = {expr!r} gives {value:g} bit/s: it must be a finite rate above 0 "
+        raise ValueError(f"offered = {units.brief(expr)} gives {value:g} bit/s: it must be a finite rate above 0 "
                          "(for no limit write 'unlimited')")
     return value
 
@@ -219,7 +219,7 @@ def _axis_entries(scenario: Scenario, axis: str, values: list[Any]) -> list[dict
             if not value or set(value) == {IF_AVAILABLE}:
                 raise ValueError(f"matrix.{axis} has a table without parameters: give at least one in it")
             if not isinstance(value.get(IF_AVAILABLE, False), bool):
-                raise ValueError(f"matrix.{axis}: {IF_AVAILABLE} = {value[IF_AVAILABLE]!r} must be true or false "
+                raise ValueError(f"matrix.{axis}: {IF_AVAILABLE} = {units.brief(value[IF_AVAILABLE])} must be true or false "
                                  "(true: run these configurations where this machine can, leave them out elsewhere)")
             entries.append(dict(value))
             continue
@@ -227,7 +227,7 @@ def _axis_entries(scenario: Scenario, axis: str, values: list[Any]) -> list[dict
             _axis_targets(scenario, axis)
         except ValueError:
             if any(isinstance(v, dict) for v in values):
-                raise ValueError(f"matrix.{axis} = {value!r}: {axis} is not a parameter, so each value of this "
+                raise ValueError(f"matrix.{axis} = {units.brief(value)}: {axis} is not a parameter, so each value of this "
                                  f"axis must be an inline table of parameters, e.g. {{env = \"bare\"}}") from None
             raise
         entries.append({axis: value})
@@ -236,7 +236,7 @@ def _axis_entries(scenario: Scenario, axis: str, values: list[Any]) -> list[dict
             try:
                 _axis_targets(scenario, key)
             except ValueError as e:
-                raise ValueError(str(e).replace(f"matrix.{key} is not", f"matrix.{axis}: key {key!r} in a table is "
+                raise ValueError(str(e).replace(f"matrix.{key} is not", f"matrix.{axis}: key {units.brief(key)} in a table is "
                                                                         "not", 1)) from None
     return entries
 
@@ -287,21 +287,27 @@ def expand(loaded: LoadedScenario, max_configurations: int = MAX_CONFIGURATIONS)
         try:
             effective = Scenario.model_validate(raw)
         except ValidationError as e:
-            where = ", ".join(f"{k}={v}" for k, v in labels.items())
-            raise ScenarioError(format_validation_error(e, raw, f"{loaded.source} [configuration {where}]")) from None
+            raise ScenarioError(format_validation_error(e, raw, f"{loaded.source} [configuration "
+                                                                f"{_where(labels)}]")) from None
         configs.append(_configuration(loaded.source, labels, effective, if_available))
     return configs
+
+
+def _where(labels: dict[str, Any]) -> str:
+    """A configuration's labels for a message, each value shortened."""
+    return ", ".join(f"{k}={v if len(str(v)) <= 60 else units.brief(v)}" for k, v in labels.items())
 
 
 def _configuration(source: str, labels: dict[str, Any], scenario: Scenario, if_available: bool = False
                    ) -> Configuration:
     lab = scenario.lab
-    where = ", ".join(f"{k}={v}" for k, v in labels.items())
+    where = _where(labels)
     problems = [f"workload.{name} ({w.tool}): {p}" for name, w in scenario.active.items()
                 for p in registry.of(w).problems(w, lab)]
     environment = environments.kind(lab.env)
     problems += [f"workload.{name} ({w.tool}): {p}" for name, w in scenario.active.items()
                  if (p := environment.memory_problem(lab, registry.of(w).memory_bytes(w)))]
+    problems += schedule_problems(scenario)
     if problems:
         raise ScenarioError(f"{source}{f' [configuration {where}]' if where else ''}: " + "; ".join(problems))
     found = scenario.stream
@@ -341,6 +347,26 @@ def _configuration(source: str, labels: dict[str, Any], scenario: Scenario, if_a
         key=config_key(labels), labels=labels, scenario=scenario,
         active_senders=senders, offered_bps=offered, expected=expected, if_available=if_available,
     )
+
+
+def trial_seconds(scenario: Scenario) -> float:
+    """How long a trial's workloads run, phase after phase, warm-up included: the span its link schedules are
+    unrolled over (the runner's own sum, runner/bench.py)."""
+    return sum(sum(registry.of(scenario.workload[lead]).timing(scenario.workload[lead], None))
+               for lead, _ in scenario.phases())
+
+
+def schedule_problems(scenario: Scenario) -> list[str]:
+    """Link schedules that would unroll into more steps than a trial may start with (limits.SCHEDULE_STEPS)."""
+    lab = scenario.lab
+    until = trial_seconds(scenario) + SCHEDULE_MARGIN_S
+    out = []
+    for name, spec in lab_links(lab).items():
+        why = spec.schedule.too_long(until) if spec.schedule is not None else None
+        if why:
+            explicit = (lab.link.get(name) or LinkSpec()).schedule is not None
+            out.append(f"{f'lab.link.{name}.schedule' if explicit else 'lab.bottleneck_schedule'}: {why}")
+    return out
 
 
 def order_trials(configs: list[Configuration], repetitions: int, order: str, seed: int, warmup: bool) -> list[TrialSlot]:

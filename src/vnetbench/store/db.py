@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import sqlite3
 import time
 import zlib
@@ -160,10 +161,21 @@ def _unblob(b: bytes) -> np.ndarray:
 
 
 class Store:
-    def __init__(self, path: str | Path):
+    def __init__(self, path: str | Path, create: bool = True):
+        """The results database at `path`, made when it is not there. With create=False (the commands that
+        read results) it must be one already: anything else there, an empty file included, is refused and
+        left as it was, never turned into a database or switched to WAL."""
         self.path = Path(path)
         if self.path.exists() and self.path.is_dir():
             raise StoreError(f"{self.path} is a directory; --db takes a file name, e.g. {self.path}/vnetbench.db")
+        if not create:
+            from vnetbench.output import is_sqlite_file
+
+            if not is_sqlite_file(self.path):
+                what = "an empty file" if self.path.is_file() and self.path.stat().st_size == 0 else \
+                    "not an SQLite file"
+                raise StoreError(f"{self.path}: not a vnetbench results database ({what}); it was left as it was: "
+                                 "give the --db of a results database (`vnetbench run` makes one)")
         try:
             if self.path.parent and not self.path.parent.exists():
                 self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -184,6 +196,10 @@ class Store:
         except sqlite3.DatabaseError as e:
             raise StoreError(f"{self.path}: not a vnetbench results database ({e}); choose another file with --db") \
                 from None
+        if not tables and not create:
+            self.conn.close()
+            raise StoreError(f"{self.path}: an SQLite database without vnetbench's tables; it was left as it was: "
+                             "give the --db of a results database (`vnetbench run` makes one)")
         if tables and not {"meta", "runs"} <= tables:
             names = ", ".join(sorted(tables)[:6]) + (" ..." if len(tables) > 6 else "")
             raise StoreError(f"{self.path} is an SQLite database of another program (tables: {names}); "
@@ -201,10 +217,11 @@ class Store:
                 stamp = (f"INSERT OR IGNORE INTO meta VALUES ('schema_version', '{SCHEMA_VERSION}');"
                          if version is None else "")
                 self.conn.executescript(f"BEGIN IMMEDIATE;\n{SCHEMA}\n{stamp}\nCOMMIT;")
-        try:
-            self.conn.execute("PRAGMA journal_mode = WAL")  # readers never wait for a run's writes
-        except sqlite3.OperationalError:
-            pass  # a read-only file keeps its journal mode; reading works either way
+        if create:  # a command that reads results leaves the journal mode as the file has it
+            try:
+                self.conn.execute("PRAGMA journal_mode = WAL")  # readers never wait for a run's writes
+            except sqlite3.OperationalError:
+                pass  # a read-only file keeps its journal mode; reading works either way
 
     def _schema_version(self) -> int:
         try:
@@ -365,7 +382,7 @@ class Store:
         if len(rows) == 1:
             return rows[0]["id"]
         if not rows:
-            raise StoreError(f"no run {ref!r} in {self.path}; `vnetbench runs --db {self.path}` lists them")
+            raise StoreError(f"no run {ref!r} in {self.path}; `vnetbench runs --db {shlex.quote(str(self.path))}` lists them")
         raise StoreError(f"{ref!r} matches {len(rows)} runs in {self.path}; give more characters of the id")
 
     def run(self, run_id: str) -> dict[str, Any]:
@@ -386,7 +403,8 @@ class Store:
             stored = self.conn.execute("SELECT COUNT(*) FROM trials WHERE run_id=?", (run["id"],)).fetchone()[0]
             who = f" (pid {run['pid']})" if run.get("pid") else ""
             run["status_reason"] = (f"its process{who} ended without finishing it; {stored} trials are stored; "
-                                    f"finish it with `vnetbench run --resume {run['id']} --db {self.path}`")
+                                    f"finish it with `vnetbench run --resume {shlex.quote(str(run['id']))} "
+                                    f"--db {shlex.quote(str(self.path))}`")
         return run
 
     def runs(self) -> list[dict[str, Any]]:

@@ -25,6 +25,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from vnetbench import units
 from vnetbench.impair.links import staggered
 from vnetbench.metrics import HIGHER, LOWER, Metric
 from vnetbench.quantities import Duration, Size
@@ -149,8 +150,12 @@ class Options(WorkloadOptions):
     def _offered(cls, v: Any) -> Any:
         # a bare number is a rate in bit/s (as everywhere else), written the way the expression reads it
         if isinstance(v, (int, float)) and not isinstance(v, bool):
-            if not math.isfinite(v):
-                raise ValueError(f"{v!r} is not a finite rate: give a rate (e.g. '50Mbit') or 'unlimited'")
+            try:
+                finite = math.isfinite(v)
+            except OverflowError:  # an integer of hundreds of digits is beyond a float too
+                finite = False
+            if not finite:
+                raise ValueError(f"{units.brief(v)} is not a finite rate: give a rate (e.g. '50Mbit') or 'unlimited'")
             return repr(v)
         if isinstance(v, str) and len(v) > MAX_OFFERED_LENGTH:
             raise ValueError(f"an expression of {len(v)} characters: write offered in at most "
@@ -161,7 +166,7 @@ class Options(WorkloadOptions):
     @classmethod
     def _cc(cls, v: str) -> str:
         if not v.isidentifier():
-            raise ValueError(f"{v!r} is not a congestion control name (e.g. cubic, reno, bbr)")
+            raise ValueError(f"{units.brief(v)} is not a congestion control name (e.g. cubic, reno, bbr)")
         return v
 
     @model_validator(mode="after")

@@ -100,7 +100,7 @@ def cpuset_problem(cpuset: str | None) -> str | None:
         lo, _, hi = part.partition("-")
         missing = [c for c in range(int(lo), int(hi or lo) + 1) if c not in allowed]
         if missing:
-            return f"cpuset = {cpuset!r} names CPU {missing[0]}, which this machine does not have (CPUs: {sorted(allowed)})"
+            return f"cpuset = {units.brief(cpuset)} names CPU {missing[0]}, which this machine does not have (CPUs: {sorted(allowed)})"
     return None
 
 

@@ -9,6 +9,7 @@ another run could be changing (interfaces, clocks, fingerprints).
 from __future__ import annotations
 
 import argparse
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -150,7 +151,7 @@ class HostsPlace(Place):
         return 1 if any(r.errors for r in reports) or (args.check and found) else 0
 
     def resume_args(self) -> str:
-        return f" --hosts {self.access.inventory.path}"
+        return f" --hosts {shlex.quote(str(self.access.inventory.path))}"
 
     def clean_command(self) -> str:
-        return f"vnetbench clean --hosts {self.access.inventory.path}"
+        return f"vnetbench clean --hosts {shlex.quote(str(self.access.inventory.path))}"
