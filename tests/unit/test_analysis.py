@@ -120,6 +120,23 @@ def test_noise_thresholds_come_from_the_metric_and_can_be_overridden(store):
     assert got[RX].verdict == "unchanged" and got[p99].verdict == "regressed"
 
 
+
+def test_counts_of_lost_segments_change_only_beyond_half(store):
+    """Retransmissions through a tail-drop queue vary by trial from 1 to 32 on identical settings: a CI run's
+    identical runs had medians 11.5 and 16 with nearly every trial of one above the other, which a 5 or 10%
+    threshold called a regression. A doubling with the same spread is still one."""
+    rtx = "tcp.retransmits"
+    a = add_run(store, "aaaaaaaaaaaa", [(TCP, {rtx: [7.0, 9.0, 11.0, 12.0, 13.0, 14.0], RX: jitter(90, 6)})])
+    b = add_run(store, "bbbbbbbbbbbb", [(TCP, {rtx: [13.0, 14.0, 15.0, 17.0, 19.0, 21.0], RX: jitter(90, 6, seed=1)})])
+    c = add_run(store, "cccccccccccc", [(TCP, {rtx: [20.0, 23.0, 24.0, 26.0, 29.0, 33.0], RX: jitter(90, 6, seed=2)})])
+    before = by_config(analysis.compare_runs(store, a, b, noise_overrides={rtx: 0.10}))["ratio=2.0, proto=tcp"][rtx]
+    assert before.verdict == "regressed"  # what the 10% threshold said
+    same = by_config(analysis.compare_runs(store, a, b, noise_default=0.10))["ratio=2.0, proto=tcp"][rtx]
+    assert same.noise_threshold == 0.5 and same.verdict == "inconclusive", same.reason
+    doubled = by_config(analysis.compare_runs(store, a, c, noise_default=0.10))["ratio=2.0, proto=tcp"][rtx]
+    assert doubled.verdict == "regressed" and doubled.rel_change == pytest.approx(25.0 / 11.5 - 1)
+    assert {METRICS[m].noise for m in ("tcp.retransmits", "ss.retrans_segments", "bottleneck.drops")} == {0.5}
+
 def test_same_seed_same_intervals(store):
     a = add_run(store, "aaaaaaaaaaaa", [(UDP, {RX: list(np.random.default_rng(1).normal(95, 3, 7))})])
     b = add_run(store, "bbbbbbbbbbbb", [(UDP, {RX: list(np.random.default_rng(2).normal(93, 3, 7))})])

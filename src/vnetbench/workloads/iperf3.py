@@ -27,7 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from vnetbench import units
 from vnetbench.impair.links import staggered
-from vnetbench.metrics import HIGHER, LOWER, Metric
+from vnetbench.metrics import HIGHER, LOSS_EVENT_COUNT_NOISE, LOWER, Metric
 from vnetbench.quantities import Duration, Size
 from vnetbench.tools import IPERF3
 from vnetbench.workloads.base import (Measurement, ServerSpec, Started, ToolFailed, TrialContext, TrialHosts,
@@ -201,7 +201,8 @@ METRICS = (
     Metric("udp.lost_packets", "packets", LOWER, "UDP packets lost, over all flows"),
     Metric("udp.sent_packets", "packets", HIGHER, "UDP packets sent, over all flows"),
     Metric("udp.jitter_rfc3550_ms", "ms", LOWER, "iperf3's jitter: RFC 3550 smoothed interarrival jitter (not IPDV), mean over flows"),
-    Metric("tcp.retransmits", "segments", LOWER, "TCP retransmitted segments, over all flows (sender side)"),
+    Metric("tcp.retransmits", "segments", LOWER, "TCP retransmitted segments, over all flows (sender side)",
+           noise=LOSS_EVENT_COUNT_NOISE),
     Metric("tcp.mean_srtt_ms", "ms", LOWER, "Mean smoothed RTT reported by the TCP sender, over intervals and flows"),
 )
 

@@ -24,7 +24,7 @@ from typing import Iterable, Literal
 import numpy as np
 from pydantic import Field, field_validator
 
-from vnetbench.metrics import HIGHER, LOWER, Metric
+from vnetbench.metrics import HIGHER, LOSS_EVENT_COUNT_NOISE, LOWER, Metric
 from vnetbench.quantities import Duration
 from vnetbench.tools import SS
 from vnetbench.workloads.base import Measurement, Started, ToolFailed, TrialContext, Workload, WorkloadOptions
@@ -274,7 +274,8 @@ METRICS = (
            noise=0.10),
     Metric("ss.cwnd_median_segments", "segments", HIGHER, "Median congestion window (segments), mean over flows, "
                                                           "sampled with ss -ti"),
-    Metric("ss.retrans_segments", "segments", LOWER, "Retransmitted segments (ss -ti retrans total), over flows"),
+    Metric("ss.retrans_segments", "segments", LOWER, "Retransmitted segments (ss -ti retrans total), over flows",
+           noise=LOSS_EVENT_COUNT_NOISE),
     Metric("ss.samples_per_s", "1/s", HIGHER, "ss -ti samples per second actually taken (sampler cadence)",
            noise=0.5),
 )
