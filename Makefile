@@ -72,7 +72,7 @@ test: setup
 # configuration: a kernel shaper's physics, a failing tool, a timeout, Ctrl-C's teardown). `make test` stays
 # the suite to run before a merge.
 check: setup
-	$(VENV)/bin/pytest -q tests/unit
+	$(VENV)/bin/pytest -q -n auto tests/unit
 	$(VENV)/bin/pytest -q -m quick tests/integration
 	$(VENV)/bin/vnetbench clean --check
 

@@ -45,13 +45,13 @@ import numpy as np
 
 from vnetbench.impair import backends as B
 from vnetbench.impair.links import lab_link
-from vnetbench.impair.model import LinkSpec
+from vnetbench.impair.model import FRAME_OVERHEAD, LinkSpec, frame_bytes
 from vnetbench.lab.offload import OffloadControl
 from vnetbench.lab.teardown import Registry
 from vnetbench.workloads import iperf3, ping
 
 TCP_EFFICIENCY = 1448 / 1514  # TCP/IPv4 with timestamps: payload per 1500-MTU Ethernet frame
-FRAME = 1514
+FRAME = frame_bytes(1500)  # a full frame at the default MTU
 UDP_PORT = 9000
 
 
@@ -408,7 +408,7 @@ def check_burst(lab: FidelityLab, backend: str, rate: float, buffer: int) -> Che
     """Drop-tail drops nothing before the buffer is full: a burst of 90% of the buffer
     arrives whole; of a 200% burst, the first loss comes after >= buffer - 1 packet."""
     size = 1000
-    frame = size + 8 + 20 + 14
+    frame = size + 8 + 20 + FRAME_OVERHEAD
     lab.use(backend, LinkSpec.model_validate({"forward": {"rate": rate, "buffer": buffer}}))
     small = int(0.9 * buffer / frame)
     got = lab.datagrams(small, size, max_s=5)
@@ -474,7 +474,7 @@ def check_schedule(lab: FidelityLab, at_s: float = 1.5) -> Check:
     """A step from 5 to 50 Mbit/s under a standing queue: the receiver's
     inter-arrival gaps shrink from 1.67 ms to 0.17 ms when the new rate takes effect."""
     r0, r1, size = 5e6, 50e6, 1000
-    frame = size + 8 + 20 + 14
+    frame = size + 8 + 20 + FRAME_OVERHEAD
     spec = LinkSpec.model_validate({"forward": {"rate": r0, "buffer": 100_000},
                                     "schedule": [{"at": at_s, "forward": {"rate": r1}}]})
     b = lab.use("userspace", spec)

@@ -40,6 +40,19 @@ SCHEDULE_DIRECTIONS = ("forward", "reverse", "both")
 # (impair/backend.register), so the two cannot drift.
 BACKENDS = ("auto", "tbf", "htb", "netem", "userspace")
 FRAME_OVERHEAD = 14  # Ethernet header on top of the MTU: a full frame is MTU + 14 bytes
+# A queue without a declared size holds as many full frames as Linux's default txqueuelen.
+DEFAULT_QUEUE_FRAMES = 1000
+
+
+def frame_bytes(mtu: int) -> int:
+    """A full-size Ethernet frame on a link of this MTU (what a qdisc's byte counters count)."""
+    return mtu + FRAME_OVERHEAD
+
+
+def default_buffer_bytes(mtu: int) -> int:
+    """The queue of a link whose conditions declare no buffer."""
+    return DEFAULT_QUEUE_FRAMES * frame_bytes(mtu)
+
 MAHIMAHI_OPPORTUNITY_BYTES = OPPORTUNITY_BYTES
 MAHIMAHI_MAX_BYTES = limits.TRACE_BYTES.value
 #: The compact schedule form: at most this many characters, and steps of at least a millisecond (the

@@ -36,7 +36,7 @@ from typing import Any
 
 from vnetbench.errors import LabError
 from vnetbench.impair.backend import SHAPER_NEEDS, Backend, LabLink, TrialCounters, register
-from vnetbench.impair.model import LinkConditions, LinkSpec
+from vnetbench.impair.model import LinkConditions, LinkSpec, default_buffer_bytes
 from vnetbench.impair.tc import burst_bytes, installed_roots
 
 # What a netem qdisc (with a tbf/htb child for rate and buffer) expresses; the rest needs the emulator.
@@ -64,7 +64,7 @@ def delay_line_limit(cond: LinkConditions, mtu: int) -> int:
     queue behind it, or netem itself drops: 1000 (its default) at least."""
     rate = cond.rate or ASSUMED_LINE_BPS
     in_flight = rate / 8 * (cond.delay + 4 * cond.jitter) / MIN_AVG_FRAME
-    queue = (cond.buffer_bytes() or 1000 * (mtu + 14)) / MIN_AVG_FRAME
+    queue = (cond.buffer_bytes() or default_buffer_bytes(mtu)) / MIN_AVG_FRAME
     return int(min(2**31 - 1, max(1000, math.ceil(in_flight + queue))))
 
 
@@ -125,7 +125,7 @@ def shaper_commands(ns: str, dev: str, cond: LinkConditions, shaper: str = "tbf"
     at = parent or ["root"]
     rate = f"{int(cond.rate)}bit"
     burst = str(burst_bytes(cond.rate, mtu))
-    limit = str(int(cond.buffer_bytes() or 1000 * (mtu + 14)))
+    limit = str(int(cond.buffer_bytes() or default_buffer_bytes(mtu)))
     overhead = ["overhead", str(cond.overhead)] if cond.overhead else []
     if shaper == "tbf":
         return [tc + ["qdisc", "add", "dev", dev, *at, "handle", handle, "tbf", "rate", rate, "burst", burst,

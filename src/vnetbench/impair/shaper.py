@@ -6,7 +6,7 @@ from typing import Any
 
 from vnetbench.impair import tc
 from vnetbench.impair.backend import SHAPER_NEEDS, Backend, LabLink, TrialCounters, register
-from vnetbench.impair.model import LinkSpec
+from vnetbench.impair.model import LinkSpec, default_buffer_bytes
 
 # The kernel keeps a rate in bytes per second (and tc's tables round): what it reads back may differ from the
 # declared rate by a rounding, never by more than this fraction.
@@ -35,7 +35,7 @@ class ShaperBackend(Backend):
                 tc.clear(iface)
                 out["directions"][d] = {"plain": True}
                 continue
-            buffer = cond.buffer_bytes() or 1000 * (self.mtu + 14)
+            buffer = cond.buffer_bytes() or default_buffer_bytes(self.mtu)
             tc.apply(iface, tc.Shaping(rate_bps=cond.rate, buffer_bytes=buffer, qdisc=self.name, mtu=self.mtu))
             out["directions"][d] = {"qdiscs": [q for q in tc.read_back(iface) if q["kind"] != "noqueue"]}
         return out
@@ -58,7 +58,7 @@ class ShaperBackend(Backend):
             if rate is None or abs(rate - cond.rate) > RATE_TOLERANCE * cond.rate:
                 out.append(f"{d}: the kernel's rate on {iface.name} is {rate} bit/s, {cond.rate:g} is declared")
             limit = roots[0].get("limit_bytes") if self.name == "tbf" else tc.fifo_limit(iface)
-            wanted = int(cond.buffer_bytes() or 1000 * (self.mtu + 14))
+            wanted = int(cond.buffer_bytes() or default_buffer_bytes(self.mtu))
             if limit != wanted:
                 out.append(f"{d}: the kernel's buffer on {iface.name} is {limit} bytes, {wanted} is declared")
         return out

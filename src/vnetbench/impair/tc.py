@@ -10,6 +10,7 @@ from typing import Any
 
 from pyroute2.netlink.rtnl.tcmsg import common as tc_common, plugins as tc_plugins, sched_pfifo
 
+from vnetbench.impair.model import frame_bytes
 from vnetbench.lab.nodes import Interface
 
 # bfifo's options are the same struct as pfifo's (one u32 limit, here in bytes);
@@ -37,7 +38,7 @@ def burst_bytes(rate_bps: float, mtu: int) -> int:
     """A kernel shaper's burst (tbf, htb, and netem's tbf/htb child): one millisecond of tokens, at least
     two full frames; enough to keep the link busy across timer slack, small enough that the output never
     bursts far above the rate."""
-    return int(max(2 * (mtu + 14), rate_bps / 8 * 1e-3))
+    return int(max(2 * frame_bytes(mtu), rate_bps / 8 * 1e-3))
 
 
 def apply(iface: Interface, shaping: Shaping) -> None:

@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vnetbench.errors import EnvironmentUnavailable, LabError
-from vnetbench.impair import tc
 from vnetbench.lab import environments
 from vnetbench.lab.environments import Variant
 from vnetbench.lab.environments.base import (UNDERLAY_V4_PREFIXLEN, UNDERLAY_V6_PREFIXLEN, Endpoint, LabContext,
@@ -166,18 +165,3 @@ def build_dumbbell(run_prefix: str, senders: int, mtu: int = 1500, pin_cpus: boo
         registry.teardown()
         raise
     return lab
-
-
-def shape_bottleneck(lab: Lab, shaping: tc.Shaping | None, direction: str, receiver: str = "r") -> list[dict[str, Any]]:
-    """Put the bottleneck on the receiver's link, in the declared direction(s), and
-    return the qdiscs as the kernel reports them. ``shaping=None``: no bottleneck."""
-    port = lab.ports[receiver]  # switch side: its egress carries traffic toward the receiver
-    host_end = lab.uplinks[receiver]  # receiver side: its egress carries traffic back
-    applied = []
-    for iface, wanted in ((port, direction in ("forward", "both")), (host_end, direction in ("reverse", "both"))):
-        if wanted and shaping is not None:
-            tc.apply(iface, shaping)
-        else:
-            tc.clear(iface)
-        applied.extend(q for q in tc.read_back(iface) if q["kind"] not in ("noqueue",))
-    return applied

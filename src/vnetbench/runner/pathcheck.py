@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from vnetbench.impair.model import LinkConditions, LinkSpec
+from vnetbench.impair.model import FRAME_OVERHEAD, LinkConditions, LinkSpec, frame_bytes
 from vnetbench.impair.tc import burst_bytes
 from vnetbench.metrics import metric
 from vnetbench.workloads.ping import PingResult
@@ -126,7 +126,7 @@ def probe_plan(exp: Expectation, senders: int = 1) -> tuple[int, float]:
     stay under PROBE_LOAD of the slowest rate, and fewer when that would take longer than PROBE_BUDGET_S."""
     interval = PROBE_INTERVAL_S
     if exp.rate_bps:
-        frame_bits = (PROBE_SIZE + 48 + 14 + exp.overhead) * 8
+        frame_bits = (PROBE_SIZE + 48 + FRAME_OVERHEAD + exp.overhead) * 8
         interval = max(interval, senders * frame_bits / (PROBE_LOAD * exp.rate_bps))
     count = max(MIN_PROBES, min(PROBES, int(PROBE_BUDGET_S / interval)))
     return count, round(interval, 4)
@@ -174,8 +174,8 @@ def burst_plan(exp: Expectation, mtu: int, ip_version: int, env: str) -> tuple[i
     if (exp.rate_bps is None or exp.rate_bps > RATE_CHECK_MAX_BPS or exp.dynamic or exp.reordering
             or env == "vm"):
         return None
-    headers = (48 if ip_version == 6 else 28) + 14
-    frame = min(mtu + 14, 1400 + headers)
+    headers = (48 if ip_version == 6 else 28) + FRAME_OVERHEAD
+    frame = min(frame_bytes(mtu), 1400 + headers)
     queued = max(2 * RATE_POINTS, math.ceil(TRAIN_SPAN_S * exp.rate_bps / ((frame + exp.overhead) * 8)))
     if queued * (frame + exp.overhead) * 8 / exp.rate_bps > BURST_BUDGET_S:
         frame = int(BURST_BUDGET_S * exp.rate_bps / 8 / queued) - exp.overhead
@@ -199,7 +199,7 @@ def judge_burst(exp: Expectation, payload: int, ip_version: int, result: PingRes
     1)) after the first (ping's own "time"). The slope of arrival time over arrival rank, Theil-Sen's over the
     queued replies less their first quarter (the queue's start), is frame / rate: drops from a full buffer
     and the shaper's timers, which release packets in batches on a busy core, do not bend it."""
-    headers = (48 if ip_version == 6 else 28) + 14
+    headers = (48 if ip_version == 6 else 28) + FRAME_OVERHEAD
     frame_bits = (payload + headers + exp.overhead) * 8
     requests = result.transmitted
     if result.elapsed_ms is None or result.elapsed_ms / 1e3 > SEND_SHARE * requests * frame_bits / exp.rate_bps:

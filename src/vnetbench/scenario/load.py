@@ -4,7 +4,6 @@ validation errors that name the file, the key path, the value and what to write.
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import re
 import tomllib
@@ -475,7 +474,3 @@ def format_validation_error(error: ValidationError, raw: dict[str, Any], source:
         shown = f" = {units.brief(value)}" if value is not None and not isinstance(value, dict) else ""
         lines.append(f"  {key}{shown}: {msg}")
     return "\n".join(lines)
-
-
-def deep_copy(raw: dict[str, Any]) -> dict[str, Any]:
-    return copy.deepcopy(raw)

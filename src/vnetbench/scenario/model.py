@@ -14,13 +14,11 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationIn
 
 from vnetbench import quantities, units
 from vnetbench.impair.model import (BACKENDS, Delay, LinkBuffer, LinkSpec, LossSpec, Schedule, buffer_bytes_in_range,
-                                    lab_links, link_rate, short_hand_conflicts)
+                                    frame_bytes, lab_links, link_rate, short_hand_conflicts)
 from vnetbench.lab import environments
 from vnetbench.scenario.names import RULE, require_name
 from vnetbench.workloads import iperf3, ping, registry, tcpinfo
 
-# Largest Ethernet frame at the default MTU; a buffer must hold at least one.
-FULL_FRAME_BYTES = 1514
 MATRIX_AXES_EXTRA = ("ratio",)
 
 
@@ -229,10 +227,10 @@ class LabSpec(Strict):
             return v  # the bottleneck itself is invalid; that error is reported
         size = v.in_bytes(rate)
         buffer_bytes_in_range(size, f"{v} at {units.format_rate(rate)}")
-        if size < mtu + 14:
+        if size < frame_bytes(mtu):
             raise ValueError(
                 f"{v} is {size:.0f} B at {units.format_rate(rate)}, smaller than one full-size frame "
-                f"({mtu + 14} B): nothing could be queued; give at least {units.format_size(mtu + 14)}"
+                f"({frame_bytes(mtu)} B): nothing could be queued; give at least {units.format_size(frame_bytes(mtu))}"
             )
         return v
 

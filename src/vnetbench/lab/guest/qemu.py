@@ -674,13 +674,6 @@ def _set_kvm_verdict(ok: bool, reason: str) -> None:
             _KVM_VERDICT = (ok, reason)
 
 
-def reset_kvm_verdict() -> None:
-    """Forget the probe result (tests, or a long-lived process after the machine changed)."""
-    global _KVM_VERDICT
-    with _KVM_LOCK:
-        _KVM_VERDICT = None
-
-
 _QEMU_VERSION: str | None = None
 
 
