@@ -70,8 +70,11 @@ def test_reproducer_measures_the_declared_loss_in_both_orders(tmp_path, order, n
     assert float(np.mean(lossy["rtt.loss_ratio"])) == pytest.approx(0.20, abs=0.05)
     assert float(np.min(lossy["link.lost_packets"])) > 0  # the emulator's own model dropped them
     assert float(np.min(delayed["rtt.min_ms"])) >= 4.0  # 2 ms each way on the sender's link
-    # at most the request sent as ping's deadline ends, whose reply comes after it
-    assert float(np.max(delayed["rtt.loss_ratio"])) <= 2 / 500
+    # No loss declared: the link's model drops nothing, and ping misses only the replies still on their way
+    # when its deadline ends it: the last request, or a few when a busy core holds the emulator (2 of 494
+    # with one core kept busy). At most those sent in the last 25 ms (5 of about 500 requests).
+    assert max(delayed.get("link.lost_packets", [0.0])) == 0
+    assert float(np.max(delayed["rtt.loss_ratio"])) <= 0.01
     store.close()
 
 

@@ -116,6 +116,16 @@ def test_a_scenario_runs_on_the_hosts_over_their_data_link(hosts, tmp_path):
             assert 0 < clock["uncertainty_ms"] < 100 and abs(clock["offset_ms"]) <= clock["uncertainty_ms"] + 0.001, clock
         state = configs["tcp"]["lab_state"]["environment"]
         assert state["variant"] == "hosts" and state["hosts"]["server-a"]["address"] == SERVER_DATA
+        # the endpoint -> node mapping, stored as for a lab run: the receiver on server-a at its data address
+        where = fp["endpoints"]
+        assert list(where) == ["hosts"] and set(where["hosts"]) == {"r", "s1"}, where
+        assert where["hosts"]["r"]["node"].startswith("host server-a (ssh ") and \
+            where["hosts"]["r"]["addresses"] == [SERVER_DATA], where
+        assert where["hosts"]["s1"]["node"].startswith("host client-1 (ssh "), where
+        assert all(w["interface"] == fp["hosts"][n]["interface"].split()[0] for n, w in
+                   (("server-a", where["hosts"]["r"]), ("client-1", where["hosts"]["s1"]))), where
+    shown = " ".join(cli("show", run_id, "--db", str(tmp_path / "r.db")).stdout.split())
+    assert "endpoints: r = host server-a (ssh " in shown and f"({SERVER_DATA}" in shown, shown
     # nothing of the run's is left on the hosts: no process, no work directory
     assert hosts.pids() == {hosts.ns_a: [], hosts.ns_b: []}
     assert not Path(f"/tmp/vnb-{run_id[:6]}").exists()

@@ -1,5 +1,6 @@
 """Teardown, interruption, resume, bad input and failing tools, on real labs."""
 
+import ipaddress
 import os
 import signal
 import sqlite3
@@ -13,6 +14,7 @@ import pytest
 from helpers import ROOT, cli, full_queue_delay_bounds, run_id_of, saturated_udp_loss_bounds
 from vnetbench.lab import netns
 from vnetbench.lab.clean import leftovers
+from vnetbench.lab.netns import run_prefix
 from vnetbench.runner.bench import DumbbellBench
 from vnetbench.scenario import load, plan
 from vnetbench.store.db import Store
@@ -213,6 +215,18 @@ def test_ipv6_and_htb_saturate_like_ipv4_tbf(tmp_path, variant, no_leftovers):
     assert low <= values["rtt.p50_ms"][0] <= high
     qdiscs = store.configurations(run_id)[0]["lab_state"]["qdiscs"]
     assert {q["kind"] for q in qdiscs} == ({"htb", "bfifo"} if "htb" in variant[0] else {"tbf"})
+    # The endpoint -> node mapping is stored with the run: each endpoint's namespace, addresses on the
+    # benchmarking ranges, interface and pinned CPU; `show` gives it.
+    endpoints = store.run(run_id)["fingerprint"]["endpoints"]
+    prefix = run_prefix(run_id)
+    assert list(endpoints) == ["bare"] and set(endpoints["bare"]) == {"r", "s1", "s2"}
+    network = ipaddress.ip_network("2001:2::/48" if "ip_version=6" in variant[0] else "198.18.0.0/15")
+    for name, where in endpoints["bare"].items():
+        assert where["node"] == f"namespace {prefix}-{name}", where
+        assert any(ipaddress.ip_address(a) in network for a in where["addresses"]), where
+        assert where["interface"] and isinstance(where["cpu"], int), where
+    shown = " ".join(cli("show", run_id, "--db", str(tmp_path / "r.db")).stdout.split())
+    assert f"endpoints: r = namespace {prefix}-r (" in shown
 
 
 def test_qdisc_probe_reports_what_the_kernel_accepts_and_leaves_nothing(no_leftovers):

@@ -14,7 +14,7 @@ import subprocess
 from typing import Any, Sequence
 
 from vnetbench.hosts.ssh import SshConnection
-from vnetbench.lab.nodes import RunsCommands, exec_wrapper
+from vnetbench.lab.nodes import RunsCommands, exec_wrapper, placement_entry
 from vnetbench.lab.teardown import Registry
 from vnetbench.limits import REMOTE_OUTPUT_BYTES
 
@@ -54,8 +54,9 @@ class SshNode(RunsCommands):
     output_limit = REMOTE_OUTPUT_BYTES.value  # a host's answers are kilobytes: more is refused, not held
 
     def __init__(self, name: str, conn: SshConnection, registry: Registry, ipv4: str = "", ipv6: str = "",
-                 facts: dict[str, Any] | None = None):
+                 facts: dict[str, Any] | None = None, interface: str | None = None):
         self.name, self.conn, self.registry = name, conn, registry
+        self.interface = interface  # the one that carries the run's traffic (the inventory's or the route's)
         self.ipv4, self.ipv6 = ipv4, ipv6
         self.cpu: int | None = None  # not pinned: the host's scheduler decides, as for the user's own runs
         self.host_facts = dict(facts or {})
@@ -73,6 +74,13 @@ class SshNode(RunsCommands):
 
     def facts(self) -> dict[str, Any]:
         return dict(self.host_facts)
+
+    def placement(self) -> dict[str, Any]:
+        host = self.conn.host
+        login = f"{host.user}@{host.address}" if host.user else host.address
+        port = f" port {host.port}" if host.port else ""
+        return placement_entry(f"host {self.name} (ssh {login}{port})", self.ipv4, self.ipv6,
+                               self.interface, None)
 
     def command(self, argv: Sequence[str], pin: bool = True) -> list[str]:
         """The local argv that starts ``argv`` on the host and ends it when this argv's process ends."""

@@ -167,6 +167,11 @@ class RunsCommands:
     def command(self, argv: Sequence[str], pin: bool = True) -> list[str]:
         raise NotImplementedError
 
+    def placement(self) -> dict[str, Any]:
+        """Where this endpoint runs, as the run records it (the endpoint -> node mapping): the node, its
+        addresses and interface, the CPU it is pinned to."""
+        raise NotImplementedError
+
     def echo_address(self, ip_version: int) -> str:
         """Where other hosts send ICMP echo requests to reach this endpoint itself. Its service address, unless
         that is an address in front of it that answers echo itself (a container engine's published ports)."""
@@ -190,6 +195,12 @@ class RunsCommands:
         if self.stdin_of_started != subprocess.PIPE:
             return bounded_run(self.command(argv, pin), timeout, self.output_limit)
         return run_holding_input(self.command(argv, pin), timeout, self.output_limit)
+
+
+def placement_entry(node: str, ipv4: str, ipv6: str, interface: str | None, cpu: int | None,
+               **more: Any) -> dict[str, Any]:
+    """One endpoint's entry in the mapping, the same keys wherever it runs (None: not known or not set)."""
+    return {"node": node, "addresses": [a for a in (ipv4, ipv6) if a], "interface": interface, "cpu": cpu, **more}
 
 
 class OutputTooLarge(LabError):
@@ -290,6 +301,10 @@ class Host(RunsCommands):
 
     def facts(self) -> dict[str, Any]:
         return dict(self.env_facts)
+
+    def placement(self) -> dict[str, Any]:
+        return placement_entry(f"namespace {self.ns.name}", self.ipv4, self.ipv6, self.iface.name if self.iface else None,
+                          self.cpu, public=" ".join(a for a in (self.public_ipv4, self.public_ipv6) if a) or None)
 
     def command(self, argv: Sequence[str], pin: bool = True) -> list[str]:
         prefix = [*self.wrapper, "ip", "netns", "exec", self.ns.name]

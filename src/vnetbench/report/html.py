@@ -59,6 +59,7 @@ from vnetbench.report import plotly_bundle
 from vnetbench.report import sender
 from vnetbench.report.html_model import Entry, ReportModel, fmt_num, fmt_value
 from vnetbench.report.relative import software_guest_note
+from vnetbench.report.terminal import endpoint_places
 from vnetbench.runner.machine_load import describe as describe_machine_load, machine_note
 from vnetbench.runner.fingerprint import run_notes
 from vnetbench.units import utc_text
@@ -262,6 +263,7 @@ def _what_ran(m: ReportModel) -> str:
         out.append(_sender_shortfalls(m, r))
     out.append(_fingerprint(m))
     out.append(_hosts(m))
+    out.append(_endpoints(m))
     out.append(_lab_state(m))
     out.append(_trials(m))
     out.append("</section>")
@@ -301,7 +303,8 @@ def _fingerprint(m: ReportModel) -> str:
             fp = {**fp, "machine_load": describe_machine_load(fp)}
         return fp
 
-    fps = [readable(r.record.get("fingerprint") or {}) for r in m.runs]
+    # the endpoint -> node mapping has a table of its own (_endpoints): its node names are the run's own
+    fps = [{k: v for k, v in readable(r.record.get("fingerprint") or {}).items() if k != "endpoints"} for r in m.runs]
     if len(m.runs) == 1:  # one run's hosts have a table of their own, a column per host (_hosts)
         fps = [{k: v for k, v in fp.items() if k != "hosts"} for fp in fps]
     flat = [dict(_flatten(fp)) for fp in fps]
@@ -364,6 +367,21 @@ def _hosts(m: ReportModel) -> str:
                        "checked over SSH before anything started.</p>")
         out.append(_collapsible("Kernel, CPU, interface, offloads, tools and settings of each host",
                                 _table(["Fact"] + names, rows, raw=True, cls="data kv"), len(rows), open_=True))
+    return "".join(out)
+
+
+def _endpoints(m: ReportModel) -> str:
+    """Where each endpoint of each run ran: the endpoint -> node mapping, a row per environment and endpoint."""
+    out = []
+    for r in m.runs:
+        rows = [list(row) for row in endpoint_places(r.record.get("fingerprint") or {})]
+        if not rows:
+            continue
+        title = "Endpoints" if len(m.runs) == 1 else f"Endpoints of run {r.short}"
+        out.append(f"<h3>{e(title)}</h3>")
+        out.append(_collapsible("Where each endpoint ran: its node, addresses, interface and CPU",
+                                _table(["Environment", "Endpoint", "Node", "Addresses", "Interface", "CPU"], rows),
+                                len(rows)))
     return "".join(out)
 
 

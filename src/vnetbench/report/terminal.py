@@ -112,6 +112,33 @@ def host_lines(fp: dict) -> list[str]:
     return out
 
 
+def endpoint_places(fp: dict) -> list[tuple[str, str, str, str, str, str]]:
+    """The run's endpoint -> node mapping (fingerprint "endpoints"), as text: (variant, endpoint, node,
+    addresses, interface, cpu), "" where not known. Whatever a database holds there is taken as text."""
+    mapping = fp.get("endpoints")
+    rows = []
+    for variant, endpoints in (mapping.items() if isinstance(mapping, dict) else ()):
+        for role, p in (endpoints.items() if isinstance(endpoints, dict) else ()):
+            if not isinstance(p, dict):
+                continue
+            addresses = p.get("addresses")
+            cpu = p.get("cpu")
+            rows.append((str(variant), str(role), str(p.get("node") or "?"),
+                         " ".join(map(str, addresses)) if isinstance(addresses, list) else "",
+                         str(p.get("interface") or ""), "" if cpu is None else str(cpu)))
+    return rows
+
+
+def endpoint_lines(fp: dict) -> list[str]:
+    """Where each endpoint ran, a line per environment variant ("endpoints (docker): r = namespace ... ")."""
+    per: dict[str, list[str]] = {}
+    for variant, role, node, addresses, interface, cpu in endpoint_places(fp):
+        where = ", ".join(x for x in (addresses, interface and f"interface {interface}", cpu and f"cpu {cpu}") if x)
+        per.setdefault(variant, []).append(f"{role} = {node}" + (f" ({where})" if where else ""))
+    return [("endpoints" if len(per) == 1 else f"endpoints ({variant})") + ": " + "; ".join(parts)
+            for variant, parts in per.items()]
+
+
 def _short_version(text: str) -> str:
     """The version number in a tool's version line ("iperf 3.12 (cJSON 1.7.15)" -> "3.12")."""
     import re
@@ -277,8 +304,8 @@ def show(store: Store, run_id: str, console: Console, metrics: list[str] | None 
     fp = run["fingerprint"]
     tools = "  ".join(f"{name} {_short_version(v)}" for name, v in (fp.get("tools") or {}).items() if v)
     console.print(escape(f"kernel {fp.get('kernel')}  cpu {fp.get('cpu_model')} x{fp.get('cpus')}  {tools}"))
-    for line in host_lines(fp):
-        console.print(escape(line))
+    for line in (*host_lines(fp), *endpoint_lines(fp)):
+        console.print(escape(line), highlight=False)
     for t in failed[:10]:
         console.print(f"  [yellow]{t['status']}[/] {t['config_key']} #{t['repetition']}: {escape(str(t['reason']))}")
     present = sorted({m for per in values.values() for m in per})

@@ -148,6 +148,17 @@ class DumbbellBench:
     def group(self, config: Configuration) -> Group:
         return self.lab.group(variant_of(config))
 
+    def endpoints(self) -> dict[str, dict[str, dict[str, Any]]]:
+        """The endpoint -> node mapping, per environment variant as built: the scenario's endpoint names (r, s1,
+        s2, ...) to where each runs, its addresses, interface and CPU. Stored with the run ("endpoints" in its
+        fingerprint), shown by `show` and the report; the same for every place."""
+        out: dict[str, dict[str, dict[str, Any]]] = {}
+        for variant, group in self.lab.groups.items():
+            roles = {"r": group.receiver, **{f"s{i}": name for i, name in enumerate(group.senders, 1)}}
+            out[str(variant)] = {role: self.lab.hosts[name].placement() for role, name in roles.items()
+                                 if name in self.lab.hosts}  # a variant that did not come up may lack some
+        return out
+
     def start_servers(self, groups: list[Group] | None = None) -> None:
         """Every server the run's workloads keep on each variant's endpoints (iperf3: one per sender on
         the receiver; sockperf: a TCP and a UDP server), restarted from scratch; then wait until all

@@ -312,8 +312,13 @@ class HostsBench(DumbbellBench):
                     link_name, conn, self.place.interfaces[host.name], self.place.peers(host.name), ip_version,
                     self.run_prefix, registry, host_upstream=link_name != "bottleneck")
             address = self.place.addresses[host.name]
+            # the interface its traffic uses: the shaped one, else the one named, else the route's (as surveyed:
+            # "eth1 (driver virtio_net, mtu 1500)")
+            iface = self.place.interfaces.get(host.name)
+            routed = str(self.host_facts.get(host.name, {}).get("interface") or "").split(" ")[0] or None
             node = SshNode(host.name, conn, registry, ipv4=address if ip_version == 4 else "",
-                           ipv6=address if ip_version == 6 else "", facts=self.host_facts.get(host.name))
+                           ipv6=address if ip_version == 6 else "", facts=self.host_facts.get(host.name),
+                           interface=iface.name if iface is not None else self.place.named.get(host.name, routed))
             clock = self.host_facts.get(host.name, {}).get("clock") or {}
             node.offset_s = (clock.get("offset_ms") or 0.0) / 1e3
             self.lab.hosts[host.name] = node
@@ -461,6 +466,9 @@ class HostsBench(DumbbellBench):
 
     def _group_offload_unknown(self, config: Configuration) -> None:
         self._offload_on = None
+
+    def endpoints(self) -> dict[str, dict[str, dict[str, Any]]]:
+        return {"hosts": endpoints for endpoints in super().endpoints().values()}  # the one variant: the hosts
 
     def environment_state(self, config: Configuration) -> dict[str, Any]:
         group = self.group(config)

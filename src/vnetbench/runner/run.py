@@ -120,6 +120,8 @@ def execute(loaded: LoadedScenario, store: Store, *, resume_run_id: str | None =
     try:
         with interruptible():
             bench.setup()
+            fp["endpoints"] = bench.endpoints()  # as this session built them (a resumed run's are new ones)
+            store.update_fingerprint(run_id, fp)
             with _progress(console, progress) as bar:
                 trial = _TrialRunner(bench, store, run_id, console, bar, tally, on_trial)
                 if rep.adaptive:

@@ -40,7 +40,7 @@ from vnetbench.lab.environments.base import (Attached, Capability, Endpoint, Lab
                                              Subnet, register, wire_node)
 from vnetbench.lab.environments.container import container_memory_problem, cpuset_problem
 from vnetbench.lab.guest import initramfs
-from vnetbench.lab.nodes import IFA_F_NODAD, Interface, Namespace, RunsCommands
+from vnetbench.lab.nodes import IFA_F_NODAD, Interface, Namespace, RunsCommands, placement_entry
 from vnetbench.lab.teardown import Registry, atomic
 
 DAD_WAIT_S = 5.0  # IPv6 addresses of a new container are tentative for about a second (duplicate detection)
@@ -77,6 +77,11 @@ class EngineHost(RunsCommands):
 
     def facts(self) -> dict[str, Any]:
         return dict(self.env_facts)
+
+    def placement(self) -> dict[str, Any]:
+        published = " ".join(a for a in (self.published or ()) if a) or None
+        return placement_entry(f"{self.engine.kind} container {self.container.name} (namespace {self.ns.name})",
+                               self.ipv4, self.ipv6, self.iface.name, self.cpu, published=published)
 
     def command(self, argv: Sequence[str], pin: bool = True) -> list[str]:
         cpus = str(self.cpu) if pin and self.cpu is not None else None

@@ -45,7 +45,7 @@ from vnetbench.lab import netns, offload
 from vnetbench.lab.environments.base import Capability, EnvironmentType, register
 from vnetbench.lab.guest import initramfs, qemu
 from vnetbench.lab.guest.qemu import Guest, GuestBootError, GuestConfig
-from vnetbench.lab.nodes import Interface, Link, Namespace, RunsCommands
+from vnetbench.lab.nodes import Interface, Link, Namespace, RunsCommands, placement_entry
 from vnetbench.lab.teardown import Registry
 
 BRIDGE = "br0"
@@ -146,6 +146,11 @@ class VmHost(RunsCommands):
 
     def facts(self) -> dict[str, Any]:
         return {**self.env_facts, **self.guest.facts()}
+
+    def placement(self) -> dict[str, Any]:
+        # the guest's interface is its eth0; the interface named is the one its traffic leaves the host by
+        return placement_entry(f"QEMU guest {self.name} (QEMU in namespace {self.ns.name})", self.ipv4, self.ipv6,
+                               self.iface.name if self.iface else None, self.cpu)
 
     def wait_ready(self) -> float:
         """Wait until the guest answers, then check what it got and set its clock (once);
