@@ -48,7 +48,7 @@ def test_defaults_when_adaptive():
     (["repeat.target_ci=5%", "repeat.min=0"], "greater than or equal to 1"),
     (["repeat.min=3", "repeat.max=6"], "also needs target_ci"),
     (["repeat.target_ci=5%", "repeat.min=4", "repeat.max=6"], "repetitions = 3 (a fixed count) contradicts"),
-    (["repeat.target_ci=5%", "repeat.key_metrics=[throughput.nope]"], "unknown metric(s) throughput.nope"),
+    (["repeat.target_ci=5%", "repeat.key_metrics=[throughput.nope]"], "unknown metric(s) 'throughput.nope'"),
 ])
 def test_inconsistent_repeat_settings_are_explained(overrides, message):
     with pytest.raises(ScenarioError) as e:
