@@ -198,7 +198,7 @@ class RunsCommands:
 
 
 def placement_entry(node: str, ipv4: str, ipv6: str, interface: str | None, cpu: int | None,
-               **more: Any) -> dict[str, Any]:
+                    **more: Any) -> dict[str, Any]:
     """One endpoint's entry in the mapping, the same keys wherever it runs (None: not known or not set)."""
     return {"node": node, "addresses": [a for a in (ipv4, ipv6) if a], "interface": interface, "cpu": cpu, **more}
 
