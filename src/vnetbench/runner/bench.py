@@ -23,14 +23,14 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from vnetbench.errors import EnvironmentUnavailable, LabError, PathNotAsDeclared
-from vnetbench.impair import tc
-from vnetbench.impair.links import LinkFailed, LinkManager, bottleneck_drops, link_metrics
+from vnetbench.impair.links import LinkFailed, LinkManager
 from vnetbench.lab.environments import Variant
 from vnetbench.lab.nodes import Host
 from vnetbench.lab.teardown import Registry, kill_group, stop_groups
 from vnetbench.lab.topology import Group, Lab, build_dumbbell
 from vnetbench.output import write_bytes
 from vnetbench.runner import pathcheck
+from vnetbench.runner.recorders import EnvironmentRecorder, LinkRecorder, QdiscRecorder, Recorder
 from vnetbench.scenario.plan import Configuration
 from vnetbench.workloads import ping, registry
 from vnetbench.workloads.base import Measurement, ServerSpec, Started, ToolFailed, TrialContext, TrialHosts
@@ -421,30 +421,26 @@ class DumbbellBench:
 
     def run_trial(self, config: Configuration, trial_tag: str) -> TrialOutcome:
         """One trial: the scenario's phases in order (a workload that runs on its own, with those that run
-        during it), the bottleneck's and the links' counters around them. No tool is named here: each
-        workload's module starts its clients and parses what they printed (vnetbench.workloads)."""
-        scenario = config.scenario
+        during it), with the trial's recorders around them (runner/recorders.py: the links, the bottleneck's
+        qdisc, the environment's counters). No tool is named here: each workload's module starts its clients
+        and parses what they printed (vnetbench.workloads)."""
         tmp = self.workdir / trial_tag
         tmp.mkdir(parents=True, exist_ok=True)
         group = self.group(config)
         hosts = TrialHosts(self.lab.hosts[group.receiver],
                            [self.lab.hosts[n] for n in group.senders[:config.active_senders]])
-        port_iface = self.lab.ports.get(group.receiver)  # none where the endpoints are real hosts
-        before = tc.counters(port_iface) if port_iface is not None else None
-        env_counters = getattr(group.env, "counters", None)
-        env_before = env_counters() if env_counters else None
-        phases = scenario.phases()
-        span = sum(sum(registry.of(scenario.workload[lead]).timing(scenario.workload[lead], config))
-                   for lead, _ in phases)
+        recorders = self.recorders(group)
+        phases = config.scenario.phases()
+        workloads = config.scenario.workload
+        span = sum(sum(registry.of(workloads[lead]).timing(workloads[lead], config)) for lead, _ in phases)
 
-        forgotten = self._forget_tcp_metrics(hosts)
-        self.links.start_trial(span)  # an emulator restarts: seed and schedule from now
+        reason = self._forget_tcp_metrics(hosts)
+        status = "ok" if reason is None else "failed"
+        for recorder in recorders:
+            recorder.start(span)
         started = time.time()
-        ctx = TrialContext(config=config, hosts=hosts, ip_version=scenario.lab.ip_version, tmp=tmp, t0=started,
-                           extra_rtt_s=self.links.extra_rtt(config))
-        status, reason = ("ok", None) if forgotten is None else ("failed", forgotten)
-        measurement = Measurement()
-        raw: dict[str, Any] = {"workloads": {}, "stderr": {}, "command": {}}
+        ctx = TrialContext(config=config, hosts=hosts, ip_version=config.scenario.lab.ip_version, tmp=tmp,
+                           t0=started, extra_rtt_s=self.links.extra_rtt(config))
         runs: list[tuple[str, Started]] = []
         for lead, companions in phases if status == "ok" else []:
             status, reason = self._run_phase(ctx, lead, companions, runs)
@@ -453,54 +449,24 @@ class DumbbellBench:
         if status != "ok":
             self.lab.registry.stop_processes(grace=0.5)
         ended = time.time()
-        after = tc.counters(port_iface) if port_iface is not None else None
-        link_counters = self.links.end_trial()
-        spread_ms = self.start_spread(runs)
+        for recorder in recorders:
+            recorder.stop()
 
+        spread_ms = self.start_spread(runs)  # before the outputs are read: it takes its stamps out of them
         outputs = {name: s.read_outputs() for name, s in runs}
-        for name, s in runs:
-            raw["workloads"][name] = registry.of(scenario.workload[name]).raw(s, outputs[name])
-            for label, proc in s.procs.items():
-                raw["command"][f"{name}/{label}"] = " ".join(map(str, proc.args))
-        for f in tmp.glob("*.err"):
-            text = f.read_text(errors="replace").strip()
-            if text:
-                raw["stderr"][ctx.labels.get(f.stem, f.stem)] = text[-4000:]
-        if port_iface is not None:
-            raw["bottleneck_counters"] = {"before": before, "after": after}
-        raw["links"] = {name: c.per_direction for name, c in link_counters.items()}
-        if env_counters:
-            raw["environment_counters"] = {"before": env_before, "after": env_counters()}
-
+        raw = self._raw_record(ctx, runs, outputs)
+        recorded = Measurement()
+        for recorder in recorders:
+            recorder.collect(recorded, raw)
+        measurement = Measurement()
         if status == "ok":
             try:
-                # Leaders first: their companions read what they found (iperf3's data ports for ss).
-                by_name = dict(runs)
-                order = [n for lead, comp in phases for n in (lead, *comp) if n in by_name]
-                for name in order:
-                    s, options = by_name[name], scenario.workload[name]
-                    lead = options.during
-                    ctx.leader = by_name.get(lead) if lead else None
-                    ctx.leader_options = scenario.workload[lead] if lead else None
-                    driver = registry.of(options)
-                    measurement.extend(driver.measure(s, options, ctx, outputs[name]))
-                    problem = driver.exit_problem(s)
-                    if problem:
-                        raise ToolFailed(problem)
-                    used = s.info.get("congestion_control_used")
-                    if used:
-                        raw["congestion_control_used"] = used
-                drops = bottleneck_drops(link_counters)
-                if drops is None and port_iface is not None:
-                    drops = after["drops"] - before["drops"]
-                if drops is not None:
-                    measurement.add("bottleneck.drops", drops)
-                for metric, value in link_metrics(link_counters):
-                    measurement.add(metric, value)
+                self._measure(ctx, runs, outputs, raw, measurement)
+                measurement.extend(recorded)
                 if spread_ms is not None:
                     measurement.add("start.spread_ms", spread_ms)
                 empty = pathcheck.nothing_received([(x.metric, x.value) for x in measurement.samples],
-                                                   self._least_delivery(config), pathcheck.link_drops(link_counters))
+                                                   self._least_delivery(config), sum(r.dropped() for r in recorders))
                 if empty:
                     raise ToolFailed(empty)
             except ToolFailed as e:
@@ -512,6 +478,58 @@ class DumbbellBench:
             # A client that died mid-test can leave its server waiting; start clean.
             self.start_servers([group])
         return TrialOutcome(status, reason, started, ended, measurement, raw)
+
+    def recorders(self, group: Group) -> list[Recorder]:
+        """What watches a trial of `group` besides its workloads, in the order they are read: the links first
+        (their drops are the bottleneck's where they count them), the lab's bottleneck port where there is
+        one (none where the endpoints are real hosts), the environment's own counters."""
+        out: list[Recorder] = [LinkRecorder(self.links)]
+        port = self.lab.ports.get(group.receiver)
+        if port is not None:
+            out.append(QdiscRecorder(port))
+        if group.env is not None:
+            out.append(EnvironmentRecorder(group.env))
+        return out
+
+    def _raw_record(self, ctx: TrialContext, runs: list[tuple[str, Started]],
+                    outputs: dict[str, Any]) -> dict[str, Any]:
+        """What the trial's tools printed, kept with it: each workload's own raw record, the command lines, and
+        the last 4000 characters each process wrote on standard error."""
+        workloads = ctx.config.scenario.workload
+        raw: dict[str, Any] = {"workloads": {}, "stderr": {}, "command": {}}
+        for name, s in runs:
+            raw["workloads"][name] = registry.of(workloads[name]).raw(s, outputs[name])
+            for label, proc in s.procs.items():
+                raw["command"][f"{name}/{label}"] = " ".join(map(str, proc.args))
+        for f in ctx.tmp.glob("*.err"):
+            text = f.read_text(errors="replace").strip()
+            if text:
+                raw["stderr"][ctx.labels.get(f.stem, f.stem)] = text[-4000:]
+        return raw
+
+    def _measure(self, ctx: TrialContext, runs: list[tuple[str, Started]], outputs: dict[str, Any],
+                 raw: dict[str, Any], measurement: Measurement) -> None:
+        """Each workload's metrics into `measurement`, parsed from what it printed; leaders before their
+        companions, which read what the leader found (iperf3's data ports for ss). Raises ToolFailed when a
+        tool's output or exit says it did not measure (what was parsed before stays, stored with the failed
+        trial)."""
+        workloads = ctx.config.scenario.workload
+        by_name = dict(runs)
+        for lead, companions in ctx.config.scenario.phases():
+            for name in (lead, *companions):
+                if name not in by_name:
+                    continue
+                s, options = by_name[name], workloads[name]
+                lead_of = options.during
+                own = ctx if lead_of is None else ctx.during(by_name[lead_of], workloads[lead_of])
+                driver = registry.of(options)
+                measurement.extend(driver.measure(s, options, own, outputs[name]))
+                problem = driver.exit_problem(s)
+                if problem:
+                    raise ToolFailed(problem)
+                used = s.info.get("congestion_control_used")
+                if used:
+                    raw["congestion_control_used"] = used
 
     def _forget_tcp_metrics(self, hosts: TrialHosts) -> str | None:
         """Start the trial without what TCP remembers of its peers from earlier trials. The kernel keeps, per
@@ -550,12 +568,11 @@ class DumbbellBench:
         (watching the links: an emulator that dies ends the trial). Returns (status, reason)."""
         scenario = ctx.config.scenario
         phase_t0 = time.time() - ctx.t0  # trial-clock second this phase starts at
-        ctx.leader = ctx.leader_options = None
         with self.clients_start_together(ctx) as lead_s:
             leader = registry.of(scenario.workload[lead]).start(lead, scenario.workload[lead], ctx)
         _shift(leader, phase_t0 + lead_s[0])
         runs.append((lead, leader))
-        ctx.leader, ctx.leader_options = leader, scenario.workload[lead]
+        during = ctx.during(leader, scenario.workload[lead])
         # Companions measure the loaded path: they start once the leader is past its warm-up, except those
         # that follow the leader's whole life (ss: the cwnd from slow start on). Their times come from the
         # leader's, on the trial's clock already.
@@ -564,8 +581,7 @@ class DumbbellBench:
             if chosen and not at_once:
                 time.sleep(max(0.0, ctx.t0 + leader.measured_from - time.time()))
             for name in chosen:
-                runs.append((name, registry.of(scenario.workload[name]).start(name, scenario.workload[name], ctx)))
-        ctx.leader = ctx.leader_options = None
+                runs.append((name, registry.of(scenario.workload[name]).start(name, scenario.workload[name], during)))
         waited = [(lead, leader)] + [(n, s) for n, s in runs if n in companions and not s.stopped_by_runner]
         try:
             for name, s in waited:

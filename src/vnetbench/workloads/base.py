@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 import subprocess
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, ClassVar, Iterator, Sequence
 
@@ -53,6 +53,10 @@ class Measurement:
             self.undefined.append(name)
             return
         self.samples.append(SampleRecord(name, value, m.unit, m.direction))
+
+    def has(self, name: str) -> bool:
+        """Whether the trial has `name`, as a number or as undefined."""
+        return name in self.undefined or any(s.metric == name for s in self.samples)
 
     def add_series(self, name: str, unit: str, t: Any, v: Any) -> None:
         self.series.append(SeriesRecord(name, unit, np.asarray(t, dtype=float), np.asarray(v, dtype=float)))
@@ -165,6 +169,11 @@ class TrialContext:
             return 0.0, float(int(own_seconds)) if whole else own_seconds
         seconds = self.leader.measured_s - 0.5
         return self.leader.measured_from, float(max(1, int(seconds))) if whole else max(1.0, seconds)
+
+    def during(self, leader: Started, options: WorkloadOptions) -> "TrialContext":
+        """This trial's context for a workload that accompanies `leader` (started with `options`): the same
+        trial, clock and output files, with what the leader started to read."""
+        return replace(self, leader=leader, leader_options=options)
 
     def popen(self, host: Any, label: str, argv: Sequence[str], pin: bool = True) -> tuple[subprocess.Popen, Path]:
         """Start `argv` on `host`; its output goes to new files in this trial's directory. They are named by

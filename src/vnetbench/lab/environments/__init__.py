@@ -121,6 +121,8 @@ class Environment(Protocol):
 
     def facts(self) -> dict[str, Any]: ...
 
+    def counters(self) -> Any: ...
+
 
 def create(variant: Variant, ctx: LabContext) -> Environment:
     return kind(variant.env)(ctx, variant)  # type: ignore[call-arg, return-value]

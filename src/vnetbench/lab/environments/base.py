@@ -104,7 +104,9 @@ class EnvironmentType:
     - ``probes_kernel``: its checks need :func:`vnetbench.lab.environments.probe_kernel`;
     - ``setup_s``: about how long building its endpoints takes (``vnetbench plan``'s estimate);
     - :meth:`capabilities`: what it needs from this machine, for one variant or (None) all of them;
-    - :meth:`tool_problems`: which of the workloads' tools it cannot run.
+    - :meth:`tool_problems`: which of the workloads' tools it cannot run;
+    - :meth:`counters`: what its endpoints count of a trial's traffic beyond their interfaces (an overlay's
+      tunnel devices), read before and after every trial.
     """
 
     kind: ClassVar[str] = ""
@@ -127,6 +129,11 @@ class EnvironmentType:
     def memory_problem(cls, variant: Any, needed: int) -> str | None:
         """Why a tool that allocates `needed` bytes cannot run in this variant (a guest too small, a
         container limit too low), with what to change; None when it fits."""
+        return None
+
+    def counters(self) -> Any:
+        """What this environment counts of the traffic, read before and after each trial and stored with its
+        raw output (runner/recorders.EnvironmentRecorder); None where it counts nothing of its own."""
         return None
 
 
