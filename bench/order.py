@@ -1,14 +1,24 @@
-"""Does the order of configurations change what they measure? Each built-in, trimmed, run twice on the same
-machine: once interleaved (every trial changes the lab's state: links, backends, offloads, environments) and
-once sequential (each configuration's repetitions in a row: one change per configuration), then
-`vnetbench compare SEQUENTIAL INTERLEAVED` over the headline metrics: a configuration that improved or
-regressed between the two measured what its neighbours left.
+"""Does the order of configurations change what they measure? Each built-in, trimmed, run four times on the
+same machine, counterbalanced (A B B A: one order, the other twice, the first again). Interleaved, every trial
+changes the lab's state (links, backends, offloads, environments); sequential, each configuration's repetitions
+run in a row (one change per configuration). `vnetbench compare` judges, per configuration, the headline
+metrics of:
 
-Run as root:  .venv/bin/python bench/order.py [--only quick,latency-rr] [--repetitions 6]
+- the four pairs of different orders (each A run against each B run): an order effect changes a metric the same
+  way in all four;
+- the two pairs of the same order (A1 vs A2, B1 vs B2), the controls: how many metrics two runs of identical
+  settings call changed on this machine with nothing changed. That is the machine's own drift between runs,
+  which the trials of one run do not show. On the 2-core VM, two latency-rr runs of one order disagreed on 9 and
+  11 of 96 metrics, and one run can sit in another mode than the next (bare TCP 16 KiB RR: 20-25 us in one
+  sequential run, 40-45 us in the other three), so fewer runs cannot tell order from drift.
 
-Prints per built-in: configurations, trials failed, and compare's verdicts (regressed / improved / unchanged /
-inconclusive); exits 1 when a configuration changed. Issue 35's acceptance check; a campaign of an hour or more
-for every built-in on the 2-core VM (the trims below keep each run to minutes).
+A metric changed the same way in all four different-order pairs is an order effect; the script exits 1 when there
+is one. A B B A puts both orders at the same mean position in time.
+
+Run as root:  .venv/bin/python bench/order.py [--only quick,latency-rr] [--repetitions 6] [--first sequential]
+
+Issue 35's acceptance check; several hours for every built-in on the 2-core VM (the trims below keep each run to
+minutes).
 """
 
 from __future__ import annotations
@@ -48,14 +58,17 @@ def run(scenario: str, db: Path, overrides: list[str]) -> str:
     return proc.stdout.strip().splitlines()[-1].split()[1]
 
 
-def verdicts(db: Path, a: str, b: str) -> tuple[dict[str, int], list[str]]:
-    """compare's verdict counts for runs a (reference) and b, and a line per metric that changed."""
+def verdicts(db: Path, a: str, b: str) -> dict[tuple[str, str], tuple[str, str]]:
+    """compare's verdict per (configuration, metric) for runs a (reference) and b, with the medians' change."""
     proc = subprocess.run([*VNETBENCH, "compare", a, b, "--db", str(db), "--json"], capture_output=True, text=True,
                           cwd=ROOT)
     doc = json.loads(proc.stdout)
-    changed = [f"{pair['config']} {r['metric']}: {r['verdict']} ({r['median_a']:.4g} -> {r['median_b']:.4g})"
-               for pair in doc["configurations"] for r in pair["results"] if r["verdict"] in ("regressed", "improved")]
-    return doc["counts"], changed
+    return {(pair["config"], r["metric"]): (r["verdict"], f"{r['median_a']:.4g} -> {r['median_b']:.4g}")
+            for pair in doc["configurations"] for r in pair["results"]}
+
+
+def changed(v: dict[tuple[str, str], tuple[str, str]]) -> set[tuple[str, str]]:
+    return {k for k, (verdict, _) in v.items() if verdict in ("improved", "regressed")}
 
 
 def main() -> int:
@@ -65,25 +78,35 @@ def main() -> int:
     # side reach p = 0.029 at best, 0.14 over 5 metrics; 6 reach 0.0022, 0.011 over 5.
     ap.add_argument("--repetitions", type=int, default=6, help="per configuration (at least 6, see above)")
     ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--first", choices=("interleaved", "sequential"), default="interleaved",
+                    help="the order of the first and the last run (the middle two take the other)")
     args = ap.parse_args()
     if args.repetitions < 6:
         ap.error("--repetitions below 6 cannot find a change (4 trials a side reach p = 0.14 over 5 metrics)")
     names = args.only.split(",") if args.only else list(TRIMS)
+    other = "sequential" if args.first == "interleaved" else "interleaved"
     tmp = Path(tempfile.mkdtemp(prefix="vnb-order-"))
     failed = False
     for name in names:
         db = tmp / f"{name}.db"
         common = [*TRIMS[name], f"repetitions={args.repetitions}", f"repeat.seed={args.seed}"]
-        interleaved = run(name, db, [*common, "repeat.order=interleaved"])
-        sequential = run(name, db, [*common, "repeat.order=sequential"])
-        counts, changed = verdicts(db, sequential, interleaved)
+        a1 = run(name, db, [*common, f"repeat.order={args.first}"])
+        b1 = run(name, db, [*common, f"repeat.order={other}"])
+        b2 = run(name, db, [*common, f"repeat.order={other}"])
+        a2 = run(name, db, [*common, f"repeat.order={args.first}"])
+        cross = [verdicts(db, b, a) for b in (b1, b2) for a in (a1, a2)]
+        controls = [verdicts(db, a1, a2), verdicts(db, b1, b2)]
+        # the same way in every different-order pair
+        effect = sorted(k for k in set.intersection(*map(changed, cross)) if len({v[k][0] for v in cross}) == 1)
         status = subprocess.run([*VNETBENCH, "runs", "--db", str(db)], capture_output=True, text=True,
                                 cwd=ROOT).stdout
-        print(f"{name}: interleaved {interleaved} vs sequential {sequential}: {counts}")
-        print("  " + "\n  ".join(line for line in status.splitlines() if interleaved in line or sequential in line))
-        for c in changed:
-            print(f"  CHANGED {c}")
-        failed |= bool(changed)
+        print(f"{name}: {args.first} {a1} and {a2}, {other} {b1} and {b2}; {len(cross[0])} metric verdicts a pair")
+        print("  " + "\n  ".join(line for line in status.splitlines() if any(r in line for r in (a1, b1, b2, a2))))
+        print(f"  changed between orders: {', '.join(str(len(changed(v))) for v in cross)}; between runs of one "
+              f"order (the controls): {', '.join(str(len(changed(v))) for v in controls)}")
+        for k in effect:
+            print(f"  ORDER EFFECT {k[0]} {k[1]}: {cross[0][k][0]} ({'; '.join(v[k][1] for v in cross)})")
+        failed |= bool(effect)
     print(f"databases in {tmp}")
     return 1 if failed else 0
 

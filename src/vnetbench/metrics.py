@@ -50,6 +50,18 @@ LAB_METRICS = (
                                                    "(forward direction)", noise=0.10),
     Metric("start.spread_ms", "ms", LOWER, "On real hosts (run --hosts): how far apart the clients of a trial's "
                                            "first workload started on their hosts, on the controller's clock"),
+    # The CPU of the machine the lab runs on, over the first workload's measured window (runner/recorders.py).
+    Metric("cpu.util_pct", "%", LOWER, "Busy CPU of the lab's machine (user, system, irq, softirq) over the first "
+                                       "workload's measured window, in cores x 100 (200 = two cores busy): the "
+                                       "endpoints, the link emulator and whatever else ran", noise=0.10),
+    Metric("cpu.softirq_pct", "%", LOWER, "Of cpu.util_pct, the time in softirq (packet processing outside any "
+                                          "process), in cores x 100", noise=0.25),
+    Metric("cpu.steal_pct", "%", LOWER, "Time the hypervisor gave the lab machine's vCPUs to others over the "
+                                        "window, in cores x 100: noise the machine added", noise=0.5),
+    Metric("cpu.us_per_kb", "us/KB", LOWER, "Service demand of a stream (netperf's): busy CPU microseconds per KB "
+                                            "(1024 B) received, over the same window", noise=0.10),
+    Metric("cpu.us_per_transaction", "us", LOWER, "Service demand of request/response (RR, HTTP): busy CPU "
+                                                  "microseconds per transaction, over the same window", noise=0.10),
 )
 
 
@@ -62,6 +74,11 @@ HEADLINE = ("throughput.rx_mbps", "udp.loss_ratio", "rtt.p50_ms", "rtt.p99_ms", 
             "http.requests_per_s", "http.latency_p99_ms", "http.errors",
             "ab.requests_per_s", "ab.latency_p99_ms", "ab.connect_p99_ms", "ab.failed_requests",
             "cpu.events_per_s", "memory.write_mib_per_s", "memory.mbw_memcpy_mib_per_s")
+
+
+#: What a trial cost in CPU (runner/recorders.CpuRecorder): shown after the headline by `show`, not judged by
+#: compare's default (the machine's other work moves it; `compare --metric cpu.us_per_kb` judges it).
+COST = ("cpu.util_pct", "cpu.us_per_kb", "cpu.us_per_transaction")
 
 
 class _Registry(Mapping[str, Metric]):

@@ -100,7 +100,7 @@ def check_target(path: str | Path, db: str | Path | None = None, what: str = "ou
         database = Path(db)
         for same in (target, journal_of):
             if same is not None and (_same_file(same, database) or same.resolve() == database.resolve()):
-                which = "the results database" if same is target else f"a journal of the results database"
+                which = "the results database" if same is target else "a journal of the results database"
                 raise OutputError(f"{what} {target} is {which} (--db {db}): writing there would lose stored "
                                   f"runs; choose another file name, e.g. report.html")
     try:

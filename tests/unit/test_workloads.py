@@ -344,12 +344,12 @@ def test_irtt_failures_quote_irtt(tmp_path):
 
 def test_headline_metrics_are_registered_once_and_used_everywhere():
     from vnetbench import analysis, cli_analysis
-    from vnetbench.metrics import HEADLINE
+    from vnetbench.metrics import COST, HEADLINE
     from vnetbench.report import html, terminal
 
-    assert len(set(HEADLINE)) == len(HEADLINE) and all(m in METRICS for m in HEADLINE)
+    assert len(set(HEADLINE)) == len(HEADLINE) and all(m in METRICS for m in (*HEADLINE, *COST))
     assert analysis.DEFAULT_METRICS == cli_analysis.DEFAULT_METRICS_HELP == html.HEADLINE == HEADLINE
-    assert terminal.PREFERRED[1:] == list(HEADLINE)
+    assert terminal.PREFERRED[1:] == [*HEADLINE, *COST] and not set(COST) & set(HEADLINE)
 
 
 # ------------------------------------------------------------------ several tools in one study

@@ -16,7 +16,7 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
-from vnetbench.metrics import HEADLINE, METRICS
+from vnetbench.metrics import COST, HEADLINE, METRICS
 from vnetbench.report import sender
 from vnetbench.runner.machine_load import machine_note
 from vnetbench.runner.fingerprint import run_notes
@@ -26,8 +26,8 @@ from vnetbench.stats.summary import UNSTABLE_CV, min_n_for_median_ci
 from vnetbench.store.db import Store
 
 # The columns people look for first in a congestion study; the rest follow.
-# The offered load first (what the row asked for), then what was measured.
-PREFERRED = ["throughput.offered_mbps", *HEADLINE]
+# The offered load first (what the row asked for), then what was measured, then what it cost in CPU.
+PREFERRED = ["throughput.offered_mbps", *HEADLINE, *COST]
 
 
 def _when(ts: float | None) -> str:

@@ -30,7 +30,8 @@ from vnetbench.lab.teardown import Registry, kill_group, stop_groups
 from vnetbench.lab.topology import Group, Lab, build_dumbbell
 from vnetbench.output import write_bytes
 from vnetbench.runner import pathcheck
-from vnetbench.runner.recorders import EnvironmentRecorder, LinkRecorder, QdiscRecorder, Recorder
+from vnetbench.runner.recorders import (CpuRecorder, EnvironmentRecorder, LinkRecorder, QdiscRecorder, Recorder,
+                                        Window)
 from vnetbench.scenario.plan import Configuration
 from vnetbench.workloads import ping, registry
 from vnetbench.workloads.base import Measurement, ServerSpec, Started, ToolFailed, TrialContext, TrialHosts
@@ -148,14 +149,19 @@ class DumbbellBench:
     def group(self, config: Configuration) -> Group:
         return self.lab.group(variant_of(config))
 
+    def variant_name(self, group: Group) -> str:
+        """What a variant's endpoints are called in the run's record: its environment and options
+        ("vm(nic=e1000)")."""
+        return str(group.variant)
+
     def endpoints(self) -> dict[str, dict[str, dict[str, Any]]]:
         """The endpoint -> node mapping, per environment variant as built: the scenario's endpoint names (r, s1,
         s2, ...) to where each runs, its addresses, interface and CPU. Stored with the run ("endpoints" in its
         fingerprint), shown by `show` and the report; the same for every place."""
         out: dict[str, dict[str, dict[str, Any]]] = {}
-        for variant, group in self.lab.groups.items():
+        for group in self.lab.groups.values():
             roles = {"r": group.receiver, **{f"s{i}": name for i, name in enumerate(group.senders, 1)}}
-            out[str(variant)] = {role: self.lab.hosts[name].placement() for role, name in roles.items()
+            out[self.variant_name(group)] = {role: self.lab.hosts[name].placement() for role, name in roles.items()
                                  if name in self.lab.hosts}  # a variant that did not come up may lack some
         return out
 
@@ -406,7 +412,7 @@ class DumbbellBench:
         if group.variant not in self._facts:  # they do not change during the run (offloads aside)
             facts = dict(group.env.facts())
             facts.update({
-                "variant": str(group.variant),
+                "variant": self.variant_name(group),
                 "bringup_s": round(self.lab.bringup_s.get(group.variant, float("nan")), 4),
                 "hosts": {n: _facts(self.lab.hosts[n]) for n in [group.receiver, *group.senders]},
             })
@@ -455,22 +461,22 @@ class DumbbellBench:
         spread_ms = self.start_spread(runs)  # before the outputs are read: it takes its stamps out of them
         outputs = {name: s.read_outputs() for name, s in runs}
         raw = self._raw_record(ctx, runs, outputs)
-        recorded = Measurement()
-        for recorder in recorders:
-            recorder.collect(recorded, raw)
         measurement = Measurement()
         if status == "ok":
             try:
                 self._measure(ctx, runs, outputs, raw, measurement)
-                measurement.extend(recorded)
-                if spread_ms is not None:
-                    measurement.add("start.spread_ms", spread_ms)
-                empty = pathcheck.nothing_received([(x.metric, x.value) for x in measurement.samples],
-                                                   self._least_delivery(config), sum(r.dropped() for r in recorders))
-                if empty:
-                    raise ToolFailed(empty)
             except ToolFailed as e:
                 status, reason = "failed", _with_what_failed_said(str(e), runs)
+        window = _measured_window(ctx, runs)
+        for recorder in recorders:  # after the workloads: service demand divides by what they moved
+            recorder.collect(measurement if status == "ok" else None, raw, window)
+        if status == "ok":
+            if spread_ms is not None:
+                measurement.add("start.spread_ms", spread_ms)
+            empty = pathcheck.nothing_received([(x.metric, x.value) for x in measurement.samples],
+                                               self._least_delivery(config), sum(r.dropped() for r in recorders))
+            if empty:
+                status, reason = "failed", _with_what_failed_said(empty, runs)
         if measurement.undefined:
             raw["undefined_metrics"] = sorted(set(measurement.undefined))
         shutil.rmtree(tmp, ignore_errors=True)
@@ -481,14 +487,15 @@ class DumbbellBench:
 
     def recorders(self, group: Group) -> list[Recorder]:
         """What watches a trial of `group` besides its workloads, in the order they are read: the links first
-        (their drops are the bottleneck's where they count them), the lab's bottleneck port where there is
-        one (none where the endpoints are real hosts), the environment's own counters."""
+        (their drops are the bottleneck's where they count them), the lab's bottleneck port, the environment's
+        own counters, this machine's CPUs."""
         out: list[Recorder] = [LinkRecorder(self.links)]
         port = self.lab.ports.get(group.receiver)
         if port is not None:
             out.append(QdiscRecorder(port))
         if group.env is not None:
             out.append(EnvironmentRecorder(group.env))
+        out.append(CpuRecorder("this machine"))  # every endpoint, guest and emulator of the lab runs on it
         return out
 
     def _raw_record(self, ctx: TrialContext, runs: list[tuple[str, Started]],
@@ -614,6 +621,15 @@ def _with_what_failed_said(reason: str, runs: list[tuple[str, Started]]) -> str:
             if lines and lines[-1].strip() not in reason:
                 reason += f"; {name} on {label} exited {proc.returncode}: {lines[-1].strip()}"
     return reason
+
+
+def _measured_window(ctx: TrialContext, runs: list[tuple[str, Started]]) -> Window | None:
+    """When the trial's first workload measured (its warm-up excluded), in epoch seconds; None when it did not
+    start."""
+    if not runs:
+        return None
+    first = runs[0][1]
+    return ctx.t0 + first.measured_from, ctx.t0 + first.measured_from + first.measured_s
 
 
 def _shift(s: Started, seconds: float) -> None:

@@ -37,6 +37,7 @@ from vnetbench.lab.teardown import Registry
 from vnetbench.lab.topology import Group, Lab
 from vnetbench.runner.bench import DumbbellBench, TrialOutcome
 from vnetbench.runner.fingerprint import SYSCTLS
+from vnetbench.runner.recorders import LinkRecorder, Recorder
 from vnetbench.scenario.plan import Configuration
 from vnetbench.workloads import registry as workloads
 from vnetbench.tools import ETHTOOL, FLOCK, IP, PING, SS, TC, Tool
@@ -467,13 +468,18 @@ class HostsBench(DumbbellBench):
     def _group_offload_unknown(self, config: Configuration) -> None:
         self._offload_on = None
 
-    def endpoints(self) -> dict[str, dict[str, dict[str, Any]]]:
-        return {"hosts": endpoints for endpoints in super().endpoints().values()}  # the one variant: the hosts
+    def recorders(self, group: Group) -> list[Recorder]:
+        """The links' counters. This machine's CPUs are not the hosts': their CPU cost needs each host's
+        /proc/stat sampled there (not yet)."""
+        return [LinkRecorder(self.links)]
+
+    def variant_name(self, group: Group) -> str:
+        return "hosts"  # the one variant: the inventory's hosts, as they are
 
     def environment_state(self, config: Configuration) -> dict[str, Any]:
         group = self.group(config)
         used = [group.receiver, *group.senders[:config.active_senders]]
-        return {"environment": {"variant": "hosts", "env": "bare",
+        return {"environment": {"variant": self.variant_name(group), "env": "bare",
                                 "hosts": {n: {"address": self.place.addresses[n], **self.host_facts.get(n, {})}
                                           for n in used},
                                 "offload": (self._offload_state if not self._offload_on and self.offloads

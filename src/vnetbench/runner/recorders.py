@@ -8,14 +8,20 @@ traffic moves; it starts nothing the workloads would see.
 - :class:`LinkRecorder`: the link backends (the emulator restarts with the trial's seed and schedule; what
   each link's model and queue counted);
 - :class:`QdiscRecorder`: the lab's bottleneck port qdisc counters, where the links' backend counts no drops;
-- :class:`EnvironmentRecorder`: an environment's own counters (an overlay's VXLAN devices).
+- :class:`EnvironmentRecorder`: an environment's own counters (an overlay's VXLAN devices);
+- :class:`CpuRecorder`: what the CPUs of the machine the endpoints run on did (/proc/stat), and what a byte or a
+  transaction cost in CPU time (netperf's service demand).
 
 A bench gives the trial its recorders (``DumbbellBench.recorders``); a new kind of counter is one class here.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import math
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable
 
 from vnetbench.impair import tc
 from vnetbench.impair.links import LinkManager, bottleneck_drops, link_metrics
@@ -23,10 +29,15 @@ from vnetbench.runner import pathcheck
 from vnetbench.workloads.base import Measurement
 
 
+Window = tuple[float, float]  # epoch seconds: the trial's first workload's measured part (warm-up excluded)
+
+
 class Recorder:
-    """start(span_s) before the trial's first phase, stop() after its last, then collect(measurement, raw):
-    the metrics it measured go into `measurement` (kept only when the trial is ok), its raw record into `raw`
-    (kept always: a failed trial's counters say why it failed)."""
+    """start(span_s) before the trial's first phase, stop() after its last, then collect(measurement, raw,
+    window): the metrics it measured go into `measurement` (given only when the trial is ok, after the
+    workloads' own metrics), its raw record into `raw` (kept always: a failed trial's counters say why it
+    failed). `window` is when the trial's first workload measured (None when it measured nothing): what a
+    recorder samples over time is judged over that span, as the workload's own numbers are."""
 
     def start(self, span_s: float) -> None:
         """Right before the first phase; `span_s` is how long the phases take together."""
@@ -34,7 +45,7 @@ class Recorder:
     def stop(self) -> None:
         """Right after the last phase."""
 
-    def collect(self, measurement: Measurement, raw: dict[str, Any]) -> None:
+    def collect(self, measurement: Measurement | None, raw: dict[str, Any], window: Window | None) -> None:
         """What was seen between start and stop."""
 
     def dropped(self) -> float:
@@ -58,8 +69,10 @@ class LinkRecorder(Recorder):
     def stop(self) -> None:
         self.counters = self.links.end_trial()
 
-    def collect(self, measurement: Measurement, raw: dict[str, Any]) -> None:
+    def collect(self, measurement: Measurement | None, raw: dict[str, Any], window: Window | None) -> None:
         raw["links"] = {name: c.per_direction for name, c in self.counters.items()}
+        if measurement is None:
+            return
         drops = bottleneck_drops(self.counters)
         if drops is not None:
             measurement.add("bottleneck.drops", drops)
@@ -86,9 +99,9 @@ class QdiscRecorder(Recorder):
     def stop(self) -> None:
         self.after = tc.counters(self.iface)
 
-    def collect(self, measurement: Measurement, raw: dict[str, Any]) -> None:
+    def collect(self, measurement: Measurement | None, raw: dict[str, Any], window: Window | None) -> None:
         raw["bottleneck_counters"] = {"before": self.before, "after": self.after}
-        if not measurement.has("bottleneck.drops"):
+        if measurement is not None and not measurement.has("bottleneck.drops"):
             measurement.add("bottleneck.drops", self.after["drops"] - self.before["drops"])
 
 
@@ -106,6 +119,118 @@ class EnvironmentRecorder(Recorder):
     def stop(self) -> None:
         self.after = self.env.counters()
 
-    def collect(self, measurement: Measurement, raw: dict[str, Any]) -> None:
+    def collect(self, measurement: Measurement | None, raw: dict[str, Any], window: Window | None) -> None:
         if self.before is not None:
             raw["environment_counters"] = {"before": self.before, "after": self.after}
+
+
+# /proc/stat's per-CPU counters, in clock ticks (USER_HZ); guest time is counted inside user as well.
+STAT_FIELDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
+BUSY_FIELDS = ("user", "nice", "system", "irq", "softirq")  # idle, iowait and steal are not this machine's work
+CPU_SAMPLE_S = 0.05  # 20 reads a second: the window's edges within 50 ms; a read costs ~30 us
+CPU_MIN_WINDOW_S = 0.5  # shorter, and a 10 ms tick is more than 2 % of a core: not judged
+KB = 1024  # netperf's service demand is microseconds of CPU per KB (1024 bytes)
+# Where the trial's rate of transactions is, for cpu.us_per_transaction: the first a trial measured.
+TRANSACTION_RATES = ("rr.transactions_per_s", "http.requests_per_s", "ab.requests_per_s")
+
+
+def parse_proc_stat(text: str) -> dict[str, tuple[int, ...]]:
+    """Per CPU ("cpu0", "cpu1", ...) its STAT_FIELDS counters from /proc/stat (missing ones, on old kernels, 0)."""
+    out = {}
+    for line in text.splitlines():
+        name, _, rest = line.partition(" ")
+        if name.startswith("cpu") and name != "cpu":
+            values = [int(v) for v in rest.split()[:len(STAT_FIELDS)]]
+            out[name] = tuple(values + [0] * (len(STAT_FIELDS) - len(values)))
+    return out
+
+
+def read_local_stat() -> str:
+    return Path("/proc/stat").read_text()
+
+
+class CpuRecorder(Recorder):
+    """The CPUs of the machine the endpoints run on, sampled from /proc/stat every CPU_SAMPLE_S while the trial
+    runs, judged over the window its first workload measured (counters interpolated at its edges):
+
+    - ``cpu.util_pct``: busy CPU (user, nice, system, irq, softirq) in cores x 100 (200 = two cores busy);
+    - ``cpu.softirq_pct``, ``cpu.steal_pct``: the share of it in softirq, and the time the hypervisor took;
+    - ``cpu.us_per_kb`` (streams) and ``cpu.us_per_transaction`` (RR, HTTP): netperf's service demand, the busy
+      CPU time over what the workload moved in the same window.
+
+    The whole machine is measured, as netperf measures it: the endpoints, the link emulator's core, softirq
+    work and whatever else runs there. Per CPU, the shares go with the trial's raw record ("cpu")."""
+
+    def __init__(self, where: str, read: Callable[[], str] = read_local_stat, interval: float = CPU_SAMPLE_S):
+        self.where = where
+        self.read = read
+        self.interval = interval
+        self.samples: list[tuple[float, dict[str, tuple[int, ...]]]] = []
+        self._done = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _sample(self) -> None:
+        self.samples.append((time.time(), parse_proc_stat(self.read())))
+
+    def _sampling(self) -> None:
+        while not self._done.wait(self.interval):
+            self._sample()
+
+    def start(self, span_s: float) -> None:
+        self.samples = []
+        self._sample()
+        self._done.clear()
+        self._thread = threading.Thread(target=self._sampling, name="cpu sampler", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._done.set()
+        if self._thread is not None:
+            self._thread.join()
+        self._sample()
+
+    def at(self, t: float) -> dict[str, list[float]]:
+        """The counters at epoch `t`, interpolated between the samples around it."""
+        times = [s[0] for s in self.samples]
+        i = max(1, min(len(times) - 1, next((k for k, x in enumerate(times) if x >= t), len(times) - 1)))
+        (t0, c0), (t1, c1) = self.samples[i - 1], self.samples[i]
+        f = 0.0 if t1 <= t0 else min(1.0, max(0.0, (t - t0) / (t1 - t0)))
+        return {cpu: [a + f * (b - a) for a, b in zip(c0[cpu], c1[cpu])] for cpu in c0 if cpu in c1}
+
+    def shares(self, window: Window) -> dict[str, dict[str, float]] | None:
+        """Per CPU, the percent of its time in each STAT_FIELDS state over `window` (None: too short)."""
+        a = max(window[0], self.samples[0][0])
+        b = min(window[1], self.samples[-1][0])
+        if b - a < CPU_MIN_WINDOW_S:
+            return None
+        before, after = self.at(a), self.at(b)
+        out = {}
+        for cpu in before:
+            delta = [y - x for x, y in zip(before[cpu], after[cpu])]
+            total = sum(delta)
+            if total > 0:
+                out[cpu] = {f: round(100 * d / total, 2) for f, d in zip(STAT_FIELDS, delta)}
+        return out or None
+
+    def collect(self, measurement: Measurement | None, raw: dict[str, Any], window: Window | None) -> None:
+        if window is None or len(self.samples) < 2:
+            return
+        per_cpu = self.shares(window)
+        if per_cpu is None:
+            return
+        raw["cpu"] = {"where": self.where, "window_s": round(window[1] - window[0], 3), "samples": len(self.samples),
+                      "per_cpu_pct": per_cpu}
+        if measurement is None:
+            return
+        busy = sum(shares[f] for shares in per_cpu.values() for f in BUSY_FIELDS)
+        measurement.add("cpu.util_pct", busy)
+        measurement.add("cpu.softirq_pct", sum(shares["softirq"] for shares in per_cpu.values()))
+        measurement.add("cpu.steal_pct", sum(shares["steal"] for shares in per_cpu.values()))
+        busy_us_per_s = busy / 100 * 1e6
+        rx_mbps = measurement.value("throughput.rx_mbps")
+        if rx_mbps is not None:
+            kb_per_s = rx_mbps * 1e6 / 8 / KB
+            measurement.add("cpu.us_per_kb", busy_us_per_s / kb_per_s if kb_per_s > 0 else math.nan)
+        rate = next((v for name in TRANSACTION_RATES if (v := measurement.value(name)) is not None), None)
+        if rate is not None:
+            measurement.add("cpu.us_per_transaction", busy_us_per_s / rate if rate > 0 else math.nan)

@@ -10,14 +10,15 @@ import ipaddress
 import re
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo, create_model, field_validator,
+                      model_validator)
 
 from vnetbench import quantities, units
 from vnetbench.impair.model import (BACKENDS, Delay, LinkBuffer, LinkSpec, LossSpec, Schedule, buffer_bytes_in_range,
                                     frame_bytes, lab_links, link_rate, short_hand_conflicts)
 from vnetbench.lab import environments
 from vnetbench.scenario.names import RULE, require_name
-from vnetbench.workloads import iperf3, ping, registry, tcpinfo
+from vnetbench.workloads import iperf3, ping, registry, ss
 
 MATRIX_AXES_EXTRA = ("ratio",)
 
@@ -31,15 +32,13 @@ Buffer = LinkBuffer
 
 
 IPV6_MIN_MTU = 1280
-VM_MIN_MEMORY = 64 * 2**20  # the guest kernel, its initramfs (the tools) and their page cache
-VM_MAX_MEMORY = 64 * 2**30
 
 
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
 
-class LabSpec(Strict):
+class _Lab(Strict):
     """The testbed: a dumbbell whose endpoints attach through an environment.
 
     ``senders = "auto"`` follows the thesis' algorithms 1 and 2: two senders up
@@ -92,31 +91,6 @@ class LabSpec(Strict):
     env: Literal[environments.KINDS] = Field(default="bare", description="how endpoints attach")  # type: ignore
     offload: Literal["on", "off"] = Field(default="on", description="TSO, GSO, GRO and checksum offload on the "
                                                                     "endpoints' interfaces (host and guest side)")
-    overlay: Literal["vxlan", "routed"] | None = Field(default=None, description="env=overlay: VXLAN (Docker "
-                                                       "overlay, Flannel, Weave) or routing (Calico); default vxlan")
-    nic: Literal["virtio-net", "e1000", "rtl8139"] | None = Field(default=None, description="env=vm: guest NIC "
-                                                                   "model; default virtio-net")
-    vcpus: int | None = Field(default=None, ge=1, le=64, description="env=vm: guest vCPUs")
-    memory: Size | None = Field(default=None, description="env=vm: guest RAM")
-    cpu_quota: float | None = Field(default=None, description="env=container, docker or podman: CPU limit, '50%' of one "
-                                                              "CPU or a number of CPUs (cgroup cpu.max; docker --cpus)")
-    cpuset: str | None = Field(default=None, description="env=container, docker or podman: CPUs the container may "
-                                                         "use, e.g. '1' or '0-1' (cgroup cpuset.cpus; docker --cpuset-cpus)")
-    memory_limit: Size | None = Field(default=None, description="env=container, docker or podman: memory limit (cgroup "
-                                                                  "memory.max; docker --memory)")
-    publish: bool | None = Field(default=None, description="env=docker or podman: reach the receiver's servers through ports "
-                                 "published on the engine's host (docker run -p), as clients outside its network do: "
-                                 "the engine's userland proxy or its NAT rules carry them")
-    network: Literal["bridge", "host", "overlay"] | None = Field(
-        default=None, description="env=docker or podman: the engine network the containers are on: 'bridge' (a "
-        "user-defined bridge network, the default), 'host' (no engine network: each container has its endpoint's "
-        "own host network on the lab's switch, as --network host on a machine of its own), 'overlay' (Docker's "
-        "swarm VXLAN overlay; said unavailable on one engine, with the reason)")
-    userland_proxy: bool | None = Field(
-        default=None, description="env=docker with publish = true: the engine must carry published ports through "
-        "docker-proxy (true) or NAT rules only (false), as dockerd --userland-proxy; checked before the run "
-        "(the setting is the daemon's: DOCKER_HOST chooses a daemon started with it)")
-
     # Which environment each option belongs to (each environment's module declares its own).
     ENV_OPTIONS: ClassVar[dict[str, tuple[str, ...]]] = environments.option_owners()
 
@@ -128,29 +102,8 @@ class LabSpec(Strict):
             return None
         return link_rate(_rate(v), v)
 
-    @field_validator("cpu_quota", mode="before", json_schema_input_type=quantities.WrittenFraction)
-    @classmethod
-    def _cpu_quota(cls, v: Any) -> Any:
-        if v is None:
-            return None
-        try:
-            cpus = units.parse_percent(str(v))
-        except units.UnitError:
-            raise ValueError(f"{units.brief(v)} is not a CPU quota: write a percentage of one CPU ('50%') or a number "
-                             "of CPUs (1.5)") from None
-        if not 0.01 <= cpus <= 1024:
-            raise ValueError(f"{units.brief(v)}: a CPU quota must be between 1% (0.01) and 1024 CPUs")
-        return cpus
-
-    @field_validator("cpuset")
-    @classmethod
-    def _cpuset(cls, v: str | None) -> str | None:
-        if v is not None and not re.fullmatch(r"\d+(-\d+)?(,\d+(-\d+)?)*", str(v)):
-            raise ValueError(f"{units.brief(v)} is not a CPU list: write e.g. '1', '0-1' or '0,2'")
-        return v
-
     @model_validator(mode="after")
-    def _env_options(self) -> "LabSpec":
+    def _env_options(self) -> "_Lab":
         wrong = [f"{k} = {units.brief(getattr(self, k))}" for k, envs in self.ENV_OPTIONS.items()
                  if getattr(self, k) is not None and self.env not in envs]
         if wrong:
@@ -164,19 +117,11 @@ class LabSpec(Strict):
         return self
 
     @model_validator(mode="after")
-    def _ipv6_mtu(self) -> "LabSpec":
+    def _ipv6_mtu(self) -> "_Lab":
         if self.ip_version == 6 and self.mtu < IPV6_MIN_MTU:
             raise ValueError(f"mtu = {self.mtu} with ip_version = 6: IPv6 needs links of at least {IPV6_MIN_MTU} "
                              "bytes (RFC 8200); raise mtu or use ip_version = 4")
         return self
-
-    @field_validator("memory")
-    @classmethod
-    def _guest_memory(cls, v: float | None) -> float | None:
-        if v is not None and not VM_MIN_MEMORY <= v <= VM_MAX_MEMORY:
-            raise ValueError(f"{units.format_size(v)}: a guest gets 64 MiB to 64 GiB of memory (its kernel and "
-                             "tools need the least)")
-        return v
 
     @field_validator("senders")
     @classmethod
@@ -203,7 +148,7 @@ class LabSpec(Strict):
         return None
 
     @model_validator(mode="after")
-    def _links(self) -> "LabSpec":
+    def _links(self) -> "_Lab":
         from vnetbench.errors import ScenarioError
         from vnetbench.impair.backends import check_expressible
 
@@ -235,11 +180,17 @@ class LabSpec(Strict):
         return v
 
 
+# The lab table: its own fields, then each environment's options as the environment's module declares them
+# (vnetbench.lab.environments: a new environment's options need no line here).
+LabSpec = create_model("LabSpec", __base__=_Lab, __doc__=_Lab.__doc__, __module__=__name__,
+                       **{name: (info.annotation, info) for name, info in environments.option_fields().items()})
+
+
 # Each tool's options live in its workload module (vnetbench.workloads.<tool>.Options); these names are
 # the ones the rest of the code and earlier versions used for the three first tools.
 StreamWorkload = iperf3.Options
 ProbeWorkload = ping.Options
-SsWorkload = tcpinfo.Options
+SsWorkload = ss.Options
 FlowTiming = iperf3.FlowTiming
 Workload = registry.options_union()
 

@@ -58,6 +58,10 @@ class Measurement:
         """Whether the trial has `name`, as a number or as undefined."""
         return name in self.undefined or any(s.metric == name for s in self.samples)
 
+    def value(self, name: str) -> float | None:
+        """The trial's (first) value of `name`, or None."""
+        return next((s.value for s in self.samples if s.metric == name), None)
+
     def add_series(self, name: str, unit: str, t: Any, v: Any) -> None:
         self.series.append(SeriesRecord(name, unit, np.asarray(t, dtype=float), np.asarray(v, dtype=float)))
 

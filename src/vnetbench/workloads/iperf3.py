@@ -34,7 +34,7 @@ from vnetbench.workloads.base import (Measurement, ServerSpec, Started, ToolFail
                                       Workload, WorkloadOptions)
 from vnetbench.workloads.registry import register
 
-BASE_PORT = 5201  # one server per sender: 5201, 5202, ... (tcpinfo and the container NAT know the range)
+BASE_PORT = 5201  # one server per sender: 5201, 5202, ... (ss and the container NAT know the range)
 
 # ------------------------------------------------------------------ options
 

@@ -26,7 +26,8 @@ Every environment creates its things through the lab's registry, inside
 
 An environment is one module: its class inherits
 :class:`~vnetbench.lab.environments.base.EnvironmentType`, declares its
-``kind``, host-name ``tag``, the lab ``options`` it owns and what it needs from
+``kind``, host-name ``tag``, the lab options it owns (``Options``, a model of their own: the scenario's
+``[lab]`` table and :data:`Variant` are made from them) and what it needs from
 the machine (``capabilities``), and is ``@register``-ed. Importing this package
 imports every module of :data:`MODULES`; nothing else names an environment.
 
@@ -41,9 +42,11 @@ import importlib
 import os
 import shutil
 import subprocess
-from dataclasses import dataclass, fields
+from dataclasses import field, fields, make_dataclass
 from functools import lru_cache
 from typing import Any, Protocol
+
+from pydantic.fields import FieldInfo
 
 from vnetbench.errors import EnvironmentProblem
 from vnetbench.lab import netns
@@ -75,39 +78,48 @@ def option_owners() -> dict[str, tuple[str, ...]]:
     return owners
 
 
-@dataclass(frozen=True)
-class Variant:
-    """The structural choices one set of endpoints is built with (offload is set per trial).
+def option_fields() -> dict[str, FieldInfo]:
+    """Every environment option as its module declares it (type, default, description, checks), in the order
+    of MODULES: the scenario's ``[lab]`` table takes them as its fields (scenario/model.py LabSpec)."""
+    out: dict[str, FieldInfo] = {}
+    for cls in REGISTRY.values():
+        for name, info in cls.Options.model_fields.items():
+            known = out.setdefault(name, info)
+            if (known.annotation, known.description) != (info.annotation, info.description):
+                raise TypeError(f"environment option {name!r} is declared twice, differently ({cls.kind}): two "
+                                "environments that share an option share its model (one inherits the other's)")
+    return out
 
-    Its fields are ``env``, ``mtu`` and every registered environment's options (a test keeps them equal).
-    """
 
-    env: str = "bare"
-    overlay: str | None = None
-    nic: str | None = None
-    vcpus: int | None = None
-    memory: float | None = None
-    cpu_quota: float | None = None
-    cpuset: str | None = None
-    memory_limit: float | None = None
-    publish: bool | None = None
-    network: str | None = None
-    userland_proxy: bool | None = None
-    mtu: int = 1500
+class _VariantBehaviour:
+    """What a Variant does; its fields are made from the registered environments' options (below)."""
+
+    env: str
+    mtu: int
 
     @classmethod
     def from_lab(cls, lab: Any) -> "Variant":
-        return cls(**{f.name: getattr(lab, f.name) for f in fields(cls)})
+        return cls(**{f.name: getattr(lab, f.name) for f in fields(cls)})  # type: ignore[arg-type]
 
     @property
     def options(self) -> dict[str, Any]:
         """The environment options that are set (for names, messages and facts)."""
-        return {f.name: getattr(self, f.name) for f in fields(self)
+        return {f.name: getattr(self, f.name) for f in fields(self)  # type: ignore[arg-type]
                 if f.name not in ("env", "mtu") and getattr(self, f.name) is not None}
 
     def __str__(self) -> str:
         opts = ", ".join(f"{k}={v}" for k, v in self.options.items())
         return f"{self.env}({opts})" if opts else self.env
+
+
+# The structural choices one set of endpoints is built with (offload is set per trial): ``env``, every registered
+# environment's options (None: not set) and ``mtu``; hashable, so that a lab keeps one group of endpoints each.
+# ``Variant("vm", nic="e1000")``.
+Variant = make_dataclass(
+    "Variant",
+    [("env", str, field(default="bare")), *((name, Any, field(default=None)) for name in option_fields()),
+     ("mtu", int, field(default=1500))],
+    bases=(_VariantBehaviour,), frozen=True, namespace={"__module__": __name__})
 
 
 class Environment(Protocol):

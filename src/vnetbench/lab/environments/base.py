@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+from pydantic import BaseModel, ConfigDict
+
 from vnetbench.errors import LabError
 from vnetbench.lab import offload
 from vnetbench.lab.nodes import Host, Interface, Link, Namespace
@@ -94,13 +96,23 @@ class Capability:
     fix: str = ""
 
 
+class EnvironmentOptions(BaseModel):
+    """The lab fields an environment owns (none: bare). Each is optional: None is "this environment's default",
+    and the environment says which that is."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
+
+
 class EnvironmentType:
     """What an environment module declares about itself (its class inherits this and is registered):
 
     - ``kind``: the value of the scenario's ``env``;
     - ``tag``: the letter its hosts' names start with when a run has several environments;
-    - ``options``: the lab fields that belong to it (rejected with an ``env`` that does not declare them; two
-      environments may declare the same one when it means the same in both, as a container's limits);
+    - ``Options``: the lab fields that belong to it, as a model of their own (type, default, description and
+      checks, written once: the scenario's ``[lab]`` table and :class:`~vnetbench.lab.environments.Variant` take
+      them from here). They are rejected with an ``env`` that does not declare them; two environments may declare
+      the same one when it means the same in both, as a container's limits (one inherits the other's model).
+      ``options`` is their names, set by :func:`register`;
     - ``probes_kernel``: its checks need :func:`vnetbench.lab.environments.probe_kernel`;
     - ``setup_s``: about how long building its endpoints takes (``vnetbench plan``'s estimate);
     - :meth:`capabilities`: what it needs from this machine, for one variant or (None) all of them;
@@ -111,7 +123,8 @@ class EnvironmentType:
 
     kind: ClassVar[str] = ""
     tag: ClassVar[str] = ""
-    options: ClassVar[tuple[str, ...]] = ()
+    Options: ClassVar[type[EnvironmentOptions]] = EnvironmentOptions
+    options: ClassVar[tuple[str, ...]] = ()  # Options' field names (register sets it)
     probes_kernel: ClassVar[bool] = False
     setup_s: ClassVar[float] = 1.0
 
@@ -146,6 +159,7 @@ def register(cls: type[EnvironmentType]) -> type[EnvironmentType]:
         raise TypeError(f"{cls.__name__} must set kind and tag")
     if REGISTRY.get(cls.kind, cls) is not cls:
         raise TypeError(f"two environments are registered as {cls.kind!r}")
+    cls.options = tuple(cls.Options.model_fields)
     REGISTRY[cls.kind] = cls
     return cls
 

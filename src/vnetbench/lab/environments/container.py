@@ -22,14 +22,17 @@ same NAT, bridge and veth as the streams it runs beside.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
-from typing import Any
+from typing import Annotated, Any
 
-from vnetbench import units
+from pydantic import AfterValidator, BeforeValidator, Field
+
+from vnetbench import quantities, units
 from vnetbench.errors import LabError
 from vnetbench.lab import cgroups
-from vnetbench.lab.environments.base import (SUBNET_V4_PREFIXLEN, SUBNET_V6_PREFIXLEN, Attached, Capability,
+from vnetbench.lab.environments.base import (EnvironmentOptions, SUBNET_V4_PREFIXLEN, SUBNET_V6_PREFIXLEN, Attached, Capability,
                                              Endpoint, LabContext, NamespaceEnvironment, add_default_routes,
                                              attach_node, enable_forwarding, new_namespace, plain_host, register)
 from vnetbench.lab.nodes import Interface, Link, Namespace
@@ -81,6 +84,38 @@ CONTAINER_OWN_BYTES = 16 * 2**20  # the tool's own binary, libraries and stack, 
 LIMIT_CONTROLLERS = {"cpu_quota": "cpu", "cpuset": "cpuset", "memory_limit": "memory"}
 
 
+def _cpu_quota(v: Any) -> Any:
+    if v is None:
+        return None
+    try:
+        cpus = units.parse_percent(str(v))
+    except units.UnitError:
+        raise ValueError(f"{units.brief(v)} is not a CPU quota: write a percentage of one CPU ('50%') or a number "
+                         "of CPUs (1.5)") from None
+    if not 0.01 <= cpus <= 1024:
+        raise ValueError(f"{units.brief(v)}: a CPU quota must be between 1% (0.01) and 1024 CPUs")
+    return cpus
+
+
+def _cpuset(v: str | None) -> str | None:
+    if v is not None and not re.fullmatch(r"\d+(-\d+)?(,\d+(-\d+)?)*", str(v)):
+        raise ValueError(f"{units.brief(v)} is not a CPU list: write e.g. '1', '0-1' or '0,2'")
+    return v
+
+
+class ContainerLimits(EnvironmentOptions):
+    """A container's limits: vnetbench's own cgroup (env = container) or the engine's flags (docker, podman)."""
+
+    cpu_quota: Annotated[float | None, BeforeValidator(_cpu_quota, json_schema_input_type=quantities.WrittenFraction)] \
+        = Field(default=None, description="env=container, docker or podman: CPU limit, '50%' of one CPU or a number "
+                                          "of CPUs (cgroup cpu.max; docker --cpus)")
+    cpuset: Annotated[str | None, AfterValidator(_cpuset)] = Field(
+        default=None, description="env=container, docker or podman: CPUs the container may use, e.g. '1' or '0-1' "
+                                  "(cgroup cpuset.cpus; docker --cpuset-cpus)")
+    memory_limit: quantities.Size | None = Field(default=None, description="env=container, docker or podman: memory "
+                                                 "limit (cgroup memory.max; docker --memory)")
+
+
 def container_memory_problem(variant: Any, needed: int) -> str | None:
     """A tool that needs more than a container's memory_limit leaves for it (vnetbench's model or an engine's)."""
     limit = getattr(variant, "memory_limit", None)
@@ -108,7 +143,7 @@ def cpuset_problem(cpuset: str | None) -> str | None:
 class ContainerEnvironment(NamespaceEnvironment):
     kind = "container"
     tag = "c"
-    options = tuple(LIMIT_CONTROLLERS)
+    Options = ContainerLimits
     probes_kernel = True
 
     @classmethod

@@ -32,13 +32,15 @@ import subprocess
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator, Literal, Sequence
+
+from pydantic import Field
 
 from vnetbench.errors import EnvironmentUnavailable, LabError
 from vnetbench.lab import cgroups, engines, netns
 from vnetbench.lab.environments.base import (Attached, Capability, Endpoint, LabContext, NamespaceEnvironment,
                                              Subnet, register, wire_node)
-from vnetbench.lab.environments.container import container_memory_problem, cpuset_problem
+from vnetbench.lab.environments.container import ContainerLimits, container_memory_problem, cpuset_problem
 from vnetbench.lab.guest import initramfs
 from vnetbench.lab.nodes import IFA_F_NODAD, Interface, Namespace, RunsCommands, placement_entry
 from vnetbench.lab.teardown import Registry, atomic
@@ -88,12 +90,33 @@ class EngineHost(RunsCommands):
         return engines.exec_argv(self.engine, self.container.name, argv, cpus)
 
 
+class EngineOptions(ContainerLimits):
+    """The container environment's limits, applied by the engine (docker run --cpus, --cpuset-cpus, --memory),
+    published ports (docker run -p) and the engine network the containers are on (docker run --network)."""
+
+    publish: bool | None = Field(default=None, description="env=docker or podman: reach the receiver's servers through "
+                                 "ports published on the engine's host (docker run -p), as clients outside its network "
+                                 "do: the engine's userland proxy or its NAT rules carry them")
+    network: Literal["bridge", "host", "overlay"] | None = Field(
+        default=None, description="env=docker or podman: the engine network the containers are on: 'bridge' (a "
+        "user-defined bridge network, the default), 'host' (no engine network: each container has its endpoint's "
+        "own host network on the lab's switch, as --network host on a machine of its own), 'overlay' (Docker's "
+        "swarm VXLAN overlay; said unavailable on one engine, with the reason)")
+
+
+class DockerOptions(EngineOptions):
+    """A dockerd setting besides: Podman has no userland proxy."""
+
+    userland_proxy: bool | None = Field(
+        default=None, description="env=docker with publish = true: the engine must carry published ports through "
+        "docker-proxy (true) or NAT rules only (false), as dockerd --userland-proxy; checked before the run "
+        "(the setting is the daemon's: DOCKER_HOST chooses a daemon started with it)")
+
+
 class EngineEnvironment(NamespaceEnvironment):
     """Endpoints as containers of a real engine: its `kind` names the engine (engines.DEFAULT_URLS) as well."""
 
-    # The container environment's limits, applied by the engine (docker run --cpus, --cpuset-cpus, --memory),
-    # published ports (docker run -p) and the engine network the containers are on (docker run --network).
-    options = ("cpu_quota", "cpuset", "memory_limit", "publish", "network")
+    Options = EngineOptions
     setup_s = 0.5
 
     @classmethod
@@ -330,7 +353,7 @@ class EngineEnvironment(NamespaceEnvironment):
 class DockerEnvironment(EngineEnvironment):
     kind = "docker"
     tag = "d"
-    options = (*EngineEnvironment.options, "userland_proxy")  # a dockerd setting: Podman has no userland proxy
+    Options = DockerOptions
 
 
 # Why network = "overlay" cannot be measured on one engine: (what, what to do instead).

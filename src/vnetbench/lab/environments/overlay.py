@@ -22,9 +22,11 @@ bottleneck, an emulated delay) acts on the encapsulated traffic, as on a WAN.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
-from vnetbench.lab.environments.base import (SUBNET_V4_PREFIXLEN, SUBNET_V6_PREFIXLEN, Attached, Capability,
+from pydantic import Field
+
+from vnetbench.lab.environments.base import (EnvironmentOptions, SUBNET_V4_PREFIXLEN, SUBNET_V6_PREFIXLEN, Attached, Capability,
                                              Endpoint, LabContext, NamespaceEnvironment, Node, Subnet,
                                              add_default_routes, add_route, attach_node, enable_forwarding,
                                              new_namespace, plain_host, register)
@@ -37,11 +39,16 @@ VXLAN_DEV = "vxlan0"
 VNI_BASE = 4096
 
 
+class OverlayOptions(EnvironmentOptions):
+    overlay: Literal["vxlan", "routed"] | None = Field(default=None, description="env=overlay: VXLAN (Docker "
+                                                       "overlay, Flannel, Weave) or routing (Calico); default vxlan")
+
+
 @register
 class OverlayEnvironment(NamespaceEnvironment):
     kind = "overlay"
     tag = "o"
-    options = ("overlay",)
+    Options = OverlayOptions
     probes_kernel = True
 
     @classmethod

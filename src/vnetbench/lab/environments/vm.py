@@ -37,12 +37,14 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, ClassVar, Sequence
+from typing import Annotated, Any, ClassVar, Literal, Sequence
 
-from vnetbench import tools, units
+from pydantic import AfterValidator, Field
+
+from vnetbench import quantities, tools, units
 from vnetbench.errors import EnvironmentUnavailable, LabError
 from vnetbench.lab import netns, offload
-from vnetbench.lab.environments.base import Capability, EnvironmentType, register
+from vnetbench.lab.environments.base import Capability, EnvironmentOptions, EnvironmentType, register
 from vnetbench.lab.guest import initramfs, qemu
 from vnetbench.lab.guest.qemu import Guest, GuestBootError, GuestConfig
 from vnetbench.lab.nodes import Interface, Link, Namespace, RunsCommands, placement_entry
@@ -286,13 +288,32 @@ def _workdir(lab: Any, registry: Registry) -> Path:
 # ---------------------------------------------------------------- the environment
 
 
+GUEST_MIN_MEMORY = 64 * 2**20  # the guest kernel, its initramfs (the tools) and their page cache
+GUEST_MAX_MEMORY = 64 * 2**30
+
+
+def _guest_memory(v: float | None) -> float | None:
+    if v is not None and not GUEST_MIN_MEMORY <= v <= GUEST_MAX_MEMORY:
+        raise ValueError(f"{units.format_size(v)}: a guest gets 64 MiB to 64 GiB of memory (its kernel and "
+                         "tools need the least)")
+    return v
+
+
+class GuestOptions(EnvironmentOptions):
+    nic: Literal["virtio-net", "e1000", "rtl8139"] | None = Field(default=None, description="env=vm: guest NIC "
+                                                                   "model; default virtio-net")
+    vcpus: int | None = Field(default=None, ge=1, le=64, description="env=vm: guest vCPUs")
+    memory: Annotated[quantities.Size | None, AfterValidator(_guest_memory)] = Field(default=None,
+                                                                                     description="env=vm: guest RAM")
+
+
 @register
 class VmEnvironment(EnvironmentType):
     """Endpoints as guests: each in its own host namespace on the switch (see the module docstring)."""
 
     kind = "vm"
     tag = "v"
-    options = ("nic", "vcpus", "memory")
+    Options = GuestOptions
     # Building the initramfs (cached after the first run) and booting the guests in parallel: 10-20 s under
     # TCG on this project's 2-core VM (test_docker_vs_kvm_short boots two in its 35 s); less under KVM.
     setup_s = 20.0

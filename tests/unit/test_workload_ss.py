@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from vnetbench.scenario import load as L
-from vnetbench.workloads import iperf3, tcpinfo as T
+from vnetbench.workloads import iperf3, ss as T
 from vnetbench.workloads.base import ToolFailed
 
 FIX = Path(__file__).resolve().parent.parent / "fixtures"
