@@ -428,7 +428,7 @@ class DumbbellBench:
     def run_trial(self, config: Configuration, trial_tag: str) -> TrialOutcome:
         """One trial: the scenario's phases in order (a workload that runs on its own, with those that run
         during it), with the trial's recorders around them (runner/recorders.py: the links, the bottleneck's
-        qdisc, the environment's counters). No tool is named here: each workload's module starts its clients
+        qdisc, the environment's counters, the CPUs). No tool is named here: each workload's module starts its clients
         and parses what they printed (vnetbench.workloads)."""
         tmp = self.workdir / trial_tag
         tmp.mkdir(parents=True, exist_ok=True)
