@@ -32,6 +32,38 @@ def full_queue_delay_bounds(queue_ms: float) -> tuple[float, float]:
     return 0.9 * queue_ms, queue_ms / BUSY_LINK_FILL
 
 
+# The workloads check_unshaped_streams judges: a 2 s iperf3 stream with no warm-up, ping every 10 ms during it
+# (a scenario adds its [matrix] load of proto = "tcp" and proto = "udp" offered at 50 Mbit/s).
+UNSHAPED_STREAMS = """[workload.stream]
+tool = "iperf3"
+duration = "2s"
+omit = "0s"
+[workload.probe]
+tool = "ping"
+interval = "10ms"
+during = "stream"
+"""
+
+
+def check_unshaped_streams(store, run_id: str, trials: int) -> tuple[dict, dict]:
+    """Every one of the run's `trials` ok, and its two streams (labelled proto = "tcp" and "udp", UDP offered at
+    50 Mbit/s, ping during them) as a path with no shaping carries them: all of the UDP arrives (iperf3 paces it
+    at the offered rate), TCP above 500 Mbit/s (only the cores bound it), ping's median RTT under 2 ms. Returns
+    the TCP and the UDP configuration's values."""
+    import pytest
+
+    stored = store.trials(run_id)
+    assert len(stored) == trials and all(t["status"] == "ok" for t in stored), \
+        [t["reason"] for t in stored if t["status"] != "ok"]
+    values = store.values(run_id)
+    configs = {c["labels"]["proto"]: c for c in store.configurations(run_id)}
+    udp, tcp = values[configs["udp"]["key"]], values[configs["tcp"]["key"]]
+    assert all(x == pytest.approx(50, rel=0.05) for x in udp["throughput.rx_mbps"]), udp["throughput.rx_mbps"]
+    assert all(x > 500 for x in tcp["throughput.rx_mbps"]), tcp["throughput.rx_mbps"]
+    assert all(0 < x < 2 for x in tcp["rtt.p50_ms"]), tcp["rtt.p50_ms"]
+    return tcp, udp
+
+
 def cli(*args: str, check: bool = True, timeout: float = 600, env: dict | None = None) -> subprocess.CompletedProcess:
     """`vnetbench ARGS` in a subprocess, like a user at a shell."""
     proc = subprocess.run([sys.executable, "-m", "vnetbench", *args], capture_output=True, text=True,
