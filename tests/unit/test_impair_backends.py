@@ -291,3 +291,46 @@ def test_hosts_receive_on_the_cores_no_emulator_spins(tmp_path, monkeypatch):
     single = L.LinkManager(lab, registry=None, workdir=tmp_path, run_prefix="vnb-y")
     single._place_emulators(["bottleneck"])
     assert single.emulator_cpus["bottleneck"] is None and single._host_cpus("bottleneck") == ()
+
+
+def test_endpoints_leave_an_emulators_core_only_while_it_is_on_their_path(monkeypatch, tmp_path):
+    """Placement per configuration: the receiver gives up its core to an emulator on its path, and has it back
+    in the next configuration without one (a bare reference in the same run measures as it would alone); a
+    guest's QEMU keeps its cores."""
+    from types import SimpleNamespace
+
+    from vnetbench.impair import links as L
+
+    class Guest(SimpleNamespace):
+        pins_each_command = False
+
+    hosts = {"r": SimpleNamespace(name="r", cpu=3), "s1": SimpleNamespace(name="s1", cpu=0),
+             "s2": SimpleNamespace(name="s2", cpu=1), "vr": Guest(name="vr", cpu=3)}
+    lab = SimpleNamespace(hosts=hosts, groups={})
+    monkeypatch.setattr(L.os, "sched_getaffinity", lambda _pid: {0, 1, 2, 3})
+    manager = L.LinkManager(lab, registry=None, workdir=tmp_path, run_prefix="vnb-x")
+    manager._place_emulators(["bottleneck", "s1"])
+    assert manager.emulator_cpus == {"bottleneck": 3, "s1": 2}
+
+    def path(receiver: str, bottleneck: str | None, s1: str | None = None) -> dict[str, L.LinkTarget]:
+        return {receiver: L.LinkTarget("bottleneck", bottleneck, LinkSpec()),
+                "s1": L.LinkTarget("s1", s1, LinkSpec()), "s2": L.LinkTarget("s2", None, LinkSpec())}
+
+    manager._pin(path("r", "userspace"))
+    # off core 3 onto the least used core no emulator of this path spins on (2: s1's link has no emulator here)
+    assert (hosts["r"].cpu, hosts["s1"].cpu, hosts["s2"].cpu) == (2, 0, 1) and manager.repinned
+    manager.repinned = False
+    manager._pin(path("r", "htb"))
+    assert (hosts["r"].cpu, hosts["s1"].cpu, hosts["s2"].cpu) == (3, 0, 1) and manager.repinned
+    manager.repinned = False
+    manager._pin(path("r", "userspace", "userspace"))
+    assert hosts["r"].cpu in (0, 1) and (hosts["s1"].cpu, hosts["s2"].cpu) == (0, 1)
+    manager._pin(path("r", "htb"))
+    assert hosts["r"].cpu == 3
+    manager.repinned = False
+    manager._pin(path("r", "htb"))
+    assert not manager.repinned  # nothing changed, nothing restarts
+    manager._pin(path("vr", "userspace"))
+    assert hosts["vr"].cpu == 3  # QEMU's threads stay where they started; the record says so
+    manager._targets = path("r", "userspace")
+    assert manager.emulator_cores() == {"bottleneck": 3}

@@ -138,7 +138,8 @@ class LinkManager:
     backends: dict[str, B.Backend] = field(default_factory=dict)
     emulator_cpus: dict[str, int | None] = field(default_factory=dict)
     host_cpus: tuple[int, ...] = ()  # the cores no emulator spins on: the hosts' (set with emulator_cpus)
-    repinned: bool = False
+    repinned: bool = False  # an endpoint's core changed at the last apply()
+    _home: dict[str, int | None] = field(default_factory=dict)  # host -> the core the topology gave it
     _current: dict[str, LinkSpec] = field(default_factory=dict)  # host -> spec applied on its link
     _records: dict[str, dict] = field(default_factory=dict)  # host -> what apply() returned
     _active: dict[str, str] = field(default_factory=dict)  # host -> link name, for the current configuration
@@ -164,7 +165,8 @@ class LinkManager:
         return B.choose(spec, "auto", shaper=lab.qdisc, where=f"lab.link.{name}: ")
 
     def _place_emulators(self, names: list[str]) -> None:
-        """Emulators spin their core: give them the last cores, the hosts the others."""
+        """Emulators spin their core: give them the last cores (the hosts keep the others while an emulator is on
+        their path, see :meth:`_pin`)."""
         new = [n for n in names if n not in self.emulator_cpus]
         if not new:
             return
@@ -177,11 +179,34 @@ class LinkManager:
             if cpu is not None:
                 taken.add(cpu)
         self.host_cpus = tuple(c for c in cpus if c not in taken)
-        rest = list(self.host_cpus) or cpus
-        for i, host in enumerate(sorted(self.lab.hosts.values(), key=lambda h: h.name)):
-            if host.cpu is not None and host.cpu in taken:
-                host.cpu = rest[i % len(rest)]
+
+    def _pin(self, targets: dict[str, LinkTarget]) -> None:
+        """Each endpoint of this configuration's path on its own core (the topology's: the receiver on the last),
+        except where an emulator on this path spins: then on the least used core no emulator of the path has.
+        Computed per configuration, so a configuration without an emulator measures with the placement it would
+        have alone, whatever else the run holds (an emulator's core taken for the whole run put a bare reference's
+        receiver on its sender's core). Sets ``repinned`` when a core changed (the servers must start again)."""
+        spinning = {self.emulator_cpus.get(t.name) for t in targets.values() if t.backend == "userspace"} - {None}
+        cpus = sorted(os.sched_getaffinity(0))
+        free = [c for c in cpus if c not in spinning] or cpus
+        hosts = {name: self.lab.hosts[name] for name in sorted(targets) if name in self.lab.hosts}
+        for name, host in hosts.items():
+            self._home.setdefault(name, host.cpu)
+        # Hosts whose process pinning follows host.cpu; a guest's QEMU threads keep the cores they started on.
+        movable = {n for n, h in hosts.items() if getattr(h, "pins_each_command", True)}
+        wanted = {n: self._home[n] for n in hosts}
+        for name in sorted(movable):
+            if wanted[name] is not None and wanted[name] in spinning:
+                load = {c: sum(1 for m, w in wanted.items() if m != name and w == c) for c in free}
+                wanted[name] = min(free, key=lambda c: (load[c], c))
+        for name in movable:
+            if hosts[name].cpu != wanted[name]:
+                hosts[name].cpu = wanted[name]
                 self.repinned = True
+
+    def emulator_cores(self) -> dict[str, int | None]:
+        """Each emulator on the current configuration's path: its link and its core (None: not pinned)."""
+        return {t.name: self.emulator_cpus.get(t.name) for t in self._targets.values() if t.backend == "userspace"}
 
     def _host_cpus(self, name: str) -> tuple[int, ...]:
         """The cores that are no emulator's, when link `name`'s emulator has a core of its own."""
@@ -236,6 +261,7 @@ class LinkManager:
                                   "describe": target.spec.describe(), "needs": sorted(target.spec.needs()),
                                   **{k: v for k, v in cached.items() if k != "backend"}}
         self._targets = targets
+        self._pin(targets)
         self._active = {host: t.name for host, t in targets.items() if t.backend is not None}
         self._state = links
         qdiscs = [q for h in self._active for q in self.backends[h].qdiscs()]

@@ -163,6 +163,9 @@ class RunsCommands:
     # A started process's standard input: nothing, or (PIPE) a pipe held open until it ends, for a host whose
     # command channel ends the command when its input closes (a container engine's exec).
     stdin_of_started: ClassVar[int] = subprocess.DEVNULL
+    # Whether each command is pinned to ``cpu`` as it is now (taskset, an engine's exec): a core changed between
+    # configurations then holds from the next command on.
+    pins_each_command: ClassVar[bool] = True
 
     def command(self, argv: Sequence[str], pin: bool = True) -> list[str]:
         raise NotImplementedError

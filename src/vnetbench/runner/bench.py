@@ -106,7 +106,7 @@ class DumbbellBench:
                 self._unavailable[group.variant] = self._keep_evidence(group.unavailable)
         self.links = LinkManager(self.lab, registry, self.workdir, self.run_prefix, mtu=self.mtu)
         if self.configs:
-            self.links.plan(self.configs)  # may move hosts off the emulators' cores: before servers start
+            self.links.plan(self.configs)  # the emulators' cores (endpoints move off them per configuration)
         self.start_servers()
 
     def _keep_evidence(self, problem: EnvironmentUnavailable) -> tuple[str, dict[str, Any]]:
@@ -164,6 +164,14 @@ class DumbbellBench:
             out[self.variant_name(group)] = {role: self.lab.hosts[name].placement() for role, name in roles.items()
                                  if name in self.lab.hosts}  # a variant that did not come up may lack some
         return out
+
+    def cores(self, group: Group, config: Configuration) -> dict[str, Any]:
+        """Where this trial's processes ran, stored with it: each endpoint's core (None: not pinned; a guest's:
+        where its QEMU threads start) and each emulator's on the path. Placement changes between configurations
+        (an emulator on the path takes a core), so the run's endpoint record alone cannot say it."""
+        roles = {"r": group.receiver, **{f"s{i}": n for i, n in enumerate(group.senders[:config.active_senders], 1)}}
+        return {"endpoints": {role: getattr(self.lab.hosts[name], "cpu", None) for role, name in roles.items()},
+                "emulators": self.links.emulator_cores()}
 
     def start_servers(self, groups: list[Group] | None = None) -> None:
         """Every server the run's workloads keep on each variant's endpoints (iperf3: one per sender on
@@ -301,9 +309,9 @@ class DumbbellBench:
             # An emulator spliced in or taken out put new devices on the link, with their own defaults: the
             # configuration's offloads again.
             self._set_offload(group, on)
-        if self.links.repinned:
+        if self.links.repinned:  # an emulator came onto this path or left it: its endpoints' cores changed
             self.links.repinned = False
-            self.start_servers()
+            self.start_servers([group])
         self._qdiscs[rx] = state["qdiscs"]
         self.lab_state = self._qdiscs[rx]
         return changed
@@ -461,6 +469,7 @@ class DumbbellBench:
         spread_ms = self.start_spread(runs)  # before the outputs are read: it takes its stamps out of them
         outputs = {name: s.read_outputs() for name, s in runs}
         raw = self._raw_record(ctx, runs, outputs)
+        raw["cores"] = self.cores(group, config)
         measurement = Measurement()
         if status == "ok":
             try:

@@ -117,6 +117,7 @@ class VmHost(RunsCommands):
     """A guest as the lab sees a host: :class:`vnetbench.lab.nodes.Host`'s interface, run over SSH."""
 
     stdin_of_started: ClassVar[int] = subprocess.PIPE  # the guest's commands end when their input closes
+    pins_each_command: ClassVar[bool] = False  # QEMU's threads keep the cores they were started on
 
     name: str
     ns: Namespace  # the host namespace QEMU runs in
