@@ -188,11 +188,12 @@ class PairResult:
     results: list[Comparison] = field(default_factory=list)
     units: dict[str, str] = field(default_factory=dict)
     note: str | None = None  # why nothing (or not everything) was compared
+    marked: tuple[int, int] = (0, 0)  # trials of A and of B the machine's own noise marked (Store.marked_trials)
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "pair": self.pair, "config": self.config, "labels": self.labels, "key_a": self.key_a,
-            "key_b": self.key_b, "note": self.note,
+            "key_b": self.key_b, "note": self.note, "marked_trials": {"a": self.marked[0], "b": self.marked[1]},
             "results": [{**r.to_dict(), "unit": self.units.get(r.metric, "")} for r in self.results],
         }
 
@@ -431,6 +432,20 @@ def _compare_pairs(
     return results, chosen, notes
 
 
+def _mark(pairs: list[PairResult], marked_a: dict[str, list], marked_b: dict[str, list]) -> list[str]:
+    """Count each pair's marked trials (steal or other processes above metrics.NOISE_MARKS) and say where a
+    change was found on them: the change may be the machine's, not the configurations'."""
+    notes = []
+    for pr in pairs:
+        pr.marked = (len(marked_a.get(pr.key_a, ())), len(marked_b.get(pr.key_b, ())))
+        changed = [r.metric for r in pr.results if r.verdict in ("improved", "regressed")]
+        if changed and any(pr.marked):
+            notes.append(f"{pr.config}: {', '.join(changed)} changed, and {pr.marked[0]} trial(s) of A and "
+                         f"{pr.marked[1]} of B ran while the machine was busy with other work (steal or other "
+                         "processes: `vnetbench show` lists them); run again on a quiet machine before trusting it")
+    return notes
+
+
 def _differences(store: Store, run_a: str, run_b: str, matched: list[tuple[str, str]]) -> list[dict[str, Any]]:
     """Parameters and machine facts that differ between the two runs (what a comparison measures)."""
     out: list[dict[str, Any]] = []
@@ -504,6 +519,7 @@ def compare_runs(
     pairs, chosen, notes = _compare_pairs(
         matched, values_a, values_b, recorded, metrics, all_metrics, alpha, seed, noise_overrides,
         noise_default, n_boot, f"runs {run_a} and {run_b}")
+    notes += _mark(pairs, store.marked_trials(run_a), store.marked_trials(run_b))
     if info_a["scenario"] != info_b["scenario"]:
         notes.insert(0, f"different scenarios: {info_a['scenario']} (A) and {info_b['scenario']} (B); "
                         "configurations are still matched by their labels")
@@ -571,6 +587,8 @@ def compare_within(
     pairs, chosen, notes = _compare_pairs(
         matched, values, values, recorded, metrics, all_metrics, alpha, seed, noise_overrides,
         noise_default, n_boot, f"run {run_id}")
+    marked = store.marked_trials(run_id)
+    notes += _mark(pairs, marked, marked)
     no_label = [c for c in configs if by not in c["labels"]]
     if no_label:
         notes.append(f"{len(no_label)} configuration(s) have no label {by!r} and were left out")

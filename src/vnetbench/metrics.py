@@ -58,6 +58,9 @@ LAB_METRICS = (
                                           "process), in cores x 100", noise=0.25),
     Metric("cpu.steal_pct", "%", LOWER, "Time the hypervisor gave the lab machine's vCPUs to others over the "
                                         "window, in cores x 100: noise the machine added", noise=0.5),
+    Metric("cpu.foreign_pct", "%", LOWER, "CPU time of processes that are not the run's (other users' work on the "
+                                          "lab's machine; kernel threads not counted) over the trial, in cores x 100: "
+                                          "noise the machine added", noise=0.5),
     Metric("cpu.us_per_kb", "us/KB", LOWER, "Service demand of a stream (netperf's): busy CPU microseconds per KB "
                                             "(1024 B) received, over the same window", noise=0.10),
     Metric("cpu.us_per_transaction", "us", LOWER, "Service demand of request/response (RR, HTTP): busy CPU "
@@ -79,6 +82,18 @@ HEADLINE = ("throughput.rx_mbps", "udp.loss_ratio", "rtt.p50_ms", "rtt.p99_ms", 
 #: What a trial cost in CPU (runner/recorders.CpuRecorder): shown after the headline by `show`, not judged by
 #: compare's default (the machine's other work moves it; `compare --metric cpu.us_per_kb` judges it).
 COST = ("cpu.util_pct", "cpu.us_per_kb", "cpu.us_per_transaction")
+
+#: The machine's own noise: a trial is marked (kept in the statistics, counted apart by `show`, the report and
+#: `compare`) when over it the hypervisor took, or processes that are not the run's used, more than this much
+#: CPU, in cores x 100. On this project's 2-core VM an idle machine measured steal 0-1 and other work 1-3; a
+#: competing busy loop is 100.
+NOISE_MARKS = (("cpu.steal_pct", 5.0, "steal"), ("cpu.foreign_pct", 10.0, "other processes"))
+
+
+def noise_marks(values: Mapping[str, float]) -> list[str]:
+    """Why a trial with these metric values is marked ("other processes 98 % of a core"); empty: not marked."""
+    return [f"{what} {v:.0f} % of a core" for metric, limit, what in NOISE_MARKS
+            if (v := values.get(metric)) is not None and v > limit]
 
 
 class _Registry(Mapping[str, Metric]):

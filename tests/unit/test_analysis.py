@@ -497,3 +497,35 @@ def test_show_gives_mean_sd_percentiles_and_per_metric_n(tmp_path, capsys):
     assert row["metric"] == RX and row["n"] == 5 and row["unit"] == "Mbit/s" and row["direction"] == "higher"
     assert row["mean"] == pytest.approx(94.0) and row["std"] == pytest.approx(3.1623, abs=1e-4)
     assert row["p5"] == pytest.approx(90.4) and row["p95"] == pytest.approx(97.6) and row["ci"] is None
+
+
+def test_a_change_found_on_trials_the_machine_disturbed_says_so(store, tmp_path):
+    """Trials with steal or other processes above metrics.NOISE_MARKS are marked, not dropped: the verdict stands,
+    compare says it rests on them, show lists them."""
+    quiet = [1.0] * 6
+    busy = [1.0, 1.0, 98.0, 1.0, 1.0, 1.0]  # a busy loop held a core during the third trial of B
+    a = add_run(store, "aaaaaaaaaaaa", [(UDP, {RX: jitter(95, 6), "cpu.foreign_pct": quiet}),
+                                        (TCP, {RX: jitter(90, 6), "cpu.foreign_pct": quiet})])
+    b = add_run(store, "bbbbbbbbbbbb", [(UDP, {RX: jitter(76, 6, seed=1), "cpu.foreign_pct": busy,
+                                               "cpu.steal_pct": [0, 0, 0, 0, 7.5, 0]}),
+                                        (TCP, {RX: jitter(90, 6, seed=1), "cpu.foreign_pct": busy})])
+    assert store.marked_trials(a) == {}
+    assert store.marked_trials(b) == {config_key(UDP): [(2, ["other processes 98 % of a core"]),
+                                                        (4, ["steal 8 % of a core"])],
+                                      config_key(TCP): [(2, ["other processes 98 % of a core"])]}
+    report = analysis.compare_runs(store, a, b)
+    got = {p.config: p for p in report.pairs}
+    assert got["ratio=2.0, proto=udp"].marked == (0, 2) and got["ratio=2.0, proto=tcp"].marked == (0, 1)
+    assert by_config(report)["ratio=2.0, proto=udp"][RX].verdict == "regressed"  # kept in the statistics
+    notes = [n for n in report.notes if "busy with other work" in n]
+    assert len(notes) == 1 and notes[0].startswith("ratio=2.0, proto=udp: throughput.rx_mbps changed, and 0 trial(s)"
+                                                   " of A and 2 of B")  # tcp did not change: nothing to say
+    assert report.to_dict()["configurations"][0]["marked_trials"] == {"a": 0, "b": 2}
+    from rich.console import Console
+
+    from vnetbench.report.terminal import show
+    out = io.StringIO()
+    show(store, b, Console(file=out, width=200))
+    text = out.getvalue()
+    assert "marked: 3 of 12 ok trials ran while the machine was busy with other work" in text, text
+    assert f"{config_key(UDP)} #2: other processes 98 % of a core" in text

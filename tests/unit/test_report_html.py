@@ -592,3 +592,18 @@ def test_report_cli_takes_the_comparison_of_compare(two_runs, tmp_path, capsys):
     # A report cannot compare two runs and a baseline at once: a usage error, nothing written.
     assert main(["report", a, b, "--baseline", "-o", str(tmp_path / "bad.html"), "--db", db]) == 2
     assert not (tmp_path / "bad.html").exists()
+
+
+def test_marked_trials_are_listed_with_why(store):
+    """A trial the machine's own noise marked (metrics.NOISE_MARKS) stays in the charts and is listed apart."""
+    run = "mark00000run"
+    store.create_run(run, "noisy", "noisy.toml", 'name = "noisy"\n', "h", [], 1, {"kernel": "6.1"})
+    store.add_configuration(run, "k1", {"proto": "tcp"}, {"topology": "dumbbell", "senders": 1}, {})
+    for rep, foreign in enumerate((1.0, 99.0, 2.0)):
+        samples = [SampleRecord("throughput.rx_mbps", 900.0 + rep, "Mbit/s", "higher"),
+                   SampleRecord("cpu.foreign_pct", foreign, "%", "lower")]
+        store.record_trial(run, TrialRecord("k1", rep, rep, 0.0, 1.0, "ok", None, {}, samples, []))
+    store.finish_run(run, "completed")
+    page = render_report(store, [run])
+    assert "1 ok trial(s) ran while the machine was busy with other work" in page
+    assert "Marked trials (1)" in page and "other processes 99 % of a core" in page

@@ -48,7 +48,7 @@ import numpy as np
 
 import vnetbench
 from vnetbench import metrics as metrics_mod
-from vnetbench.metrics import METRICS
+from vnetbench.metrics import METRICS, NOISE_MARKS
 from vnetbench.output import check_target, write_text
 from vnetbench.report import html_charts as charts
 from vnetbench.report import html_compare as compare
@@ -477,6 +477,18 @@ def _trials(m: ReportModel) -> str:
         out.append(_collapsible(f'<span class="bad">Failed and timed-out trials ({len(failures)}), with reasons</span>',
                                 _table(["Configuration", "Repetition", "Status", "Reason"], frows, raw=True) + more,
                                 len(frows), open_=len(frows) <= COLLAPSE_ROWS))
+    marked = [(ent, t) for ent in m.entries for t in ent.trials if t.marked]
+    if marked:
+        limits = ", ".join(f"{what} above {limit:g} % of a core" for _, limit, what in NOISE_MARKS)
+        mrows = [[e(ent.label_text), str(t.repetition), e("; ".join(t.marked))] for ent, t in marked[:MAX_FAILURE_ROWS]]
+        more = (f'<p class="note">… and {len(marked) - MAX_FAILURE_ROWS} more.</p>'
+                if len(marked) > MAX_FAILURE_ROWS else "")
+        out.append(f'<p class="note warn">{len(marked)} ok trial(s) ran while the machine was busy with other work '
+                   f'({e(limits)}). They stay in the statistics; a difference that rests on them may be the '
+                   'machine\'s, not the configurations\'.</p>')
+        out.append(_collapsible(f"Marked trials ({len(marked)})", _table(["Configuration", "Repetition", "Why"],
+                                                                        mrows, raw=True) + more,
+                                len(mrows), open_=len(mrows) <= COLLAPSE_ROWS))
     return "".join(out)
 
 

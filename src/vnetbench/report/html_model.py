@@ -149,6 +149,7 @@ class Trial:
     reason: str | None
     started: float
     ended: float
+    marked: list[str] = field(default_factory=list)  # why the machine's own noise marked it (Store.marked_trials)
 
 
 @dataclass
@@ -241,9 +242,11 @@ def load(store: Store, run_ids: list[str]) -> ReportModel:
         values = store.values(run_id)
         runs.append(RunInfo(run_id, short, record, configs, trials, run_meta))
         by_key: dict[str, list[Trial]] = {}
+        marked = {(key, rep): why for key, per in store.marked_trials(run_id).items() for rep, why in per}
         for t in trials:
             by_key.setdefault(t["config_key"], []).append(
-                Trial(t["id"], t["repetition"], t["position"], t["status"], t["reason"], t["started"], t["ended"]))
+                Trial(t["id"], t["repetition"], t["position"], t["status"], t["reason"], t["started"], t["ended"],
+                      marked.get((t["config_key"], t["repetition"]), [])))
         for c in configs:
             entries.append(Entry(
                 index=len(entries), run_id=run_id, run_short=short, key=c["key"], labels=c["labels"] or {},

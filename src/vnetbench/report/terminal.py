@@ -16,7 +16,7 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
-from vnetbench.metrics import COST, HEADLINE, METRICS
+from vnetbench.metrics import COST, HEADLINE, METRICS, NOISE_MARKS
 from vnetbench.report import sender
 from vnetbench.runner.machine_load import machine_note
 from vnetbench.runner.fingerprint import run_notes
@@ -127,6 +127,17 @@ def endpoint_places(fp: dict) -> list[tuple[str, str, str, str, str, str]]:
                          " ".join(map(str, addresses)) if isinstance(addresses, list) else "",
                          str(p.get("interface") or ""), "" if cpu is None else str(cpu)))
     return rows
+
+
+def marked_lines(marked: dict[str, list[tuple[int, list[str]]]], ok: int, most: int = 10) -> list[str]:
+    """The trials the machine's own noise marked (Store.marked_trials), as lines: how many, then which."""
+    which = [f"  {key} #{rep}: {'; '.join(why)}" for key, trials in marked.items() for rep, why in trials]
+    if not which:
+        return []
+    limits = ", ".join(f"{what} above {limit:g} % of a core" for _, limit, what in NOISE_MARKS)
+    more = [f"  ... and {len(which) - most} more"] if len(which) > most else []
+    return [f"marked: {len(which)} of {ok} ok trials ran while the machine was busy with other work ({limits}); "
+            "they stay in the statistics", *which[:most], *more]
 
 
 def endpoint_lines(fp: dict) -> list[str]:
@@ -308,6 +319,8 @@ def show(store: Store, run_id: str, console: Console, metrics: list[str] | None 
         console.print(escape(line), highlight=False)
     for t in failed[:10]:
         console.print(f"  [yellow]{t['status']}[/] {t['config_key']} #{t['repetition']}: {escape(str(t['reason']))}")
+    for line in marked_lines(store.marked_trials(run_id), len(trials) - len(failed)):
+        console.print(escape(line), highlight=False)
     present = sorted({m for per in values.values() for m in per})
     wanted = metrics or [m for m in PREFERRED if m in present]
     label_keys = _label_keys(configs)

@@ -25,7 +25,7 @@ from typing import Any, Callable
 
 from vnetbench.impair import tc
 from vnetbench.impair.links import LinkManager, bottleneck_drops, link_metrics
-from vnetbench.runner import pathcheck
+from vnetbench.runner import foreign, pathcheck
 from vnetbench.workloads.base import Measurement
 
 
@@ -159,12 +159,18 @@ class CpuRecorder(Recorder):
       CPU time over what the workload moved in the same window.
 
     The whole machine is measured, as netperf measures it: the endpoints, the link emulator's core, softirq
-    work and whatever else runs there. Per CPU, the shares go with the trial's raw record ("cpu")."""
+    work and whatever else runs there. How much of it was not the run's is ``cpu.foreign_pct`` (runner/foreign.py,
+    over the whole trial: other users' processes, in cores x 100). Per CPU, the shares go with the trial's raw
+    record ("cpu"), with the busiest foreign processes."""
 
-    def __init__(self, where: str, read: Callable[[], str] = read_local_stat, interval: float = CPU_SAMPLE_S):
+    def __init__(self, where: str, read: Callable[[], str] = read_local_stat, interval: float = CPU_SAMPLE_S,
+                 processes: Callable[[], dict[int, foreign.ProcTimes]] | None = foreign.scan):
         self.where = where
         self.read = read
         self.interval = interval
+        self.processes = processes
+        self._procs_at_start: tuple[float, dict[int, foreign.ProcTimes]] | None = None
+        self._foreign: foreign.ForeignLoad | None = None
         self.samples: list[tuple[float, dict[str, tuple[int, ...]]]] = []
         self._done = threading.Event()
         self._thread: threading.Thread | None = None
@@ -178,6 +184,8 @@ class CpuRecorder(Recorder):
 
     def start(self, span_s: float) -> None:
         self.samples = []
+        self._foreign = None
+        self._procs_at_start = (time.time(), self.processes()) if self.processes is not None else None
         self._sample()
         self._done.clear()
         self._thread = threading.Thread(target=self._sampling, name="cpu sampler", daemon=True)
@@ -188,6 +196,9 @@ class CpuRecorder(Recorder):
         if self._thread is not None:
             self._thread.join()
         self._sample()
+        if self._procs_at_start is not None and self.processes is not None:
+            t0, before = self._procs_at_start
+            self._foreign = foreign.foreign_load(before, self.processes(), time.time() - t0)
 
     def at(self, t: float) -> dict[str, list[float]]:
         """The counters at epoch `t`, interpolated between the samples around it."""
@@ -220,8 +231,13 @@ class CpuRecorder(Recorder):
             return
         raw["cpu"] = {"where": self.where, "window_s": round(window[1] - window[0], 3), "samples": len(self.samples),
                       "per_cpu_pct": per_cpu}
+        if self._foreign is not None:
+            raw["cpu"]["foreign"] = {"pct": round(self._foreign.pct, 2),
+                                     "top": [{"command": c, "pid": pid, "pct": pct} for c, pid, pct in self._foreign.top]}
         if measurement is None:
             return
+        if self._foreign is not None:
+            measurement.add("cpu.foreign_pct", self._foreign.pct)
         busy = sum(shares[f] for shares in per_cpu.values() for f in BUSY_FIELDS)
         measurement.add("cpu.util_pct", busy)
         measurement.add("cpu.softirq_pct", sum(shares["softirq"] for shares in per_cpu.values()))

@@ -467,6 +467,26 @@ class Store:
             out.setdefault(r["config_key"], {}).setdefault(r["metric"], []).append(r["value"])
         return {k: {m: np.asarray(v) for m, v in ms.items()} for k, ms in out.items()}
 
+    def marked_trials(self, run_id: str) -> dict[str, list[tuple[int, list[str]]]]:
+        """{configuration key: [(repetition, why), ...]}: the ok trials the machine's own noise marked (steal or
+        other processes above metrics.NOISE_MARKS), in the run's order."""
+        from vnetbench.metrics import NOISE_MARKS, noise_marks
+
+        names = [m for m, _, _ in NOISE_MARKS]
+        per: dict[int, tuple[str, int, dict[str, float]]] = {}
+        for r in self.conn.execute(
+            "SELECT t.id, t.config_key, t.repetition, s.metric, s.value FROM samples s JOIN trials t ON t.id=s.trial_id"
+            f" WHERE t.run_id=? AND t.status='ok' AND s.metric IN ({','.join('?' * len(names))}) ORDER BY t.position",
+            (run_id, *names),
+        ):
+            per.setdefault(r["id"], (r["config_key"], r["repetition"], {}))[2][r["metric"]] = r["value"]
+        out: dict[str, list[tuple[int, list[str]]]] = {}
+        for key, repetition, values in per.values():
+            why = noise_marks(values)
+            if why:
+                out.setdefault(key, []).append((repetition, why))
+        return out
+
     def metric_meta(self, run_id: str) -> dict[str, tuple[str, str]]:
         """{metric: (unit, direction)} as recorded in this run."""
         rows = self.conn.execute(
