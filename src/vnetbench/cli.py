@@ -186,12 +186,13 @@ def cmd_export(args: argparse.Namespace) -> int:
         run_id = store.resolve_run(args.run)
         if args.output and args.output != "-":
             with output_file(args.output, store.path, what="export", newline="") as f:
-                n = export(store, run_id, args.format, f)
-            err.print(f"{n} samples written to {args.output}")
+                n = export(store, run_id, args.format, f, what=args.what)
+            err.print(f"{n} {'points of series' if args.what == 'series' else args.what} written to {args.output}")
         else:
             from vnetbench.console import TerminalText
 
-            export(store, run_id, args.format, TerminalText(sys.stdout))  # cleaned only when it is a terminal
+            # cleaned only when it is a terminal
+            export(store, run_id, args.format, TerminalText(sys.stdout), what=args.what)
     return 0
 
 
@@ -285,9 +286,17 @@ def build_parser() -> argparse.ArgumentParser:
                          "quartiles, Tukey fences and outliers) as JSON")
     sp.set_defaults(func=cmd_show)
 
-    sp = with_db(sub.add_parser("export", help="one record per sample, as CSV or JSON"))
+    sp = with_db(sub.add_parser("export", help="one record per sample (or series point, or trial), as CSV or JSON"))
     sp.add_argument("run")
     sp.add_argument("--format", choices=["csv", "json"], default="csv")
+    what = sp.add_mutually_exclusive_group()
+    what.add_argument("--series", dest="what", action="store_const", const="series",
+                      help="the per-second series instead (throughput per flow, RTT per probe, cwnd, ...): one "
+                           "record per point, t in seconds from the trial's start")
+    what.add_argument("--trials", dest="what", action="store_const", const="trials",
+                      help="one record per trial instead: its status, reason and raw record (what its tools "
+                           "printed, the CPU shares per core, the cores its processes ran on, ...)")
+    sp.set_defaults(what="samples")
     sp.add_argument("-o", "--output", help="file (default: standard output)")
     sp.set_defaults(func=cmd_export)
 

@@ -495,6 +495,21 @@ class Store:
         ).fetchall()
         return {r["metric"]: (r["unit"], r["direction"]) for r in rows}
 
+    def run_series(self, run_id: str) -> Iterator[dict[str, Any]]:
+        """Every series of the run's ok trials, one row per point: run, configuration key, labels, trial,
+        repetition, series name, unit, t (seconds from the trial's start) and v, in the run's order."""
+        labels = {c["key"]: c["labels"] for c in self.configurations(run_id)}
+        cur = self.conn.execute(
+            "SELECT t.id AS trial_id, t.config_key, t.repetition, s.name, s.unit, s.t, s.v"
+            " FROM series s JOIN trials t ON t.id = s.trial_id"
+            " WHERE t.run_id=? AND t.status='ok' ORDER BY t.position, s.rowid", (run_id,))
+        for r in cur:
+            base = {"run_id": run_id, "config_key": r["config_key"], "labels": labels.get(r["config_key"], {}),
+                    "trial_id": r["trial_id"], "repetition": r["repetition"], "series": r["name"],
+                    "unit": r["unit"]}
+            for t, v in zip(_unblob(r["t"]).tolist(), _unblob(r["v"]).tolist()):
+                yield {**base, "t": t, "v": v}
+
     def series(self, trial_id: int) -> list[SeriesRecord]:
         rows = self.conn.execute("SELECT name, unit, t, v FROM series WHERE trial_id=? ORDER BY rowid", (trial_id,))
         return [SeriesRecord(r["name"], r["unit"], _unblob(r["t"]), _unblob(r["v"])) for r in rows]
