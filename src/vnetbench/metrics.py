@@ -46,6 +46,10 @@ LAB_METRICS = (
     Metric("bottleneck.drops", "packets", LOWER, "Packets the bottleneck qdisc dropped during the trial (kernel counters)",
            noise=LOSS_EVENT_COUNT_NOISE),
     Metric("link.lost_packets", "packets", LOWER, "Packets the link's loss model dropped (forward direction)"),
+    Metric("link.reordered_packets", "packets", LOWER, "Packets the link's reordering model sent ahead of "
+                                                       "others (forward direction, the userspace emulator)"),
+    Metric("link.duplicated_packets", "packets", LOWER, "Packets the link's model duplicated (forward direction, "
+                                                        "the userspace emulator)"),
     Metric("link.max_queue_delay_ms", "ms", LOWER, "Longest time a packet waited in the emulated link's queue "
                                                    "(forward direction)", noise=0.10),
     Metric("start.spread_ms", "ms", LOWER, "On real hosts (run --hosts): how far apart the clients of a trial's "

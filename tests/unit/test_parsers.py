@@ -163,3 +163,23 @@ def test_standing_queue_is_the_floor_of_rtt_after_a_flow_ends_less_the_base():
     short.add_series("rtt_ms", "ms", t, rtt)
     ping.standing_queue(short, after_s=9.9, base_rtt_ms=5.0)
     assert short.samples == []
+
+
+def test_udp_out_of_order_is_the_receivers_count_over_its_streams():
+    import json
+
+    doc = json.loads(fixture("iperf3_udp_underload.json"))
+    assert iperf3.parse_client(json.dumps(doc)).out_of_order == 0
+    doc["server_output_json"]["end"]["streams"][0]["udp"]["out_of_order"] = 7
+    doc["end"]["streams"][0]["udp"]["out_of_order"] = 99  # the client's copy: not the receiver's own count
+    flow = iperf3.parse_client(json.dumps(doc))
+    assert flow.out_of_order == 7
+    got = {s.metric: s.value for s in iperf3.measure({"s1": flow, "s2": flow}, offered_bps=None).samples}
+    assert got["udp.out_of_order_packets"] == 14
+    del doc["server_output_json"]
+    assert iperf3.parse_client(json.dumps(doc)).out_of_order == 99  # no server document: the client's copy
+    for st in doc["end"]["streams"]:
+        del st["udp"]["out_of_order"]
+    old = iperf3.parse_client(json.dumps(doc))
+    assert old.out_of_order is None  # an iperf3 without the count: no metric rather than a 0
+    assert "udp.out_of_order_packets" not in {s.metric for s in iperf3.measure({"s1": old}, None).samples}

@@ -423,3 +423,25 @@ def test_a_metric_without_a_value_is_named_not_stored_as_a_number():
     total.add("throughput.rx_mbps", float("inf"))
     total.extend(m)
     assert total.samples == m.samples and total.undefined == ["throughput.rx_mbps", *m.undefined]
+
+
+def test_irtt_counts_duplicates_and_late_replies():
+    doc = json.loads(text("irtt_10ms_1s.json"))
+    got = {s.metric: s.value for s in IR.measure_result(IR.Result(doc)).samples}
+    assert got["irtt.duplicate_packets"] == 0 and got["irtt.late_packets"] == 0
+    doc["stats"].update(duplicates=2, late_packets=5)
+    got = {s.metric: s.value for s in IR.measure_result(IR.Result(doc)).samples}
+    assert got["irtt.duplicate_packets"] == 2 and got["irtt.late_packets"] == 5
+    del doc["stats"]
+    assert "irtt.late_packets" not in {s.metric for s in IR.measure_result(IR.Result(doc)).samples}
+
+
+def test_the_emulators_reordering_and_duplication_counts_are_metrics():
+    from vnetbench.impair.backend import TrialCounters
+    from vnetbench.impair.links import link_metrics
+
+    counters = {"bottleneck": TrialCounters({"forward": {"lost": 3, "reordered": 250, "duplicated": 11,
+                                                         "max_queue_delay_us": 1500},
+                                             "reverse": {"reordered": 9}})}
+    assert dict(link_metrics(counters)) == {"link.lost_packets": 3.0, "link.max_queue_delay_ms": 1.5,
+                                            "link.reordered_packets": 250.0, "link.duplicated_packets": 11.0}

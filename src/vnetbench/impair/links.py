@@ -71,6 +71,9 @@ def link_metrics(counters: dict[str, B.TrialCounters]) -> list[tuple[str, float]
         out.append(("link.lost_packets", float(fwd["lost"])))
     if "max_queue_delay_us" in fwd:
         out.append(("link.max_queue_delay_ms", float(fwd["max_queue_delay_us"]) / 1e3))
+    for key, metric in (("reordered", "link.reordered_packets"), ("duplicated", "link.duplicated_packets")):
+        if key in fwd:
+            out.append((metric, float(fwd[key])))
     return out
 
 

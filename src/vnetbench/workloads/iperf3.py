@@ -200,6 +200,8 @@ METRICS = (
     Metric("udp.loss_ratio", "ratio", LOWER, "UDP packet loss ratio, lost / sent, over all flows (RFC 7680)", nothing=1.0),
     Metric("udp.lost_packets", "packets", LOWER, "UDP packets lost, over all flows"),
     Metric("udp.sent_packets", "packets", HIGHER, "UDP packets sent, over all flows"),
+    Metric("udp.out_of_order_packets", "packets", LOWER, "UDP packets that arrived after a later one, over all "
+                                                         "flows (iperf3's receiver): reordering on the path"),
     Metric("udp.jitter_rfc3550_ms", "ms", LOWER, "iperf3's jitter: RFC 3550 smoothed interarrival jitter (not IPDV), mean over flows"),
     Metric("tcp.retransmits", "segments", LOWER, "TCP retransmitted segments, over all flows (sender side)",
            noise=LOSS_EVENT_COUNT_NOISE),
@@ -273,6 +275,7 @@ class FlowResult:
     tx_mbps: np.ndarray
     cwnd_bytes: np.ndarray | None
     srtt_ms: np.ndarray | None
+    out_of_order: int | None = None  # UDP: packets that arrived after a later one, counted by the receiver
 
 
 def _interval_sums(intervals: list[dict[str, Any]]) -> tuple[np.ndarray, np.ndarray]:
@@ -309,7 +312,7 @@ def parse_client(text: str) -> FlowResult:
     tx_t, tx_mbps = _interval_sums(sender_intervals)
     rx_t, rx_mbps = _interval_sums(receiver_intervals)
 
-    sent_packets = received_packets = lost = None
+    sent_packets = received_packets = lost = out_of_order = None
     jitter = retransmits = None
     cwnd = srtt = None
     if proto == "udp":
@@ -324,6 +327,11 @@ def parse_client(text: str) -> FlowResult:
         lost = max(0, int(rx_end.get("lost_packets", 0)))
         received_packets = sent_packets - lost
         jitter = float(rx_end.get("jitter_ms", received.get("jitter_ms", 0.0)))
+        # per stream only; the receiver's own document, as for loss (iperf3 counts a late packet out of order
+        # and takes it off the lost ones)
+        streams = ((server.get("end") or {}).get("streams")) or end.get("streams") or []
+        counts = [st["udp"]["out_of_order"] for st in streams if "out_of_order" in (st.get("udp") or {})]
+        out_of_order = int(sum(counts)) if counts else None
     else:
         retransmits = int(sent.get("retransmits", 0))
         streams = [iv["streams"] for iv in sender_intervals
@@ -342,6 +350,7 @@ def parse_client(text: str) -> FlowResult:
         received_packets=received_packets,
         lost_packets=lost,
         jitter_ms=jitter,
+        out_of_order=out_of_order,
         retransmits=retransmits,
         congestion_control=cc,
         rx_t=rx_t, rx_mbps=rx_mbps, tx_t=tx_t, tx_mbps=tx_mbps,
@@ -379,6 +388,8 @@ def measure(flows: dict[str, FlowResult], offered_bps: float | None, t_offset: f
         m.add("udp.lost_packets", lost)
         m.add("udp.loss_ratio", lost / sent if sent else float("nan"))
         m.add("udp.jitter_rfc3550_ms", float(np.mean([f.jitter_ms or 0.0 for f in udp])))
+        if all(f.out_of_order is not None for f in udp):
+            m.add("udp.out_of_order_packets", sum(f.out_of_order or 0 for f in udp))
     tcp = [f for f in values if f.proto == "tcp"]
     if tcp:
         m.add("tcp.retransmits", sum(f.retransmits or 0 for f in tcp))

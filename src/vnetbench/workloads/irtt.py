@@ -88,6 +88,10 @@ METRICS = (
     Metric("irtt.jitter_rfc3550_ms", "ms", LOWER, "RFC 3550 smoothed interarrival jitter, sender -> receiver "
                                                   "(what a voice receiver reports)"),
     Metric("irtt.loss_ratio", "ratio", LOWER, "UDP packets without a reply / sent (RFC 7680, irtt)", nothing=1.0),
+    Metric("irtt.duplicate_packets", "packets", LOWER, "Replies received twice or more (irtt): duplication on "
+                                                       "the path"),
+    Metric("irtt.late_packets", "packets", LOWER, "Replies received after the reply to a later packet (irtt): "
+                                                  "reordering on the path"),
     Metric("irtt.upstream_loss_ratio", "ratio", LOWER, "UDP packets lost sender -> receiver / sent (irtt)"),
     Metric("irtt.downstream_loss_ratio", "ratio", LOWER, "UDP replies lost receiver -> sender / replies sent "
                                                          "(irtt)"),
@@ -115,6 +119,11 @@ class Result:
         self.lost_up = sum(x == "true_up" for x in lost)
         self.lost_down = sum(x == "true_down" for x in lost)
         self.lost = sum(x != "false" for x in lost)
+        stats = doc.get("stats") or {}
+        # Replies that came twice, and replies that came after one of a later packet (reordered on the way):
+        # irtt's own counts, from its stats (absent in documents of older irtt versions).
+        self.duplicates = stats.get("duplicates")
+        self.late = stats.get("late_packets")
 
         def column(key: str) -> np.ndarray:
             return np.array([(r.get("delay") or {}).get(key, np.nan) / 1e6 if r.get("lost", "false") == "false"
@@ -166,6 +175,10 @@ def measure_result(r: Result, t_offset: float = 0.0) -> Measurement:
     m.add("irtt.upstream_loss_ratio", r.lost_up / r.sent)
     replies = r.sent - r.lost_up
     m.add("irtt.downstream_loss_ratio", r.lost_down / replies if replies else float("nan"))
+    if r.duplicates is not None:
+        m.add("irtt.duplicate_packets", float(r.duplicates))
+    if r.late is not None:
+        m.add("irtt.late_packets", float(r.late))
     if rtt.size == 0:
         raise ToolFailed(f"irtt got no reply to any of {r.sent} packets")
     p50, p90, p99 = np.percentile(rtt, [50, 90, 99])
