@@ -183,3 +183,38 @@ def test_udp_out_of_order_is_the_receivers_count_over_its_streams():
     old = iperf3.parse_client(json.dumps(doc))
     assert old.out_of_order is None  # an iperf3 without the count: no metric rather than a 0
     assert "udp.out_of_order_packets" not in {s.metric for s in iperf3.measure({"s1": old}, None).samples}
+
+
+def test_the_preloads_burst_and_what_waits_behind_it_are_left_out():
+    """ping -l N sends N requests back to back; recorded: 56 requests of 1400 B into a 5 Mbit/s tbf, RTTs
+    growing from 1.2 to 123.5 ms: the burst's own queue. burst_requests bounds it from the frame size and the
+    rate; without_burst leaves those requests out."""
+    train = ping.parse(fixture("ping_train_tbf_5mbit.txt"))
+    drain_s = 56 * ping.frame_bits(1400, 4) / 5e6
+    assert train.rtt_ms.max() <= drain_s * 1e3 <= 1.1 * train.rtt_ms.max()  # 129 ms: the estimate holds
+    # requests sent every 10 ms after the burst wait behind it for 129 ms: 13 of them
+    assert ping.burst_requests(56, 0.01, 1400, 4, 5e6) == 56 + 13
+    assert ping.burst_requests(56, 0.01, 1400, 6, None) == 56  # line rate: only the burst itself
+    assert ping.burst_requests(1, 0.01, 1400, 4, 5e6) == 0  # no preload, no burst
+    # a burst of 5, then the regular requests (RTT 20 ms), one lost
+    steady = ping.PingResult(12, 11, np.arange(11, dtype=float), np.array([1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 12]),
+                             np.array([60, 70, 80, 90, 100, 40, 20, 20, 20, 20, 20], dtype=float))
+    kept = ping.without_burst(steady, 6)
+    assert (kept.transmitted, kept.received, list(kept.seq)) == (6, 5, [7, 8, 9, 11, 12])
+    got = {s.metric: s.value for s in ping.measure(kept, t0=0.0).samples}
+    assert got["rtt.avg_ms"] == 20 and got["rtt.max_ms"] == 20 and got["rtt.loss_ratio"] == pytest.approx(1 / 6)
+    assert ping.without_burst(steady, 0) is steady
+    with pytest.raises(ToolFailed, match="nothing is left to measure"):
+        ping.without_burst(steady, 12)
+
+
+def test_the_slowest_rate_on_the_path():
+    from vnetbench.impair.model import slowest_rate
+    from vnetbench.scenario.load import load_text
+
+    def lab(text: str):
+        return load_text('name = "x"\n[workload.p]\ntool = "ping"\n' + text, "x.toml").scenario.lab
+
+    assert slowest_rate(lab('[lab]\nbottleneck = "unlimited"\n')) is None
+    assert slowest_rate(lab('[lab]\nbottleneck = "100Mbit"\n')) == 100e6
+    assert slowest_rate(lab('[lab]\nbottleneck = "100Mbit"\n[lab.link.s1.reverse]\nrate = "5Mbit"\n')) == 5e6

@@ -788,6 +788,18 @@ def lab_links(lab: Any) -> dict[str, LinkSpec]:
     return out
 
 
+def slowest_rate(lab: Any) -> float | None:
+    """The lowest rate (bits/s) any of the lab's links is limited to, either direction, any step of a schedule;
+    None when every link runs at line rate: what a burst of packets queues behind."""
+    rates = []
+    for spec in lab_links(lab).values():
+        conditions = [spec.forward, spec.reverse]
+        if spec.schedule is not None:
+            conditions += [c for s in spec.schedule.steps for c in (s.forward, s.reverse, s.both) if c is not None]
+        rates += [c.rate for c in conditions if c.rate]
+    return min(rates, default=None)
+
+
 def base_rtt(lab: Any) -> float:
     """Seconds the lab's links add to an empty path's round trip: their fixed delay in both directions (no
     jitter, no schedule). The base of the queueing-delay theory and of the standing-queue metric."""

@@ -1,0 +1,60 @@
+"""ping's preload (issue 36): `ping -l N` sends its first N requests back to back, and on a slow link they queue
+behind each other. Those requests, and the ones sent while their queue drained, are left out of the RTT
+metrics: on an idle delayed link the average and the maximum are the link's, not the probe's own burst."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from vnetbench.impair.model import base_rtt
+from vnetbench.scenario.load import load_text
+from vnetbench.store.db import Store
+from vnetbench.workloads import ping
+from helpers import cli, run_id_of
+
+pytestmark = pytest.mark.lab
+
+RATE = 5e6
+SIZE = 1450
+INTERVAL = 0.005
+JITTER_MS = 1.0
+SCENARIO = f"""
+name = "ping-burst"
+[lab]
+senders = 1
+bottleneck = "5Mbit"
+buffer = "1500kB"
+delay = "10ms"
+jitter = "{JITTER_MS:g}ms"
+[workload.probe]
+tool = "ping"
+interval = "{INTERVAL * 1e3:g}ms"
+size = {SIZE}
+duration = "3s"
+[repeat]
+repetitions = 3
+"""
+
+
+def test_the_preloads_burst_does_not_move_an_idle_links_rtt(tmp_path):
+    scenario = tmp_path / "burst.toml"
+    scenario.write_text(SCENARIO)
+    db = tmp_path / "r.db"
+    run_id = run_id_of(cli("run", str(scenario), "--db", str(db), "--no-progress"))
+    with Store(db) as store:
+        trials = store.trials(run_id, with_raw=True)
+        (values,) = store.values(run_id).values()
+    assert all(t["status"] == "ok" for t in trials), [t["reason"] for t in trials]
+    serialization_ms = ping.frame_bits(SIZE, 4) / RATE * 1e3  # the request's, at 5 Mbit/s: 2.39 ms
+    expected_ms = base_rtt(load_text(SCENARIO, "burst.toml").scenario.lab) * 1e3 + serialization_ms
+    for t in trials:
+        raw = ping.parse(next(iter(t["raw"]["workloads"]["probe"].values())))
+        preload = int(next(a for a in t["raw"]["command"].values() if " -l " in a).split(" -l ")[1].split()[0])
+        assert preload >= 4, t["raw"]["command"]
+        # the burst did queue: each of its requests waited for the ones before it, one frame time each
+        first = raw.rtt_ms[np.argsort(raw.seq)][:preload]
+        assert first[-1] - first[0] >= 0.7 * (preload - 1) * serialization_ms - 4 * JITTER_MS, first
+    # ... and is left out: the average is the link's, within its jitter; no RTT carries the burst's queue
+    assert all(abs(x - expected_ms) <= JITTER_MS for x in values["rtt.avg_ms"]), (values["rtt.avg_ms"], expected_ms)
+    assert all(x <= expected_ms + 6 * JITTER_MS for x in values["rtt.max_ms"]), (values["rtt.max_ms"], expected_ms)
