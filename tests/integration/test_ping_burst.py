@@ -1,6 +1,7 @@
-"""ping's preload (issue 36): `ping -l N` sends its first N requests back to back, and on a slow link they queue
-behind each other. Those requests, and the ones sent while their queue drained, are left out of the RTT
-metrics: on an idle delayed link the average and the maximum are the link's, not the probe's own burst."""
+"""ping's own queue (issue 36): `ping -l N` sends its first N requests back to back, and again after a late
+wake-up (measured here: about a third of the requests, 5 ms apart over a 12.5 ms path, went in pairs). On a slow
+link the second of two waits behind the first, a frame time. Those requests are left out of the RTT metrics: on
+an idle delayed link the average is the link's. With them it was 0.75 ms (a third of a frame) higher."""
 
 from __future__ import annotations
 
@@ -18,7 +19,9 @@ pytestmark = pytest.mark.lab
 RATE = 5e6
 SIZE = 1450
 INTERVAL = 0.005
-JITTER_MS = 1.0
+JITTER_MS = 0.2
+# what the userspace emulator adds to a round trip on its own: measured 0.10 ms idle (its AF_PACKET hops)
+EMULATOR_MS = (0.0, 0.4)
 SCENARIO = f"""
 name = "ping-burst"
 [lab]
@@ -55,6 +58,8 @@ def test_the_preloads_burst_does_not_move_an_idle_links_rtt(tmp_path):
         # the burst did queue: each of its requests waited for the ones before it, one frame time each
         first = raw.rtt_ms[np.argsort(raw.seq)][:preload]
         assert first[-1] - first[0] >= 0.7 * (preload - 1) * serialization_ms - 4 * JITTER_MS, first
-    # ... and is left out: the average is the link's, within its jitter; no RTT carries the burst's queue
-    assert all(abs(x - expected_ms) <= JITTER_MS for x in values["rtt.avg_ms"]), (values["rtt.avg_ms"], expected_ms)
-    assert all(x <= expected_ms + 6 * JITTER_MS for x in values["rtt.max_ms"]), (values["rtt.max_ms"], expected_ms)
+    # ... and is left out, with every request that waited behind another of the probe's: the average is the
+    # link's (a third of the requests a frame time late would put it 0.8 ms higher)
+    low, high = expected_ms + EMULATOR_MS[0] - JITTER_MS / 4, expected_ms + EMULATOR_MS[1]
+    assert all(low <= x <= high for x in values["rtt.avg_ms"]), (values["rtt.avg_ms"], low, high)
+    assert all(x > 0 for x in values["rtt.own_queue_requests"]), values["rtt.own_queue_requests"]

@@ -187,25 +187,38 @@ def test_udp_out_of_order_is_the_receivers_count_over_its_streams():
 
 def test_the_preloads_burst_and_what_waits_behind_it_are_left_out():
     """ping -l N sends N requests back to back; recorded: 56 requests of 1400 B into a 5 Mbit/s tbf, RTTs
-    growing from 1.2 to 123.5 ms: the burst's own queue. burst_requests bounds it from the frame size and the
-    rate; without_burst leaves those requests out."""
+    growing from 1.2 to 123.5 ms: the burst's own queue. Replaying the link with the probe's requests alone
+    finds every one of them but the first waited; they are left out."""
     train = ping.parse(fixture("ping_train_tbf_5mbit.txt"))
-    drain_s = 56 * ping.frame_bits(1400, 4) / 5e6
-    assert train.rtt_ms.max() <= drain_s * 1e3 <= 1.1 * train.rtt_ms.max()  # 129 ms: the estimate holds
-    # requests sent every 10 ms after the burst wait behind it for 129 ms: 13 of them
-    assert ping.burst_requests(56, 0.01, 1400, 4, 5e6) == 56 + 13
-    assert ping.burst_requests(56, 0.01, 1400, 6, None) == 56  # line rate: only the burst itself
-    assert ping.burst_requests(1, 0.01, 1400, 4, 5e6) == 0  # no preload, no burst
-    # a burst of 5, then the regular requests (RTT 20 ms), one lost
-    steady = ping.PingResult(12, 11, np.arange(11, dtype=float), np.array([1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 12]),
-                             np.array([60, 70, 80, 90, 100, 40, 20, 20, 20, 20, 20], dtype=float))
-    kept = ping.without_burst(steady, 6)
-    assert (kept.transmitted, kept.received, list(kept.seq)) == (6, 5, [7, 8, 9, 11, 12])
-    got = {s.metric: s.value for s in ping.measure(kept, t0=0.0).samples}
-    assert got["rtt.avg_ms"] == 20 and got["rtt.max_ms"] == 20 and got["rtt.loss_ratio"] == pytest.approx(1 / 6)
-    assert ping.without_burst(steady, 0) is steady
+    frame_s = ping.frame_bits(1400, 4) / 5e6  # 2.3 ms
+    waited = ping.waited_behind_own(train, frame_s)
+    assert not waited[np.argmin(train.seq)] and waited.sum() == len(train.seq) - 1
+    # each waited about one frame time more than the one before it: the replay and the link agree
+    assert np.diff(np.sort(train.rtt_ms)).mean() == pytest.approx(frame_s * 1e3, rel=0.1)
+
+    # 5 ms apart through 2.4 ms frames: a burst of 3, then seq 4 (sent at 5 ms) still waits 2.2 ms behind it; a
+    # pair sent back to back after a late wake-up (seq 9, 10); one lost (11)
+    send = np.array([0, 0, 0, 5, 10, 15, 20, 25, 31, 31.1, 36, 41, 46], dtype=float) * 1e-3
+    seq = np.arange(1, 14)
+    rtt = np.array([20, 22.4, 24.8, 22.2, 20, 20, 20, 20, 20, 22.3, 20, 20, 20], dtype=float)
+    lost = seq != 11
+    result = ping.PingResult(13, 12, (send + rtt / 1e3)[lost], seq[lost], rtt[lost])
+    kept = ping.own_queue_left_out(result, preload=3, frame_s=0.0024)
+    assert list(kept.seq) == [5, 6, 7, 8, 9, 12, 13]  # not the burst (1-3), nor 4 and 10 that waited behind it
+    assert (kept.transmitted, kept.received) == (10, 9)  # loss over the requests after the burst: 1 of 10
+    got = {m.metric: m.value for m in ping.measure(kept, t0=0.0).samples}
+    assert got["rtt.avg_ms"] == 20 and got["rtt.max_ms"] == 20 and got["rtt.loss_ratio"] == pytest.approx(0.1)
+    # a probe that is a load itself (frame_s 0): its own queue is what it measures; only the burst goes
+    assert list(ping.own_queue_left_out(result, preload=3, frame_s=0.0).seq) == [4, 5, 6, 7, 8, 9, 10, 12, 13]
+    # (seq 4 and 10 then count with the queue the probe itself built)
+    # ping prints 3 significant digits: a pair's send times, reply time less RTT, can come out in the wrong order
+    # (14.8 ms printed for 14.849): the order is icmp_seq's, the later of the two is the one that waited
+    pair = ping.PingResult(2, 2, np.array([1.0125, 1.014849]), np.array([7, 8]), np.array([12.5, 14.8]))
+    assert list(ping.waited_behind_own(pair, 0.0024)) == [False, True]
+    assert list(ping.rtt_resolution_ms(np.array([0.052, 2.4, 14.8, 123.0]))) == [0.001, 0.01, 0.1, 1.0]
+    assert list(ping.own_queue_left_out(result, preload=1, frame_s=0.0).seq) == list(seq[lost])
     with pytest.raises(ToolFailed, match="nothing is left to measure"):
-        ping.without_burst(steady, 12)
+        ping.own_queue_left_out(result, preload=13, frame_s=0.0024)
 
 
 def test_the_slowest_rate_on_the_path():
