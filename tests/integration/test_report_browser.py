@@ -166,6 +166,7 @@ def test_real_congestion_run_report(tmp_path, no_leftovers):
         screenshot(page, "report-congestion.png")
         text = page.evaluate("() => document.body.innerText")
         assert "bottleneck" in text and "fingerprint" in text.lower()
+        assert "What it cost" in text  # lab trials measure CPU: throughput against it, drawn like the others
         check_comparison_table(page)
         check_trial_selector(page)
         assert not watch.errors, watch.errors

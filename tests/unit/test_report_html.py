@@ -607,3 +607,32 @@ def test_marked_trials_are_listed_with_why(store):
     page = render_report(store, [run])
     assert "1 ok trial(s) ran while the machine was busy with other work" in page
     assert "Marked trials (1)" in page and "other processes 99 % of a core" in page
+
+
+def test_efficiency_chart_puts_what_was_delivered_against_cpu(store):
+    """With CPU measured, a chart of throughput against cpu.util_pct: a point per configuration at the medians,
+    quartile bars, iso-cost lines through the origin; without CPU, no such chart."""
+    run = "effi00000run"
+    store.create_run(run, "cost", "cost.toml", 'name = "cost"\n', "h", [], 1, {"kernel": "6.1"})
+    position = 0
+    for env, (mbps, cpu) in {"bare": (16000.0, 100.0), "emulator": (8000.0, 200.0)}.items():
+        key = f"k-{env}"
+        store.add_configuration(run, key, {"env": env}, {"topology": "dumbbell", "senders": 1}, {})
+        for rep in range(4):
+            samples = [SampleRecord("throughput.rx_mbps", mbps + 10 * rep, "Mbit/s", "higher"),
+                       SampleRecord("cpu.util_pct", cpu + rep, "%", "lower")]
+            store.record_trial(run, TrialRecord(key, rep, position, 0.0, 1.0, "ok", None, {}, samples, []))
+            position += 1
+    store.finish_run(run, "completed")
+    page = render_report(store, [run])
+    assert '<section id="efficiency">' in page and "What it cost" in page
+    (spec,) = chart_specs(page_data(page), "efficiency")
+    points = {t["name"]: (t["x"][0], t["y"][0]) for t in spec["data"]}
+    assert points == {"bare": (101.5, 16015.0), "emulator": (201.5, 8015.0)}  # the medians of 4 trials
+    assert spec["data"][0]["error_x"]["arrayminus"][0] == pytest.approx(0.75)  # median - first quartile
+    lines = spec["layout"]["shapes"]
+    assert len(lines) == 2 and all(s["x0"] == 0 and s["y0"] == 0 for s in lines)  # the cheapest and the dearest
+    slopes = sorted(s["y1"] / s["x1"] for s in lines)
+    assert slopes == pytest.approx([8015 / 201.5, 16015 / 101.5])
+    without = make_run(store, "nocpu000run", matrix={"ratio": [1, 2]}, repetitions=3, duration_s=2)
+    assert '<section id="efficiency">' not in render_report(store, [without])

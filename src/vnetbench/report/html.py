@@ -609,6 +609,25 @@ def _sweep(m: ReportModel, data: dict[str, Any], summ: dict[str, dict[int, Any]]
     return "".join(out) if n else ""
 
 
+def _efficiency(m: ReportModel, data: dict[str, Any], summ: dict[str, dict[int, Any]]) -> str:
+    output = charts.efficiency_output(m)
+    if output is None:
+        return ""
+    spec = _facet_specs(m, lambda f: charts.efficiency_figure(m, output, f, summ))
+    if spec is None:
+        return ""
+    data["charts"]["efficiency"] = spec
+    return "".join([
+        '<section id="efficiency"><h2>What it cost</h2>',
+        f'<p class="note">Each configuration\'s <b>{e(output)}</b> against the CPU the lab\'s machine was busy with '
+        "meanwhile (<b>cpu.util_pct</b>: cores × 100, the whole machine, as netperf measures it): the point is at "
+        "the medians, the bars reach the quartiles. Up and to the left costs less CPU for what it delivers. The "
+        "dotted lines through the origin are constant cost (netperf's service demand): the cheapest, the middle "
+        "and the dearest configuration's. <code>cpu.us_per_kb</code> and <code>cpu.us_per_transaction</code> give "
+        "the same as numbers.</p>",
+        '<div class="grid">', _chart("efficiency", f"{output} against cpu.util_pct", ""), "</div></section>"])
+
+
 def key_metric(m: ReportModel) -> str | None:
     """The metric the page leads with: the scenario's first ``repeat.key_metrics`` entry (with the run's
     overrides applied; of the first run that measured it), else the first of HEADLINE that was measured,
@@ -747,6 +766,7 @@ def render_report(store, run_ids: list[str], *, comparison: dict | list | None =
         ("comparison", "Comparison", _comparison(cmp)),
         ("distributions", "Distributions", _distributions(m, data)),
         ("sweep", f"Against {m.layout.sweep.name}" if m.layout.sweep else "", _sweep(m, data, summ)),
+        ("efficiency", "What it cost", _efficiency(m, data, summ)),
         ("cdf", "Latency CDFs", _cdfs(m, data, sd.latency_pooled)),
         ("timeseries", "Time series", _timeseries(m, data, sd)),
     ]

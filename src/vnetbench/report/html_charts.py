@@ -201,6 +201,74 @@ def box_figure(model: ReportModel, metric: str, facet: str) -> dict | None:
     return fit_legend({"data": traces, "layout": layout})
 
 
+# ------------------------------------------------------------- efficiency
+
+#: What a configuration delivered, per kind of workload, for the efficiency chart (the first one measured).
+EFFICIENCY_OUTPUT = ("throughput.rx_mbps", "rr.transactions_per_s", "http.requests_per_s", "ab.requests_per_s")
+CPU = "cpu.util_pct"
+
+
+def efficiency_output(model: ReportModel) -> str | None:
+    """The delivered-work metric the efficiency chart plots against CPU, when the run measured CPU."""
+    if CPU not in model.metrics:
+        return None
+    return next((m for m in EFFICIENCY_OUTPUT if m in model.metrics), None)
+
+
+def efficiency_figure(model: ReportModel, output: str, facet: str, summ: dict[str, dict[int, Summary]]
+                      ) -> dict | None:
+    """What each configuration delivered against the CPU it cost (netperf's question, as a picture): one point
+    per configuration at the medians, bars from the first to the third quartile both ways. Up and to the left
+    is cheaper; the dotted lines through the origin are constant cost per unit delivered (service demand)."""
+    x_s, y_s = summ.get(CPU, {}), summ.get(output, {})
+    entries = [e for e in model.entries_in(facet) if e.index in x_s and e.index in y_s]
+    if not entries:
+        return None
+    entries.sort(key=lambda e: _order_key(model, e))
+    lay = model.layout
+    y_unit = model.meta.get(output, ("", ""))[0]
+    x_unit = model.meta.get(CPU, ("%", ""))[0]
+    by_colour: dict[str, list[Entry]] = {}
+    for e in entries:
+        by_colour.setdefault(e.colour_value, []).append(e)
+    traces = []
+    for cv in (lay.colour.values if lay.colour else [""]):
+        group = by_colour.get(cv)
+        if not group:
+            continue
+        xs = [x_s[e.index] for e in group]
+        ys = [y_s[e.index] for e in group]
+        name = cv if lay.colour else "configurations"
+        traces.append({
+            "type": "scatter", "mode": "markers", "name": esc(name), "legendgroup": esc(cv),
+            "x": [round(x.median, 4) for x in xs], "y": [round(y.median, 6) for y in ys],
+            "error_x": {"type": "data", "symmetric": False, "array": [round(x.q3 - x.median, 4) for x in xs],
+                        "arrayminus": [round(x.median - x.q1, 4) for x in xs], "thickness": 1, "width": 0},
+            "error_y": {"type": "data", "symmetric": False, "array": [round(y.q3 - y.median, 6) for y in ys],
+                        "arrayminus": [round(y.median - y.q1, 6) for y in ys], "thickness": 1, "width": 0},
+            "marker": {"color": group[0].colour, "size": 9, "opacity": 0.85},
+            "text": [esc(e.label_text) for e in group],
+            "hovertemplate": (f"%{{text}}<br>%{{y:.4g}} {esc(y_unit)} for %{{x:.3g}} {esc(x_unit)} CPU"
+                              f"<extra>{esc(name)}</extra>"),
+        })
+    layout = base_layout(f"{metric_title(output)} against CPU", metric_axis_title(CPU, x_unit),
+                         metric_axis_title(output, y_unit), lay.colour.title if lay.colour else "")
+    x_max = max(x_s[e.index].q3 for e in entries) * 1.1 or 1.0
+    y_max = max(y_s[e.index].q3 for e in entries) * 1.1 or 1.0
+    layout["xaxis"].update({"range": [0, x_max], "rangemode": "tozero"})
+    layout["yaxis"].update({"range": [0, y_max], "rangemode": "tozero"})
+    # Iso-cost lines: the configurations' own cheapest, middle and dearest output per CPU, through the origin.
+    ratios = sorted(y_s[e.index].median / x_s[e.index].median for e in entries if x_s[e.index].median > 0)
+    for r in sorted({ratios[0], ratios[len(ratios) // 2], ratios[-1]}) if ratios else []:
+        x_end = min(x_max, y_max / r) if r > 0 else x_max
+        layout.setdefault("shapes", []).append({
+            "type": "line", "xref": "x", "yref": "y", "x0": 0, "y0": 0, "x1": x_end, "y1": r * x_end,
+            "line": {"color": REFERENCE_COLOUR, "width": 1, "dash": "dot"}, "layer": "below"})
+    if len(traces) <= 1 and not lay.colour:
+        layout["showlegend"] = False
+    return fit_legend({"data": traces, "layout": layout})
+
+
 # ------------------------------------------------------------- sweep
 
 
