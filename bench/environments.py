@@ -80,14 +80,16 @@ def bringup(variant: Variant, repeat: int) -> dict:
     return out
 
 
-def throughput(variants: list[tuple[str, Variant]], trials: int, duration: int) -> dict[str, list[float]]:
+def throughput(variants: list[tuple[str, Variant]], trials: int, duration: int
+               ) -> dict[str, dict[str, list[float]]]:
+    """{environment: {metric: per-trial values}}: the stream's throughput and what it cost in CPU."""
     env_axis = "[" + ",".join(_table(v) for _, v in variants) + "]"
     loaded = load.load("virt-compare", [f"env={env_axis}", 'load=[{proto="tcp",parallel=1}]', "offload=[on]",
                                         f"duration={duration}s", "workload.stream.omit=1s"])
     configs = plan.expand(loaded)
     names = {plan_variant(c): n for n, v in variants for c in configs if plan_variant(c) == v}
     bench = DumbbellBench.for_configs(f"vnb-bt{os.getpid() % 10000}", configs)
-    results: dict[str, list[float]] = {n: [] for n, _ in variants}
+    results: dict[str, dict[str, list[float]]] = {n: {} for n, _ in variants}
     rng = random.Random(1)
     try:
         bench.setup()
@@ -102,11 +104,15 @@ def throughput(variants: list[tuple[str, Variant]], trials: int, duration: int) 
                 if outcome.status != "ok":
                     print(f"  {names[plan_variant(c)]}: trial {r} {outcome.status}: {outcome.reason}", file=sys.stderr)
                     continue
-                value = next(s.value for s in outcome.measurement.samples if s.metric == "throughput.rx_mbps")
-                results[names[plan_variant(c)]].append(value)
+                for s in outcome.measurement.samples:
+                    if s.metric in COLUMNS:
+                        results[names[plan_variant(c)]].setdefault(s.metric, []).append(s.value)
     finally:
         bench.teardown()
     return results
+
+
+COLUMNS = ("throughput.rx_mbps", "cpu.util_pct", "cpu.us_per_kb", "cpu.softirq_pct")
 
 
 def plan_variant(config) -> Variant:
@@ -174,15 +180,24 @@ def measure(args: argparse.Namespace) -> int:
     tp_envs = [(n, v) for n, v in envs if n != "container (cgroup limits)"]
     print(f"\nsingle-stream TCP throughput, one lab, {args.trials} interleaved trials of {args.duration} s each")
     results = throughput(tp_envs, args.trials, args.duration)
-    base = statistics.median(results["bare"]) if results.get("bare") else float("nan")
-    print(f"  {'environment':28} {'median Mbit/s':>14} {'min..max':>20} {'vs bare':>8}")
+    def median(name: str, metric: str) -> float:
+        vals = (results.get(name) or {}).get(metric) or []
+        return statistics.median(vals) if vals else float("nan")
+
+    base, base_cost = median("bare", "throughput.rx_mbps"), median("bare", "cpu.us_per_kb")
+    print("  CPU: the whole machine's busy time over the measured window (cores x 100), service demand in CPU us "
+          "per KB received, and its softirq part")
+    print(f"  {'environment':28} {'median Mbit/s':>14} {'min..max':>20} {'vs bare':>8} {'CPU %':>6} {'us/KB':>6} "
+          f"{'vs bare':>8} {'softirq %':>9}")
     for name, _ in tp_envs:
-        vals = results.get(name) or []
+        vals = (results.get(name) or {}).get("throughput.rx_mbps") or []
         if not vals:
             print(f"  {name:28} {'-':>14}")
             continue
-        med = statistics.median(vals)
-        print(f"  {name:28} {med:>14.0f} {min(vals):>9.0f}..{max(vals):<9.0f} {med / base:>7.2f}x")
+        med, cost = statistics.median(vals), median(name, "cpu.us_per_kb")
+        print(f"  {name:28} {med:>14.0f} {min(vals):>9.0f}..{max(vals):<9.0f} {med / base:>7.2f}x "
+              f"{median(name, 'cpu.util_pct'):>6.0f} {cost:>6.2f} {cost / base_cost:>7.2f}x "
+              f"{median(name, 'cpu.softirq_pct'):>9.0f}")
     return 0
 
 
