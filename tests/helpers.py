@@ -79,6 +79,14 @@ def run_id_of(proc: subprocess.CompletedProcess) -> str:
     return last.split()[1]
 
 
+def run_scenario(tmp_path: Path, text: str, *args: str) -> tuple[str, Path]:
+    """`vnetbench run` of a scenario written from `text` into `tmp_path`, into a database there: (run id, db)."""
+    scenario = tmp_path / "scenario.toml"
+    scenario.write_text(text)
+    db = tmp_path / "r.db"
+    return run_id_of(cli("run", str(scenario), "--db", str(db), "--no-progress", *args)), db
+
+
 def stored_run_id(db) -> str | None:
     """The id of the run a `vnetbench run` in progress has stored in `db`, once it has (None before)."""
     import sqlite3

@@ -13,7 +13,7 @@ import subprocess
 import pytest
 
 from vnetbench.store.db import Store
-from helpers import cli, run_id_of
+from helpers import cli, run_scenario
 
 pytestmark = pytest.mark.lab
 
@@ -51,10 +51,7 @@ OURS = {"sysbench", "iperf3", "ping", "vnb-link", "ip", "taskset"}
 
 
 def test_a_busy_loop_is_one_core_and_a_byte_through_the_emulator_costs_more(tmp_path):
-    scenario = tmp_path / "cpu.toml"
-    scenario.write_text(SCENARIO)
-    db = tmp_path / "r.db"
-    run_id = run_id_of(cli("run", str(scenario), "--db", str(db), "--no-progress"))
+    run_id, db = run_scenario(tmp_path, SCENARIO)
     with Store(db) as store:
         trials = store.trials(run_id, with_raw=True)
         assert all(t["status"] == "ok" for t in trials), [t["reason"] for t in trials if t["status"] != "ok"]
@@ -107,14 +104,11 @@ repetitions = 2
 
 
 def test_a_trial_run_while_someone_elses_busy_loop_holds_a_core_is_marked(tmp_path):
-    scenario = tmp_path / "idle.toml"
-    scenario.write_text(IDLE)
-    db = tmp_path / "r.db"
     # someone else's loop: in the run's namespace, not started by the run (vnetbench is a sibling: helpers.cli)
     busy = subprocess.Popen(["sh", "-c", "while :; do :; done"])
     loop = busy.pid
     try:
-        run_id = run_id_of(cli("run", str(scenario), "--db", str(db), "--no-progress"))
+        run_id, db = run_scenario(tmp_path, IDLE)
     finally:
         busy.send_signal(signal.SIGKILL)
         busy.wait()

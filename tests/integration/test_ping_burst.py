@@ -12,7 +12,7 @@ from vnetbench.impair.model import base_rtt
 from vnetbench.scenario.load import load_text
 from vnetbench.store.db import Store
 from vnetbench.workloads import ping
-from helpers import cli, run_id_of
+from helpers import run_scenario
 
 pytestmark = pytest.mark.lab
 
@@ -41,10 +41,7 @@ repetitions = 3
 
 
 def test_the_preloads_burst_does_not_move_an_idle_links_rtt(tmp_path):
-    scenario = tmp_path / "burst.toml"
-    scenario.write_text(SCENARIO)
-    db = tmp_path / "r.db"
-    run_id = run_id_of(cli("run", str(scenario), "--db", str(db), "--no-progress"))
+    run_id, db = run_scenario(tmp_path, SCENARIO)
     with Store(db) as store:
         trials = store.trials(run_id, with_raw=True)
         (values,) = store.values(run_id).values()
