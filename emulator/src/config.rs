@@ -70,9 +70,12 @@ pub enum JitterDist {
 #[serde(tag = "model", rename_all = "snake_case", deny_unknown_fields)]
 pub enum LossModel {
     None,
-    /// Independent loss with probability p.
+    /// Independent loss with probability p; with `correlation`, netem's
+    /// correlated draws (`loss random P C`, see model::Correlated).
     Bernoulli {
         p: f64,
+        #[serde(default)]
+        correlation: f64,
     },
     /// netem `gemodel p r 1-h 1-k`: Good->Bad with p, Bad->Good with r, loss
     /// probability 1-h in Bad and 1-k in Good.
@@ -120,6 +123,8 @@ pub struct LinkSettings {
     pub loss: LossModel,
     /// Probability that a packet skips delay and jitter (netem `reorder`).
     pub reorder: f64,
+    /// netem's correlation of the reorder draws (`reorder P C`).
+    pub reorder_correlation: f64,
     /// Probability that a packet is duplicated.
     pub duplicate: f64,
     /// Probability that one random bit after the Ethernet header is flipped.
@@ -141,6 +146,7 @@ impl Default for LinkSettings {
             reorder_on_jitter: false,
             loss: LossModel::None,
             reorder: 0.0,
+            reorder_correlation: 0.0,
             duplicate: 0.0,
             corrupt: 0.0,
         }
@@ -304,6 +310,7 @@ impl LinkSettings {
             return Err("jitter_ms must be at most one hour".into());
         }
         prob("reorder", self.reorder)?;
+        prob("reorder_correlation", self.reorder_correlation)?;
         prob("duplicate", self.duplicate)?;
         prob("corrupt", self.corrupt)?;
         if self.buffer_bytes == Some(0) {
@@ -314,7 +321,10 @@ impl LinkSettings {
         }
         match &self.loss {
             LossModel::None => {}
-            LossModel::Bernoulli { p } => prob("loss.p", *p)?,
+            LossModel::Bernoulli { p, correlation } => {
+                prob("loss.p", *p)?;
+                prob("loss.correlation", *correlation)?;
+            }
             LossModel::GilbertElliott { p, r, one_minus_h, one_minus_k } => {
                 prob("loss.p", *p)?;
                 prob("loss.r", *r)?;
@@ -373,6 +383,7 @@ impl LinkSettings {
             reorder_on_jitter: self.reorder_on_jitter,
             loss: self.loss.clone(),
             reorder: self.reorder,
+            reorder_correlation: self.reorder_correlation,
             duplicate: self.duplicate,
             corrupt: self.corrupt,
         })
@@ -398,6 +409,7 @@ pub struct Params {
     pub reorder_on_jitter: bool,
     pub loss: LossModel,
     pub reorder: f64,
+    pub reorder_correlation: f64,
     pub duplicate: f64,
     pub corrupt: f64,
 }

@@ -25,7 +25,7 @@ use std::collections::BinaryHeap;
 
 use crate::aqm::{Enq, Queue};
 use crate::config::{LossModel, Params, Qdisc};
-use crate::model::{jitter_sample, stream, LossState, Rng};
+use crate::model::{jitter_sample, stream, Correlated, LossState, Rng};
 use crate::packet::{finalize_checksum, flip_payload_bit, segment, Packet};
 use crate::trace::{TraceCursor, OPPORTUNITY_BYTES};
 
@@ -117,6 +117,7 @@ pub struct Link {
     last_release: u64,
     seq: u64,
     loss_state: LossState,
+    reorder_state: Correlated,
     rng_loss: Rng,
     rng_dup: Rng,
     rng_corrupt: Rng,
@@ -144,6 +145,7 @@ impl Link {
             last_release: 0,
             seq: 0,
             loss_state: LossState::default(),
+            reorder_state: Correlated::default(),
             rng_loss: Rng::new(seed, direction, stream::LOSS),
             rng_dup: Rng::new(seed, direction, stream::DUPLICATE),
             rng_corrupt: Rng::new(seed, direction, stream::CORRUPT),
@@ -246,19 +248,19 @@ impl Link {
             return true;
         }
         let (mut state, mut loss) = (self.loss_state.clone(), self.rng_loss.clone());
-        let (mut dup, mut corrupt, mut reorder) =
-            (self.rng_dup.clone(), self.rng_corrupt.clone(), self.rng_reorder.clone());
+        let (mut dup, mut corrupt, mut reorder, mut reorder_state) =
+            (self.rng_dup.clone(), self.rng_corrupt.clone(), self.rng_reorder.clone(), self.reorder_state.clone());
         for _ in 0..pkt.segs {
             if state.lose(&p.loss, &mut loss)
                 || dup.chance(p.duplicate)
                 || corrupt.chance(p.corrupt)
-                || reorder.chance(p.reorder)
+                || reorder_state.chance(p.reorder, p.reorder_correlation, &mut reorder)
             {
                 return false;
             }
         }
-        (self.loss_state, self.rng_loss, self.rng_dup, self.rng_corrupt, self.rng_reorder) =
-            (state, loss, dup, corrupt, reorder);
+        (self.loss_state, self.rng_loss, self.rng_dup, self.rng_corrupt, self.rng_reorder, self.reorder_state) =
+            (state, loss, dup, corrupt, reorder, reorder_state);
         true
     }
 
@@ -315,7 +317,7 @@ impl Link {
     }
 
     fn enqueue(&mut self, mut pkt: Packet, now: u64) {
-        if self.rng_reorder.chance(self.params.reorder) {
+        if self.reorder_state.chance(self.params.reorder, self.params.reorder_correlation, &mut self.rng_reorder) {
             pkt.skip_delay = true;
             self.stats.reordered += 1;
         }
@@ -678,7 +680,7 @@ mod tests {
     fn loss_duplicate_corrupt_reorder_counts() {
         let mut l = link(LinkSettings {
             delay_ms: 10.0,
-            loss: LossModel::Bernoulli { p: 0.1 },
+            loss: LossModel::Bernoulli { p: 0.1, correlation: 0.0 },
             duplicate: 0.05,
             corrupt: 0.02,
             reorder: 0.1,
@@ -716,7 +718,7 @@ mod tests {
             (1, LinkSettings {
                 rate_bps: 2_000_000_000,
                 buffer_packets: Some(10_000),
-                loss: LossModel::Bernoulli { p: 0.0005 },
+                loss: LossModel::Bernoulli { p: 0.0005, correlation: 0.0 },
                 duplicate: 0.0002,
                 reorder: 0.0002,
                 delay_ms: 5.0,
@@ -795,7 +797,7 @@ mod tests {
 
     #[test]
     fn same_seed_same_loss_pattern() {
-        let s = LinkSettings { loss: LossModel::Bernoulli { p: 0.2 }, jitter_ms: 1.0, ..Default::default() };
+        let s = LinkSettings { loss: LossModel::Bernoulli { p: 0.2, correlation: 0.0 }, jitter_ms: 1.0, ..Default::default() };
         let pattern = |seed: u64, s: &LinkSettings| {
             let mut l = Link::new(s.compile().unwrap(), seed, 0, 0);
             (0..5000u32)

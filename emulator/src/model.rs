@@ -35,6 +35,11 @@ impl Rng {
     pub fn chance(&mut self, p: f64) -> bool {
         p > 0.0 && self.uniform() < p
     }
+    /// 32 random bits, as netem's prandom_u32.
+    #[inline]
+    pub fn next_u32(&mut self) -> u64 {
+        self.0.next_u64() >> 32
+    }
     #[inline]
     pub fn below(&mut self, n: u64) -> u64 {
         // Lemire-style multiply; bias is negligible for our n.
@@ -48,10 +53,44 @@ impl Rng {
     }
 }
 
+/// netem's correlated random number (get_crandom in sch_netem.c): with
+/// correlation C, each 32-bit value is `(fresh * (2^32 - rho) + last * rho) >> 32`
+/// with `rho = C * (2^32 - 1) + 1`, the first `last` a fresh value. Such an
+/// average of uniform values is not uniform: below a small p far less often
+/// than p (netem's own behaviour, kept here so that both agree; vnetbench's
+/// model.correlated_rate gives the rate it makes).
+#[derive(Clone, Debug, Default)]
+pub struct Correlated {
+    last: Option<u64>,
+}
+
+impl Correlated {
+    /// Whether the draw falls at or below p (netem: `q->loss >= get_crandom()`).
+    /// Without correlation, an independent draw (Rng::chance, as before).
+    pub fn chance(&mut self, p: f64, correlation: f64, rng: &mut Rng) -> bool {
+        if correlation <= 0.0 {
+            return rng.chance(p);
+        }
+        if p <= 0.0 {
+            return false;
+        }
+        let rho = (correlation * u32::MAX as f64) as u64 + 1;
+        let value = rng.next_u32();
+        let last = match self.last {
+            Some(l) => l,
+            None => rng.next_u32(),
+        };
+        let answer = (value * ((1u64 << 32) - rho) + last * rho) >> 32;
+        self.last = Some(answer);
+        answer <= (p * u32::MAX as f64) as u64
+    }
+}
+
 /// Loss state machine (netem's `loss random` and `loss gemodel`).
 #[derive(Clone, Debug, Default)]
 pub struct LossState {
     pub bad: bool,
+    pub correlated: Correlated,
 }
 
 impl LossState {
@@ -60,7 +99,7 @@ impl LossState {
     pub fn lose(&mut self, model: &LossModel, rng: &mut Rng) -> bool {
         match model {
             LossModel::None => false,
-            LossModel::Bernoulli { p } => rng.chance(*p),
+            LossModel::Bernoulli { p, correlation } => self.correlated.chance(*p, *correlation, rng),
             LossModel::GilbertElliott { p, r, one_minus_h, one_minus_k } => {
                 let loss_p = if self.bad { *one_minus_h } else { *one_minus_k };
                 let lost = rng.chance(loss_p);
@@ -122,7 +161,7 @@ mod tests {
     fn bernoulli_within_3_sigma() {
         for &p in &[0.001, 0.01, 0.1, 0.5] {
             let n = 200_000;
-            let (r, _) = ratio(&LossModel::Bernoulli { p }, 42, n);
+            let (r, _) = ratio(&LossModel::Bernoulli { p, correlation: 0.0 }, 42, n);
             let sigma = (p * (1.0 - p) / n as f64).sqrt();
             assert!((r - p).abs() <= 3.0 * sigma, "p={p} measured {r} sigma {sigma}");
         }
@@ -158,9 +197,37 @@ mod tests {
         assert!((got - want).abs() < 0.1 * want, "want {want} got {got}");
     }
 
+    /// netem's correlated loss, against the rates vnetbench's expectation (impair/model.py correlated_rate,
+    /// netem's arithmetic run in Python over 400,000 draws) gives: far below p for small p, p itself at 50 %.
+    #[test]
+    fn correlated_loss_has_netems_rate_and_bursts() {
+        let n = 400_000;
+        for &(p, c, want) in &[(0.25, 0.5, 0.06983), (0.1, 0.5, 0.001093), (0.5, 0.5, 0.49836), (0.01, 0.25, 0.000005)]
+        {
+            let (got, pat) = ratio(&LossModel::Bernoulli { p, correlation: c }, 11, n);
+            // correlated draws: a few times the independent standard error, and a floor for the rarest rate
+            let se = (want * (1.0 - want) / n as f64).sqrt();
+            assert!((got - want).abs() <= 8.0 * se + 2e-5, "p={p} c={c}: {got}, netem's arithmetic {want}");
+            if want > 0.01 {
+                // correlation makes losses come together: P(lost | the previous lost) above the rate
+                let (mut both, mut prev) = (0usize, 0usize);
+                for w in pat.windows(2) {
+                    prev += w[0] as usize;
+                    both += (w[0] && w[1]) as usize;
+                }
+                assert!(both as f64 / prev as f64 > want * 1.2, "p={p} c={c}: no burstiness");
+            }
+        }
+        // correlation 0 is the independent draw, on the same stream as before
+        let (_, a) = ratio(&LossModel::Bernoulli { p: 0.1, correlation: 0.0 }, 5, 10_000);
+        let mut rng = Rng::new(5, 0, stream::LOSS);
+        let b: Vec<bool> = (0..10_000).map(|_| rng.chance(0.1)).collect();
+        assert_eq!(a, b);
+    }
+
     #[test]
     fn same_seed_same_pattern() {
-        let m = LossModel::Bernoulli { p: 0.1 };
+        let m = LossModel::Bernoulli { p: 0.1, correlation: 0.0 };
         let (_, a) = ratio(&m, 9, 10_000);
         let (_, b) = ratio(&m, 9, 10_000);
         let (_, c) = ratio(&m, 10, 10_000);

@@ -334,3 +334,33 @@ def test_endpoints_leave_an_emulators_core_only_while_it_is_on_their_path(monkey
     assert hosts["vr"].cpu == 3  # QEMU's threads stay where they started; the record says so
     manager._targets = path("r", "userspace")
     assert manager.emulator_cores() == {"bottleneck": 3}
+
+
+def test_correlation_as_netem_has_it():
+    """netem's `loss random P C` and `reorder P C`: the same words to netem, the same fields to the emulator,
+    and one expected rate for both (model.correlated_rate runs netem's arithmetic)."""
+    from vnetbench.impair.model import correlated_rate
+
+    c = cond(loss={"model": "bernoulli", "p": "25%", "correlation": "50%"}, reorder="10%",
+             reorder_correlation="25%", delay="5ms")
+    args = netem.netem_args(c)
+    assert args[args.index("loss"):args.index("loss") + 4] == ["loss", "random", "25%", "50%"]
+    assert args[args.index("reorder"):args.index("reorder") + 3] == ["reorder", "10%", "25%"]
+    assert "loss:correlation" in c.needs() and "reorder:correlation" in c.needs()
+    assert {"loss:correlation", "reorder:correlation"} <= netem.NETEM_CAN
+    full = settings(c)
+    assert full["loss"] == {"model": "bernoulli", "p": 0.25, "correlation": 0.5}
+    assert full["reorder"] == 0.1 and full["reorder_correlation"] == 0.25
+    # the rate netem's correlated draws make: far below p when p is small, p at 50 % (the emulator's own
+    # unit test holds its draws to these numbers)
+    assert correlated_rate(0.25, 0.5) == pytest.approx(0.0698, abs=0.001)
+    assert correlated_rate(0.01, 0.25) < 0.0001 and correlated_rate(0.5, 0.5) == pytest.approx(0.5, abs=0.005)
+    assert correlated_rate(0.3, 0.0) == 0.3
+    assert c.loss.mean_loss() == correlated_rate(0.25, 0.5)
+    assert "loss bernoulli 25% correlation 50% (rate 6.98%)" in c.describe()
+    assert "reorder 10% correlation 25%" in c.describe()
+    # uncorrelated: as before
+    plain = cond(loss="1%", reorder="5%", delay="1ms")
+    assert "loss:correlation" not in plain.needs() and netem.netem_args(plain)[-2:] == ["reorder", "5%"]
+    with pytest.raises(ValueError, match="correlation belongs to model"):
+        cond(loss={"model": "gilbert_elliott", "p": "1%", "r": "30%", "correlation": "25%"})

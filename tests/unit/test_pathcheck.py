@@ -91,6 +91,14 @@ def test_jitter_lowers_the_delay_floor():
     assert "a delay is missing" in P.judge_probe(_exp(_spec(delay="5ms")), 3, rtts, "bare")[0]
 
 
+def test_a_reordering_direction_may_skip_its_delay():
+    """netem's reorder sends a packet without the delay: the shortest round trip may lack that direction's."""
+    rtts = np.array([0.07, 10.1, 10.2])  # ms: 5 ms declared each way, one request reordered on the way out
+    assert P.judge_probe(_exp(_spec(delay="5ms", reorder="25%")), 3, rtts, "bare") == []
+    assert "a delay is missing" in P.judge_probe(_exp(_spec(delay="5ms")), 3, rtts, "bare")[0]
+    assert _exp(_spec(delay="5ms", reorder="25%")).reordering
+
+
 def test_probe_plan_keeps_the_probes_under_a_tenth_of_a_slow_rate():
     count, interval = P.probe_plan(_exp(LinkSpec()))
     assert (count, interval) == (P.PROBES, P.PROBE_INTERVAL_S)

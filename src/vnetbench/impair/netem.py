@@ -41,7 +41,8 @@ from vnetbench.impair.tc import burst_bytes, installed_roots
 
 # What a netem qdisc (with a tbf/htb child for rate and buffer) expresses; the rest needs the emulator.
 NETEM_CAN = SHAPER_NEEDS | {"overhead", "delay", "jitter", "jitter:pareto", "jitter:paretonormal", "loss",
-                            "loss:gilbert_elliott", "reorder", "duplicate", "corrupt"}
+                            "loss:gilbert_elliott", "loss:correlation", "reorder", "reorder:correlation",
+                            "duplicate", "corrupt"}
 
 ORDERING_RATE = "100gbit"
 ASSUMED_LINE_BPS = 10e9  # delay-line sizing when a direction has no rate
@@ -80,7 +81,7 @@ def netem_args(cond: LinkConditions, mtu: int = 1500, seed: int | None = None) -
                 args += ["distribution", cond.distribution]
     loss = cond.loss
     if loss.model == "bernoulli" and loss.p > 0:
-        args += ["loss", "random", _pct(loss.p)]
+        args += ["loss", "random", _pct(loss.p)] + ([_pct(loss.correlation)] if loss.correlation > 0 else [])
     elif loss.model == "gilbert_elliott":
         args += ["loss", "gemodel", _pct(loss.p), _pct(loss.r or 0.0), _pct(loss.loss_bad), _pct(loss.loss_good)]
     if cond.duplicate > 0:
@@ -88,7 +89,8 @@ def netem_args(cond: LinkConditions, mtu: int = 1500, seed: int | None = None) -
     if cond.corrupt > 0:
         args += ["corrupt", _pct(cond.corrupt)]
     if cond.reorder > 0:
-        args += ["reorder", _pct(cond.reorder)]
+        args += ["reorder", _pct(cond.reorder)] + ([_pct(cond.reorder_correlation)] if cond.reorder_correlation > 0
+                                                   else [])
     if cond.jitter > 0 and not cond.jitter_reorders:
         args += ["rate", ORDERING_RATE]
     if seed is not None:

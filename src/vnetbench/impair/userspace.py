@@ -42,7 +42,7 @@ NICE = -10
 def loss_settings(cond: LinkConditions) -> dict[str, Any]:
     loss = cond.loss
     if loss.model == "bernoulli":
-        return {"model": "bernoulli", "p": loss.p}
+        return {"model": "bernoulli", "p": loss.p, "correlation": loss.correlation}
     if loss.model == "gilbert_elliott":
         return {"model": "gilbert_elliott", "p": loss.p, "r": loss.r or 0.0, "one_minus_h": loss.loss_bad,
                 "one_minus_k": loss.loss_good}
@@ -96,7 +96,7 @@ def settings(cond: LinkConditions, partial: bool = False, rate_for_buffer: float
         out["reorder_on_jitter"] = cond.jitter_reorders
     if "loss" in given:
         out["loss"] = loss_settings(cond)
-    for k in ("reorder", "duplicate", "corrupt"):
+    for k in ("reorder", "reorder_correlation", "duplicate", "corrupt"):
         if k in given:
             out[k] = getattr(cond, k)
     if not partial:

@@ -75,7 +75,9 @@ class Expectation:
     directions); ``rate_bps`` / ``overhead``: the slowest declared rate on the round trip and the bytes it adds
     per frame; ``burst_bytes``: what the kernel shaper lets through at line rate first; ``dynamic``: a schedule
     or trace changes the conditions over time (only reachability and the delay floor are judged);
-    ``bursty_loss``: loss comes in bursts (Gilbert-Elliott), so probe counts are not binomial."""
+    ``bursty_loss``: loss comes in bursts (Gilbert-Elliott, correlated Bernoulli), so probe counts are not
+    binomial; ``skippable_s``: the delay of directions that reorder (netem's reorder sends a packet without
+    its delay), which the shortest round trip may lack."""
 
     delivery: float
     base_rtt_s: float
@@ -85,10 +87,11 @@ class Expectation:
     burst_bytes: int
     dynamic: bool
     bursty_loss: bool
+    skippable_s: float = 0.0
 
     @property
     def reordering(self) -> bool:
-        return self.jitter_s > 0
+        return self.jitter_s > 0 or self.skippable_s > 0
 
 
 def _initial(spec: LinkSpec, direction: str) -> LinkConditions:
@@ -104,7 +107,7 @@ def _initial(spec: LinkSpec, direction: str) -> LinkConditions:
 def expectation(links: Iterable[tuple[LinkSpec, bool]], mtu: int) -> Expectation:
     """The expectation of a path made of `links` (the receiver's and the sender's own), each given as its
     conditions and whether a kernel shaper (with its burst) realises them."""
-    delivery, base, jitter, overhead, burst = 1.0, 0.0, 0.0, 0, 0
+    delivery, base, jitter, overhead, burst, skippable = 1.0, 0.0, 0.0, 0, 0, 0.0
     rate: float | None = None
     dynamic = bursty = False
     for spec, shaped_by_kernel in links:
@@ -112,13 +115,15 @@ def expectation(links: Iterable[tuple[LinkSpec, bool]], mtu: int) -> Expectation
         for d in ("forward", "reverse"):
             c = _initial(spec, d)
             delivery *= (1 - c.loss.mean_loss()) * (1 - c.corrupt)
-            bursty |= c.loss.model == "gilbert_elliott"
+            bursty |= c.loss.model == "gilbert_elliott" or c.loss.correlation > 0
             base += c.delay
+            if c.reorder > 0:
+                skippable += c.delay
             jitter += 4 * c.jitter
             if c.rate and (rate is None or c.rate < rate):
                 rate, overhead = c.rate, c.overhead
                 burst = burst_bytes(c.rate, mtu) if shaped_by_kernel else 0
-    return Expectation(delivery, base, jitter, rate, overhead, burst, dynamic, bursty)
+    return Expectation(delivery, base, jitter, rate, overhead, burst, dynamic, bursty, skippable)
 
 
 def probe_plan(exp: Expectation, senders: int = 1) -> tuple[int, float]:
@@ -152,7 +157,7 @@ def judge_probe(exp: Expectation, sent: int, rtts_ms: np.ndarray, env: str) -> l
             out.append(f"{received} of {sent} echo requests answered on a path {declared} (binomial p = {p:.1e})")
     if received:
         low = float(np.min(rtts_ms)) / 1e3
-        floor = max(0.0, exp.base_rtt_s - exp.jitter_s) - DELAY_FLOOR_SLACK_S
+        floor = max(0.0, exp.base_rtt_s - exp.skippable_s - exp.jitter_s) - DELAY_FLOOR_SLACK_S
         if low < floor:
             out.append(f"the shortest round trip took {1e3 * low:.3f} ms, below the declared delay's "
                        f"{1e3 * exp.base_rtt_s:.3f} ms: a delay is missing")
