@@ -83,10 +83,19 @@ def test_a_busy_loop_is_one_core_and_a_byte_through_the_emulator_costs_more(tmp_
             assert cores["endpoints"]["r"] not in cores["emulators"].values(), cores
         elif CORES > 1:
             assert cores["endpoints"]["r"] != cores["endpoints"]["s1"], cores  # as the topology places them
-    # service demand: the emulator spins a core and carries a fraction of the veth's rate
+    # service demand: the emulator spins a core and carries a fraction of the veth's rate (idle here: 2.0 against
+    # 1.08 us/KB). Net of other processes' CPU: a competing load counts on both sides, unequally (with a busy
+    # loop beside: 3.1-3.3 against 1.4-1.6 us/KB whole-machine, 2.5-2.7 against 0.9-1.1 net)
     assert "cpu.us_per_kb" not in loop and "cpu.us_per_transaction" not in loop
-    assert min(emulated["cpu.us_per_kb"]) > 1.5 * max(bare["cpu.us_per_kb"]), (emulated["cpu.us_per_kb"],
-                                                                             bare["cpu.us_per_kb"])
+
+    def net_us_per_kb(v: dict) -> list[float]:
+        return [(u - f) / 100 * 1e6 / (mbps * 1e6 / 8 / 1024)
+                for u, f, mbps in zip(v["cpu.util_pct"], v["cpu.foreign_pct"], v["throughput.rx_mbps"])]
+
+    for v in (bare, emulated):  # the metric is the whole machine's, as netperf's
+        assert all(whole >= net - 1e-9 for whole, net in zip(v["cpu.us_per_kb"], net_us_per_kb(v)))
+    assert min(net_us_per_kb(emulated)) > 1.5 * max(net_us_per_kb(bare)), (net_us_per_kb(emulated),
+                                                                         net_us_per_kb(bare))
 
 
 IDLE = """
