@@ -57,6 +57,7 @@ def test_a_busy_loop_is_one_core_and_a_byte_through_the_emulator_costs_more(tmp_
         assert all(t["status"] == "ok" for t in trials), [t["reason"] for t in trials if t["status"] != "ok"]
         values = store.values(run_id)
         configs = store.configurations(run_id)
+        marked = store.marked_trials(run_id)
     key = {(c["labels"]["workloads"], c["labels"].get("backend", "bare")): c["key"] for c in configs}
     loop, idle = values[key["loop", "bare"]], values[key["idle", "bare"]]
     bare, emulated = values[key["stream", "bare"]], values[key["stream", "userspace"]]
@@ -99,8 +100,14 @@ def test_a_busy_loop_is_one_core_and_a_byte_through_the_emulator_costs_more(tmp_
     spinning = [1e6 / (mbps * 1e6 / 8 / 1024) for mbps in emulated["throughput.rx_mbps"]]
     assert all(net >= 0.9 * core for net, core in zip(net_us_per_kb(emulated), spinning)), (
         net_us_per_kb(emulated), spinning)
-    # ... and on top of it the endpoints' own work: a byte through the emulator costs more than over the veth
-    assert min(net_us_per_kb(emulated)) > max(net_us_per_kb(bare)), (net_us_per_kb(emulated), net_us_per_kb(bare))
+    # ... and on top of it the endpoints' own work: a byte through the emulator costs more than over the veth. On
+    # a quiet machine (no stream trial marked) by half again at least; a competing load disturbs the trials
+    # unequally (a bare trial that shared its cores measured 1.66 us/KB net, an emulated one that did not 1.57):
+    # the tool marks such trials (the next test holds it to that), and their comparison is the machine's
+    streams = (key["stream", "bare"], key["stream", "userspace"])
+    if not any(marked.get(k) for k in streams):
+        assert min(net_us_per_kb(emulated)) > 1.5 * max(net_us_per_kb(bare)), (net_us_per_kb(emulated),
+                                                                             net_us_per_kb(bare))
 
 
 IDLE = """
