@@ -36,6 +36,12 @@ def main() -> int:
     except Interrupted as e:  # outside cli.main's own handling (its argument parsing)
         interrupted(e)
         return _exiting(130)
+    except BaseException as e:  # a stop during a lazy import can come back wrapped (pydantic's class set-up:
+        stop = interruption_behind(e)  # RuntimeError "Error calling __set_name__" with the Interrupted behind)
+        if stop is None:
+            raise
+        interrupted(stop)
+        return _exiting(130)
 
 
 def _exiting(status: int) -> int:
