@@ -24,18 +24,16 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import subprocess
 from typing import Annotated, Any
 
 from pydantic import AfterValidator, BeforeValidator, Field
 
 from vnetbench import quantities, units
-from vnetbench.errors import LabError
-from vnetbench.lab import cgroups
+from vnetbench.lab import cgroups, netns
 from vnetbench.lab.environments.base import (EnvironmentOptions, SUBNET_V4_PREFIXLEN, SUBNET_V6_PREFIXLEN, Attached, Capability,
                                              Endpoint, LabContext, NamespaceEnvironment, add_default_routes,
                                              attach_node, enable_forwarding, new_namespace, plain_host, register)
-from vnetbench.lab.nodes import Interface, Link, Namespace
+from vnetbench.lab.nodes import Interface, Link
 
 BRIDGE = "docker0"
 # Every workload server's port (iperf3 from 5201 up, one per sender; sockperf 5301-5302; ...) is in this range.
@@ -66,17 +64,6 @@ table ip6 vnb_docker {{
   }}
 }}
 """
-
-
-def apply_ruleset(ns: Namespace, ruleset: str) -> None:
-    """Load an nftables ruleset inside a namespace (nft -f, from stdin)."""
-    try:
-        out = subprocess.run(["ip", "netns", "exec", ns.name, "nft", "-f", "-"], input=ruleset, capture_output=True,
-                             text=True, timeout=10)
-    except FileNotFoundError:
-        raise LabError("nft is missing: apt-get install nftables") from None
-    if out.returncode != 0:
-        raise LabError(f"nftables ruleset refused in {ns.name}: {out.stderr.strip()[-400:]}")
 
 
 # Each resource limit: the lab option that sets it and the cgroup controller that enforces it.
@@ -206,7 +193,7 @@ class ContainerEnvironment(NamespaceEnvironment):
         ruleset = RULESET.format(node=node.ns.name, node_v4=node.ipv4, node_v6=node.ipv6, ctr_v4=c4, ctr_v6=c6,
                                  net_v4=subnet.cidr4, net_v6=subnet.cidr6, bridge=BRIDGE,
                                  p0=PUBLISHED_PORTS[0], p1=PUBLISHED_PORTS[1])
-        apply_ruleset(node.ns, ruleset)
+        netns.apply_ruleset(node.ns.name, ruleset)
 
         wrapper: tuple[str, ...] = ()
         group = None

@@ -1,0 +1,91 @@
+"""Topology graphs made real (issue 31, first step): every shape comes up in namespaces, packets cross exactly
+the routers its shortest path has (each decrements the TTL once, IPv4 and IPv6), a lab of hundreds of nodes
+comes up and goes, and a failure half-way leaves nothing."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+
+import pytest
+
+from vnetbench.errors import LabError
+from vnetbench.lab import netns
+from vnetbench.lab.graph_lab import build_graph
+from vnetbench.topology import templates as T
+from vnetbench.topology.graph import Graph, Link, Node
+
+pytestmark = pytest.mark.lab
+PREFIX = "vnb-7e5701"  # a run's shape of name: the suite's leftover check sees it
+
+
+def _ping(lab, src: str, dst: str, version: int) -> int:
+    """The TTL (hop limit) of dst's replies as src receives them: 64 minus the routers on the way back."""
+    out = subprocess.run(["ip", "netns", "exec", lab.ns_name(src), "ping", f"-{version}", "-c", "2", "-i", "0.2",
+                          "-W", "2", lab.plan.address(dst, version)], capture_output=True, text=True, timeout=20)
+    assert out.returncode == 0, f"{src} -> {dst} (IPv{version}): {out.stdout}{out.stderr}"
+    ttls = {int(t) for t in re.findall(r"ttl=(\d+)", out.stdout)}
+    assert len(ttls) == 1, out.stdout
+    return ttls.pop()
+
+
+def _ours() -> list[str]:
+    return [n for n in netns.list_names() if n.startswith(PREFIX)]
+
+
+@pytest.mark.parametrize("graph, pairs", [
+    # A chain of 4 links: 3 routers between the hosts.
+    (T.linear(hops=4), [("h1", "h2", 3)]),
+    # The same chain of switches is one network: no router, no TTL spent.
+    (T.linear(hops=4, node="switch"), [("h1", "h2", 0)]),
+    # Seed 004's star of sites around a server, through a router.
+    (T.star(leaves=6, node="router"), [("h1", "srv", 1), ("h6", "h3", 1)]),
+    # Mininet's tree with routers: leaves under one parent cross it; leaves under different ones cross 3.
+    (T.tree(depth=2, fanout=3, node="router"), [("h1", "h2", 1), ("h1", "h9", 3), ("h5", "h7", 3)]),
+    # The parking lot: the long flow crosses every bottleneck's routers; a cross flow only its own two.
+    (T.parking_lot(bottlenecks=3), [("src", "dst", 4), ("c2s", "c2r", 2), ("c1s", "dst", 4)]),
+], ids=["linear-routers", "linear-switches", "star-router", "tree-routers", "parking-lot"])
+def test_each_router_on_the_shortest_path_decrements_the_ttl_once(graph, pairs):
+    lab = build_graph(PREFIX, graph)
+    try:
+        assert sorted(n[len(PREFIX) + 1:] for n in _ours()) == sorted(graph.nodes)
+        for src, dst, routers in pairs:
+            for version in (4, 6):
+                assert _ping(lab, src, dst, version) == 64 - routers, (src, dst, version)
+    finally:
+        assert lab.teardown() == []
+    assert _ours() == []
+
+
+def test_a_star_of_300_hosts_comes_up_and_every_host_answers():
+    lab = build_graph(PREFIX, T.star(leaves=300))
+    try:
+        assert len(_ours()) == 302
+        # Every host, from the server, in one sweep (ping's own sequence over many targets would take long).
+        addrs = [lab.plan.address(f"h{i}") for i in range(1, 301)]
+        script = "for a in " + " ".join(addrs) + "; do ping -c1 -W2 -q $a >/dev/null || echo LOST $a; done"
+        out = subprocess.run(["ip", "netns", "exec", lab.ns_name("srv"), "sh", "-c", script],
+                             capture_output=True, text=True, timeout=300)
+        assert out.stdout.strip() == "" and out.returncode == 0, out.stdout[-500:] + out.stderr[-500:]
+    finally:
+        assert lab.teardown() == []
+    assert _ours() == []
+
+
+def test_a_failure_half_way_leaves_nothing_and_names_the_link():
+    # The kernel refuses a veth MTU above 65535 when it makes the link: after the namespaces exist.
+    graph = Graph([Node("a"), Node("b"), Node("sw", "switch")],
+                  [Link("ok", "a", "sw"), Link("huge", "sw", "b", mtu=70000)])
+    with pytest.raises(LabError, match=r"link huge \(sw/b <-> b/eth0\)"):
+        build_graph(PREFIX, graph)
+    assert _ours() == []
+
+
+def test_a_namespace_in_the_way_is_named_and_left_alone():
+    netns.create(f"{PREFIX}-h2")
+    try:
+        with pytest.raises(LabError, match=f"namespace {PREFIX}-h2 already exists"):
+            build_graph(PREFIX, T.linear(hops=2))
+        assert _ours() == [f"{PREFIX}-h2"]
+    finally:
+        netns.remove(f"{PREFIX}-h2")
