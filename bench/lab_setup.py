@@ -7,7 +7,12 @@ Run as root:  .venv/bin/python bench/lab_setup.py [--sizes 2 32 128] [--repeat 3
    `mn --topo single,N --switch lxbr --controller none --test none`), the
    median wall time of bring-up + teardown, measured side by side in this run.
    Mininet is measured only if `mn` is installed (Debian package `mininet`).
-2. Per-trial overhead: wall time of a whole trial slot (re-shaping, starting
+2. Shapes (``--shapes``): a star of N hosts on one switch (Mininet: ``--topo single,N``) and trees of
+   about 10, 100 and 1,000 nodes (Mininet: ``--topo tree,depth=D,fanout=F``, switches), built from the
+   topology graph (vnetbench.lab.graph_lab) and torn down; the same trees with routers (every host its own
+   subnet, routes computed: Mininet has no such shape). Mininet's hosts get one IPv4 address each;
+   vnetbench's get an IPv4 and an IPv6 address, and hosts behind routers their routes.
+3. Per-trial overhead: wall time of a whole trial slot (re-shaping, starting
    the flows and the probe, waiting, parsing, committing to SQLite) minus the
    time the tools were asked to measure (omit + duration).
 """
@@ -26,7 +31,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
+from vnetbench.lab.graph_lab import build_graph  # noqa: E402
 from vnetbench.lab.topology import build_dumbbell  # noqa: E402
+from vnetbench.topology import templates  # noqa: E402
 from vnetbench.runner.bench import DumbbellBench  # noqa: E402
 from vnetbench.scenario import load, plan  # noqa: E402
 from vnetbench.store.db import Store, TrialRecord  # noqa: E402
@@ -55,6 +62,66 @@ def mininet_cycle(hosts: int) -> float | None:
         subprocess.run(["mn", "-c"], capture_output=True)
         return None
     return elapsed
+
+
+# (label, vnetbench's graph, Mininet's --topo or None): about 10, 100 and 1,000 nodes of each shape
+SHAPES = [
+    ("star 10", lambda: templates.star(leaves=10, server=False), "single,10"),
+    ("star 100", lambda: templates.star(leaves=100, server=False), "single,100"),
+    ("star 1000", lambda: templates.star(leaves=1000, server=False), "single,1000"),
+    ("tree 2x3", lambda: templates.tree(depth=2, fanout=3), "tree,depth=2,fanout=3"),
+    ("tree 4x3", lambda: templates.tree(depth=4, fanout=3), "tree,depth=4,fanout=3"),
+    ("tree 3x10", lambda: templates.tree(depth=3, fanout=10), "tree,depth=3,fanout=10"),
+    ("routers 2x3", lambda: templates.tree(depth=2, fanout=3, node="router"), None),
+    ("routers 4x3", lambda: templates.tree(depth=4, fanout=3, node="router"), None),
+    ("routers 3x10", lambda: templates.tree(depth=3, fanout=10, node="router"), None),
+]
+SHAPE_TARGET_S = 10.0  # issue 31: a 1,000-node star or tree up and down in under 10 s, 5x faster than Mininet
+
+
+def graph_cycle(make) -> tuple[int, float, float]:
+    graph = make()
+    t0 = time.perf_counter()
+    lab = build_graph(f"vnb-bench{os.getpid() % 10000}", graph)
+    up = time.perf_counter() - t0
+    errors = lab.teardown()
+    if errors:
+        raise RuntimeError(errors)
+    return len(graph.nodes) + len(graph.links), up, time.perf_counter() - t0
+
+
+def mininet_topo_cycle(topo: str) -> float | None:
+    if shutil.which("mn") is None:
+        return None
+    t0 = time.perf_counter()
+    out = subprocess.run(["mn", "--topo", topo, "--switch", "lxbr", "--controller", "none", "--test", "none"],
+                         capture_output=True, text=True, timeout=1800)
+    elapsed = time.perf_counter() - t0
+    if out.returncode != 0:
+        print(f"  mininet failed: {out.stderr.strip()[-200:]}", file=sys.stderr)
+        subprocess.run(["mn", "-c"], capture_output=True)
+        return None
+    return elapsed
+
+
+def shapes(repeat: int) -> bool:
+    print("\nshapes: bring-up + teardown, median of", repeat, "(seconds); per element = per node or link")
+    print(f"{'shape':>13} {'elements':>8} {'up':>7} {'up+down':>8} {'ms/elem':>8} {'mininet':>8} {'ratio':>7}  verdict")
+    all_ok = True
+    for label, make, topo in SHAPES:
+        runs = [graph_cycle(make) for _ in range(repeat)]
+        elements = runs[0][0]
+        up = statistics.median(r[1] for r in runs)
+        cycle = statistics.median(r[2] for r in runs)
+        theirs_ok = [t for t in (mininet_topo_cycle(topo) for _ in range(repeat)) if t is not None] if topo else []
+        theirs = statistics.median(theirs_ok) if theirs_ok else None
+        ratio = theirs / cycle if theirs else None
+        ok = cycle < SHAPE_TARGET_S and (ratio is None or ratio >= 5)
+        all_ok &= ok
+        print(f"{label:>13} {elements:>8} {up:>7.2f} {cycle:>8.2f} {1000 * cycle / elements:>8.2f} "
+              f"{theirs if theirs is not None else float('nan'):>8.2f} "
+              f"{f'{ratio:6.1f}x' if ratio else '    n/a':>7}  {'ok' if ok else 'MISSED'}")
+    return all_ok
 
 
 def trial_overhead(trials: int) -> list[float]:
@@ -92,10 +159,13 @@ def main() -> int:
     ap.add_argument("--sizes", type=int, nargs="+", default=[2, 32, 128])
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--trials", type=int, default=8)
+    ap.add_argument("--shapes", action="store_true", help="only the shapes' bring-up, beside Mininet's")
     args = ap.parse_args()
     if os.geteuid() != 0:
         print("bench/lab_setup.py builds namespaces: run it as root", file=sys.stderr)
         return 2
+    if args.shapes:
+        return 0 if shapes(args.repeat) else 1
     print("bring-up + teardown, median of", args.repeat, "(seconds)")
     print(f"{'hosts':>6} {'vnetbench':>10} {'mininet':>9} {'ratio':>7} {'target':>7}  verdict")
     all_ok = True

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+import sys
 
 import pytest
 
@@ -14,6 +15,7 @@ from vnetbench.lab import netns
 from vnetbench.lab.graph_lab import build_graph
 from vnetbench.topology import templates as T
 from vnetbench.topology.graph import Graph, Link, Node
+from helpers import ROOT, cli
 
 pytestmark = pytest.mark.lab
 PREFIX = "vnb-7e5701"  # a run's shape of name: the suite's leftover check sees it
@@ -89,3 +91,19 @@ def test_a_namespace_in_the_way_is_named_and_left_alone():
         assert _ours() == [f"{PREFIX}-h2"]
     finally:
         netns.remove(f"{PREFIX}-h2")
+
+
+def test_clean_removes_what_a_killed_build_left():
+    # A builder killed with SIGKILL once its tree stands: its namespaces stay, and `vnetbench clean` removes them.
+    script = (f"import sys, time; from vnetbench.lab.graph_lab import build_graph; from vnetbench.topology import "
+              f"templates as T; build_graph({PREFIX!r}, T.tree(depth=2, fanout=4, node='router')); "
+              "print('up', flush=True); time.sleep(600)")
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    try:
+        assert proc.stdout.readline().strip() == "up"
+    finally:
+        proc.kill()
+        proc.wait()
+    assert len(_ours()) == 1 + 4 + 16
+    cli("clean")
+    assert _ours() == []

@@ -40,6 +40,12 @@ class Group:
     offload: bool | None = None  # as last applied (None: as the kernel made it)
     unavailable: EnvironmentUnavailable | None = None  # did not come up: its trials fail with this
 
+    def roles(self, senders: int | None = None) -> dict[str, str]:
+        """The scenario's endpoint names (r, s1, s2, ...) to this variant's host names; the first `senders`
+        senders only when given (a configuration's active ones)."""
+        active = self.senders if senders is None else self.senders[:senders]
+        return {"r": self.receiver, **{f"s{i}": name for i, name in enumerate(active, 1)}}
+
 
 @dataclass
 class Lab:

@@ -160,17 +160,17 @@ class DumbbellBench:
         fingerprint), shown by `show` and the report; the same for every place."""
         out: dict[str, dict[str, dict[str, Any]]] = {}
         for group in self.lab.groups.values():
-            roles = {"r": group.receiver, **{f"s{i}": name for i, name in enumerate(group.senders, 1)}}
-            out[self.variant_name(group)] = {role: self.lab.hosts[name].placement() for role, name in roles.items()
-                                 if name in self.lab.hosts}  # a variant that did not come up may lack some
+            out[self.variant_name(group)] = {role: self.lab.hosts[name].placement()
+                                             for role, name in group.roles().items()
+                                             if name in self.lab.hosts}  # one that did not come up may lack some
         return out
 
     def cores(self, group: Group, config: Configuration) -> dict[str, Any]:
         """Where this trial's processes ran, stored with it: each endpoint's core (None: not pinned; a guest's:
         where its QEMU threads start) and each emulator's on the path. Placement changes between configurations
         (an emulator on the path takes a core), so the run's endpoint record alone cannot say it."""
-        roles = {"r": group.receiver, **{f"s{i}": n for i, n in enumerate(group.senders[:config.active_senders], 1)}}
-        return {"endpoints": {role: getattr(self.lab.hosts[name], "cpu", None) for role, name in roles.items()},
+        return {"endpoints": {role: getattr(self.lab.hosts[name], "cpu", None)
+                              for role, name in group.roles(config.active_senders).items()},
                 "emulators": self.links.emulator_cores()}
 
     def start_servers(self, groups: list[Group] | None = None) -> None:

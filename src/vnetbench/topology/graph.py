@@ -249,8 +249,8 @@ class Graph:
         return out
 
     def _segments(self) -> list[Segment]:
-        """Segments in the order a walk from the first node meets them (so that neighbouring segments get
-        neighbouring subnets, and a subtree's routes fold into few prefixes)."""
+        """Segments in the order a depth-first walk from the first node meets them (so that a subtree's
+        segments get neighbouring subnets, and routes toward it fold into few prefixes)."""
         interfaces = self._interfaces()
         end_of = {(i.node, i.link): i for ifs in interfaces.values() for i in ifs}
         # Switch groups: switches joined by switch-to-switch links.
@@ -280,27 +280,33 @@ class Graph:
                         seg.switches.append(end)
                 else:
                     seg.members.append(end_of[(end, link.name)])
-        # Order: a breadth-first walk over nodes and segments from the first node.
+        # Order: a depth-first walk over nodes and segments from the first node, so that a subtree's segments
+        # are neighbours (and its routes fold).
         segs_of: dict[str, list[Segment]] = {}
         for seg in raw.values():
             for n in [m.node for m in seg.members] + seg.switches:
                 segs_of.setdefault(n, []).append(seg)
         ordered: list[Segment] = []
         placed: set[int] = set()
+        seen: set[str] = set()
         for start in self.nodes:
-            todo = deque([start])
-            seen = {start}
-            while todo:
-                node = todo.popleft()
-                for seg in segs_of.get(node, []):
-                    if id(seg) in placed:
-                        continue
-                    placed.add(id(seg))
-                    ordered.append(seg)
-                    for n in [m.node for m in seg.members] + seg.switches:
-                        if n not in seen:
-                            seen.add(n)
-                            todo.append(n)
+            if start in seen:
+                continue
+            seen.add(start)
+            stack = [iter(segs_of.get(start, []))]
+            while stack:
+                seg = next(stack[-1], None)
+                if seg is None:
+                    stack.pop()
+                    continue
+                if id(seg) in placed:
+                    continue
+                placed.add(id(seg))
+                ordered.append(seg)
+                for n in [m.node for m in seg.members] + seg.switches:
+                    if n not in seen:
+                        seen.add(n)
+                        stack.append(iter(segs_of.get(n, [])))
         for i, seg in enumerate(ordered):
             seg.index = i
             seg.members.sort(key=lambda m: 0 if self.kind(m.node) == "router" else 1)  # stable: link order kept
