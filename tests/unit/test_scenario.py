@@ -298,3 +298,74 @@ def test_environment_builtins_compare_every_environment_with_bare():
     assert sorted({c.scenario.lab.delay for c in ol}) == [0.0, 0.015, 0.03] and len(ol) == 3 * 3 * 3
     assert all(c.scenario.lab.shape == "both" for c in ol)
     assert all(c.scenario.lab.senders == 1 for c in vc + ol)
+
+
+# ------------------------------------------- key paths and named cases (issue 31, item 4)
+
+def _links(config):
+    from vnetbench.impair.model import lab_links
+    return {name: spec.describe() for name, spec in lab_links(config.scenario.lab).items()}
+
+
+def test_a_link_key_path_sweeps_one_key_of_one_direction(tmp_path):
+    text = MINIMAL.replace("[matrix]", '[lab.link.s1]\nreverse = {delay = "1ms"}\n[matrix]\n'
+                                        '"link.bottleneck.forward.delay" = ["5ms", "50ms"]\n'
+                                        '"lab.link.s1.both.loss" = ["1%"]')
+    configs = P.expand(L.load(write(tmp_path, text), []))
+    assert len(configs) == 2 * 2 * 2
+    far = [c for c in configs if c.labels["link.bottleneck.forward.delay"] == "50ms"][0]
+    # The rest of the link stays: the bottleneck's rate and buffer, s1's own reverse delay; both = each direction.
+    assert _links(far) == {"bottleneck": "forward: rate 100Mbit, buffer 500kB, delay 50ms",
+                           "s1": "forward: loss bernoulli 1%; reverse: delay 1ms, loss bernoulli 1%"}
+
+
+@pytest.mark.parametrize("axis, needle", [
+    ('"link.bottleneck.sideways.delay" = ["5ms"]', "a link's key path is link.NAME.KEY, KEY one of backend, both"),
+    ('"link.r9.forward.delay" = ["5ms"]', "no link named 'r9'"),
+    ('"link.bottleneck.forward.delay" = ["soon"]', "soon"),
+    ('"lab.colour" = ["red"]', "matrix.lab.colour is not a parameter that can be swept"),
+])
+def test_link_key_path_mistakes_are_named(tmp_path, axis, needle):
+    assert needle in error_of(write(tmp_path, MINIMAL.replace("[matrix]", "[matrix]\n" + axis)))
+
+
+CASES = """
+name = "t"
+[lab]
+bottleneck = "100Mbit"
+[[case]]
+name = "near"
+delay = "5ms"
+[[case]]
+name = "far-and-lossy"
+delay = "50ms"
+"link.s1.forward.loss" = "1%"
+[matrix]
+proto = ["udp", "tcp"]
+[workload.stream]
+tool = "iperf3"
+duration = "3s"
+"""
+
+
+def test_named_cases_are_configurations_labelled_by_their_name(tmp_path):
+    configs = P.expand(L.load(write(tmp_path, CASES), []))
+    assert [c.labels for c in configs] == [{"proto": p, "case": c} for p in ("udp", "tcp")
+                                           for c in ("near", "far-and-lossy")]
+    lossy = configs[1]
+    assert _links(lossy) == {"bottleneck": "forward: rate 100Mbit, buffer 500kB, delay 50ms",
+                             "s1": "forward: loss bernoulli 1%"}
+    assert lossy.key != configs[0].key and P.matrix_size(L.load(write(tmp_path, CASES), []).scenario) == 4
+
+
+@pytest.mark.parametrize("change, needle", [
+    (lambda t: t.replace('name = "near"\n', ""), "case 1 has no name"),
+    (lambda t: t.replace('name = "near"', 'name = "far-and-lossy"'), "case 'far-and-lossy' is named twice"),
+    (lambda t: t.replace('name = "near"', 'name = "../x"'), "case '../x' is not a name"),
+    (lambda t: t.replace('name = "near"\ndelay = "5ms"', 'name = "near"'), "case 'near' sets nothing"),
+    (lambda t: t.replace('delay = "5ms"', 'colour = "red"'), "[[case]] key 'colour' is not a parameter"),
+    (lambda t: t.replace('proto = ["udp", "tcp"]', 'delay = ["1ms"]'), "both set delay"),
+    (lambda t: t.replace('proto = ["udp", "tcp"]', 'case = [{delay = "1ms"}]'), "both label configurations 'case'"),
+])
+def test_case_mistakes_are_named(tmp_path, change, needle):
+    assert needle in error_of(write(tmp_path, change(CASES)))

@@ -75,12 +75,20 @@ def test_a_signal_at_any_early_moment_of_the_command_is_one_line_and_exit_130():
 
     from helpers import ROOT
 
+    def interpreter_start() -> float:
+        t0 = time.perf_counter()
+        subprocess.run([sys.executable, "-c", "import vnetbench"], cwd=ROOT, check=True)
+        return time.perf_counter() - t0
+
+    # The interpreter's own start (site-packages, then vnetbench's package) is not ours to answer for: about
+    # 15 ms on a quiet machine, 80 ms and more beside other work. Measured here, now, and kept out of reach.
+    floor = max(0.05, 2 * max(interpreter_start() for _ in range(3)))
     rng = random.Random(7)
     for i in range(24):
         sig = (signal.SIGINT, signal.SIGTERM)[i % 2]
         proc = subprocess.Popen([sys.executable, "-m", "vnetbench", "plan", "congestion"], cwd=ROOT,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        at = rng.uniform(0.05, 0.6)  # the interpreter's own first ~15 ms are not ours to answer for
+        at = floor + rng.uniform(0, 0.55)
         time.sleep(at)
         proc.send_signal(sig)
         out, err = proc.communicate(timeout=60)

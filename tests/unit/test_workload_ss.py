@@ -95,7 +95,9 @@ def test_sampler_script_keeps_its_cadence_and_validates_the_interval():
     # the loop runs (here outside any namespace: no sockets match, only timestamps)
     out = subprocess.run(["timeout", "0.35", "bash", "-c", T.sampler_script(0.05)], capture_output=True, text=True)
     stamps = [float(line[2:]) for line in out.stdout.splitlines() if line.startswith("T ")]
-    assert 4 <= len(stamps) <= 8 and all(0.03 < d < 0.08 for d in np.diff(stamps))
+    # The cadence, not each gap: beside other work one sleep may end late, and the next then ends early
+    # (the loop waits for the next tick, not for 50 ms).
+    assert 4 <= len(stamps) <= 8 and 0.035 < float(np.median(np.diff(stamps))) < 0.065
 
 
 def test_ss_workload_in_a_scenario(tmp_path):

@@ -428,6 +428,9 @@ class Scenario(Strict):
     lab: LabSpec = Field(default_factory=LabSpec, description="the testbed")
     matrix: dict[str, list[Any]] = Field(default_factory=dict, description="axes to sweep: every combination of "
                                          "their values is one configuration")
+    case: list[dict[str, Any]] = Field(default_factory=list, description="named configurations that are not a "
+                                       "cross product: [[case]] tables, each a name and the parameters it sets "
+                                       "(any matrix key); crossed with the matrix's axes; labelled by its name")
     workload: dict[str, Workload] = Field(description="the workloads, by name: [workload.NAME] with a tool and "
                                           "its options")
     workloads: list[str] | None = Field(default=None, description="the workloads that run (their companions "
@@ -461,6 +464,27 @@ class Scenario(Strict):
             for entry in values if isinstance(values, list) else ():
                 for key in entry if isinstance(entry, dict) else ():
                     require_name(key, f"matrix.{axis}: inline table key")
+        return v
+
+    @field_validator("case", mode="before")
+    @classmethod
+    def _cases(cls, v: Any) -> Any:
+        names = []
+        for i, entry in enumerate(v if isinstance(v, list) else ()):
+            if not isinstance(entry, dict):
+                raise ValueError(f"case {i + 1} is {units.brief(entry)}: each [[case]] is a table with a name and the "
+                                 "parameters it sets, e.g. [[case]] name = \"far\" delay = \"50ms\"")
+            if "name" not in entry:
+                raise ValueError(f"case {i + 1} has no name: give each [[case]] a name = \"...\" (it labels its "
+                                 "configurations)")
+            names.append(require_name(entry["name"], "case"))
+            if len(entry) == 1:
+                raise ValueError(f"case {entry['name']!r} sets nothing: give it the parameters it changes")
+            for key in entry:
+                require_name(key, f"case {entry['name']!r}: key")
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(f"case {twice[0]!r} is named twice: each case's name labels its configurations")
         return v
 
     @field_validator("matrix")

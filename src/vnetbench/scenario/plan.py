@@ -190,6 +190,19 @@ def _axis_targets(scenario: Scenario, axis: str) -> list[tuple[str, ...]]:
     if axis == "workloads":  # which workloads a configuration runs
         return [("workloads",)]
     parts = axis.split(".")
+    if parts[0] == "link":  # a link's own key: link.NAME.DIRECTION.KEY, short for lab.link.NAME.DIRECTION.KEY
+        parts = ["lab", *parts]
+    if parts[0] == "lab" and len(parts) > 1 and parts[1] in LabSpec.model_fields:
+        if parts[1] == "link":
+            if len(parts) < 4 or parts[3] not in LinkSpec.model_fields and parts[3] != "both":
+                raise ValueError(f"matrix.{axis}: a link's key path is link.NAME.KEY, KEY one of "
+                                 f"{', '.join(sorted([*LinkSpec.model_fields, 'both']))} "
+                                 "(e.g. link.bottleneck.forward.delay)")
+            if parts[3] == "both":  # merged under each direction when a file is read: here, set each
+                return [(*parts[:3], direction, *parts[4:]) for direction in ("forward", "reverse")]
+            return [tuple(parts)]
+        if len(parts) == 2:
+            return [tuple(parts)]
     if len(parts) == 3 and parts[0] == "workload" and parts[1] in scenario.workload:
         if parts[2] in type(scenario.workload[parts[1]]).model_fields and parts[2] not in ("tool", "during"):
             return [tuple(parts)]
@@ -200,7 +213,7 @@ def _axis_targets(scenario: Scenario, axis: str) -> list[tuple[str, ...]]:
     sweepable = sorted(set(LabSpec.model_fields) | {f for w in scenario.workload.values()
                                                      for f in type(w).model_fields} - {"tool", "during"})
     raise ValueError(f"matrix.{axis} is not a parameter that can be swept; sweepable: {', '.join(sweepable)} "
-                     "(or workload.NAME.OPTION for one workload's)")
+                     "(or workload.NAME.OPTION for one workload's, link.NAME.DIRECTION.KEY for one link's)")
 
 
 def _axis_entries(scenario: Scenario, axis: str, values: list[Any]) -> list[dict[str, Any]]:
@@ -242,8 +255,13 @@ def _axis_entries(scenario: Scenario, axis: str, values: list[Any]) -> list[dict
 
 
 def matrix_size(scenario: Scenario) -> int:
-    """How many configurations the matrix makes (the product of its axes' lengths), without making them."""
-    return math.prod(len(values) for values in scenario.matrix.values())
+    """How many configurations the matrix makes (the product of its axes' lengths, times the cases), without
+    making them."""
+    return math.prod(len(values) for values in scenario.matrix.values()) * max(1, len(scenario.case))
+
+
+#: The label of a named case's configurations: ``case = NAME`` (a [[case]] table's keys are not labels).
+CASE = "case"
 
 
 def expand(loaded: LoadedScenario, max_configurations: int = MAX_CONFIGURATIONS) -> list[Configuration]:
@@ -257,31 +275,51 @@ def expand(loaded: LoadedScenario, max_configurations: int = MAX_CONFIGURATIONS)
                             f"--max-configurations {size}")
     base = scenario.model_dump(mode="python", exclude={"matrix"})
     base["lab"]["buffer"] = scenario.lab.buffer.model_dump()
-    axes = []
+    base.pop("case", None)
+    # Each axis: its entries, each (the parameters it sets, its labels). A matrix entry is labelled by what it
+    # sets; a case by its name.
+    axes: list[tuple[str, list[tuple[dict[str, Any], dict[str, Any]]]]] = []
     owner: dict[str, str] = {}  # parameter -> the axis that sets it
     try:
-        for axis, values in scenario.matrix.items():
-            entries = _axis_entries(scenario, axis, values)
+        if scenario.case and CASE in scenario.matrix:
+            raise ValueError(f"[[case]] tables and matrix.{CASE} both label configurations {CASE!r}: rename the "
+                             "matrix axis, or write its entries as cases")
+        swept = [(axis, _axis_entries(scenario, axis, values)) for axis, values in scenario.matrix.items()]
+        if scenario.case:
+            cases = [{k: v for k, v in c.items() if k != "name"} for c in scenario.case]
+            swept.append((CASE, cases))
+        for axis, entries in swept:
             for key in {k for e in entries for k in e} - {IF_AVAILABLE}:
                 if key in owner and owner[key] != axis:
-                    raise ValueError(f"matrix.{axis} and matrix.{owner[key]} both set {key}: "
-                                     "set each parameter on one axis only")
+                    raise ValueError(f"{_axis_name(axis)} and {_axis_name(owner[key])} both set {key}: "
+                                     "set each parameter in one place only")
                 owner[key] = axis
-            axes.append((axis, entries))
+                if axis == CASE:
+                    try:
+                        _axis_targets(scenario, key)
+                    except ValueError as e:
+                        raise ValueError(str(e).replace(f"matrix.{key} is not", f"[[case]] key {key!r} is not", 1)
+                                         ) from None
+            labelled = [(e, {CASE: c["name"]}) for e, c in zip(entries, scenario.case)] if axis == CASE else \
+                [(e, {k: v for k, v in e.items() if k != IF_AVAILABLE}) for e in entries]
+            axes.append((axis, labelled))
         targets = {key: _axis_targets(scenario, key) for key in owner}
     except ValueError as e:
         raise ScenarioError(f"{loaded.source}: {e}") from None
     configs = []
     for chosen in itertools.product(*(entries for _, entries in axes)) if axes else [()]:
-        labels = {key: value for entry in chosen for key, value in entry.items() if key != IF_AVAILABLE}
-        if_available = any(entry.get(IF_AVAILABLE) for entry in chosen)
+        labels = {key: value for _, label in chosen for key, value in label.items()}
+        settings = {key: value for entry, _ in chosen for key, value in entry.items() if key != IF_AVAILABLE}
+        if_available = any(entry.get(IF_AVAILABLE) for entry, _ in chosen)
         raw = json.loads(json.dumps(base, default=str))  # a deep copy that pydantic re-parses
         raw["lab"]["buffer"] = scenario.lab.buffer.model_dump()
-        for axis, value in labels.items():
+        for axis, value in settings.items():
             for target in targets[axis]:
                 node = raw
                 *parents, leaf = target
-                for part in parents:
+                for part in parents:  # a key path may lead where the file set nothing (a link of its own)
+                    if not isinstance(node.get(part), dict):
+                        node[part] = {}
                     node = node[part]
                 node[leaf] = value
         try:
@@ -291,6 +329,10 @@ def expand(loaded: LoadedScenario, max_configurations: int = MAX_CONFIGURATIONS)
                                                                 f"{_where(labels)}]")) from None
         configs.append(_configuration(loaded.source, labels, effective, if_available))
     return configs
+
+
+def _axis_name(axis: str) -> str:
+    return "a [[case]]" if axis == CASE else f"matrix.{axis}"
 
 
 def _where(labels: dict[str, Any]) -> str:
