@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from vnetbench.errors import EnvironmentProblem, LabError
+from vnetbench.lab import marks
 from vnetbench.lab.teardown import Registry, atomic
 
 CFS_PERIOD_US = 100_000
@@ -182,6 +183,11 @@ class CGroup:
         if not name.startswith("vnb-"):
             raise ValueError(f"cgroup {name!r}: vnetbench's cgroups are named vnb-*")
         group = cls(name, limits)
+        # Marked before any directory exists, unmarked after all are gone (the registry undoes in reverse):
+        # `clean` removes only cgroups with a mark (a user's vnb-nightly.service is not ours).
+        with atomic():
+            marks.mark("cgroup", name)
+            registry.add(f"the mark of cgroup {name}", lambda: marks.unmark("cgroup", name))
         for controller in limits.controllers():
             mount = mount_for(controller)
             if mount is None:

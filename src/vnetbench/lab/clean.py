@@ -1,7 +1,9 @@
 """`vnetbench clean`: remove what a killed run left behind, and nothing else.
 
-Only namespaces and cgroups named ``vnb-*``, and containers and networks that
-carry the label ``org.vnetbench.run`` in a container engine, are considered ours. Processes
+Only namespaces and cgroups named ``vnb-*`` that carry vnetbench's mark (:mod:`vnetbench.lab.marks`: a
+file made beside them when they were made), and containers and networks that carry the label
+``org.vnetbench.run`` in a container engine, are considered ours; a ``vnb-*`` name without a mark is
+reported and left alone, and the processes of the machine's own namespace are never signalled. Processes
 inside the namespaces are killed first (a namespace with a live process would
 survive its name), then the namespaces are removed, which removes every
 interface, bridge, qdisc and nftables table inside. Nothing of ours lives in
@@ -23,7 +25,7 @@ from pathlib import Path
 
 from vnetbench import runlock
 from vnetbench.errors import EnvironmentProblem
-from vnetbench.lab import cgroups, netns
+from vnetbench.lab import cgroups, marks, netns
 
 
 @dataclass
@@ -35,6 +37,7 @@ class CleanReport:
     errors: list[str] = field(default_factory=list)
     files: list[str] = field(default_factory=list)  # work and SSH control directories, in the temp directory
     live: list[runlock.LiveRun] = field(default_factory=list)  # runs still measuring: left alone
+    not_ours: list[str] = field(default_factory=list)  # vnb-* namespaces and cgroups without vnetbench's mark
 
 
 def leftovers(prefix: str = netns.PREFIX) -> list[str]:
@@ -45,8 +48,27 @@ def leftovers(prefix: str = netns.PREFIX) -> list[str]:
 
 
 def cgroup_leftovers(prefix: str = netns.PREFIX) -> list[str]:
-    """Paths of vnb-* cgroups, in every hierarchy."""
-    return [str(p) for p in cgroups.find(prefix)]
+    """Paths of vnb-* cgroups that vnetbench made (marked), in every hierarchy."""
+    return [str(p) for p in cgroups.find(prefix) if marks.is_marked("cgroup", p.name)]
+
+
+def marked_leftovers(prefix: str = netns.PREFIX) -> list[str]:
+    """vnetbench's namespaces under `prefix` that carry its mark."""
+    return [n for n in leftovers(prefix) if marks.is_marked("netns", n)]
+
+
+def not_ours(prefix: str = netns.PREFIX) -> list[str]:
+    """vnb-* namespaces and cgroups without vnetbench's mark: someone else's names, left alone."""
+    return ([f"namespace {n}" for n in leftovers(prefix) if not marks.is_marked("netns", n)]
+            + [f"cgroup {p}" for p in cgroups.find(prefix) if not marks.is_marked("cgroup", p.name)])
+
+
+def _stale_marks(prefix: str, skip: tuple[str, ...]) -> list[tuple[str, str]]:
+    """Marks whose namespace or cgroup is gone (removed by other means, or made by a run killed before)."""
+    names = set(netns.list_names())
+    groups = {p.name for p in cgroups.find(prefix)}
+    return [(kind, name) for kind, present in (("netns", names), ("cgroup", groups)) for name in marks.marked(kind)
+            if name.startswith(prefix) and not any(name.startswith(p) for p in skip) and name not in present]
 
 
 def engine_leftovers(prefix: str = netns.PREFIX, skip: tuple[str, ...] = (), remove: bool = False,
@@ -113,12 +135,15 @@ def clean(prefix: str = netns.PREFIX, dry_run: bool = False, images: bool = Fals
     # The engines first: removing a container ends its processes the engine's way, and its network after it.
     report.engine_objects, report.errors = engine_leftovers(prefix, skip=tuple(live), remove=not dry_run,
                                                             images=images)
-    names = [n for n in leftovers(prefix) if ours(n)]
+    names = [n for n in marked_leftovers(prefix) if ours(n)]
+    report.not_ours = [w for w in not_ours(prefix) if ours(w.split(" ", 1)[1].rsplit("/", 1)[-1])]
     for name in names:
         report.namespaces.append(name)
-        if not netns.is_foreign(name):  # an engine's namespace: its processes are not ours
+        # An engine's namespace, or the machine's own under a name we gave it: its processes are not ours.
+        if not netns.is_foreign(name) and not netns.is_hosts_own(name):
             report.processes.extend(netns.pids(name))
     report.cgroups = [c for c in cgroup_leftovers(prefix) if ours(Path(c).name)]
+    stale = _stale_marks(prefix, tuple(live))
     report.files = [str(p) for p in file_leftovers(prefix, skip=tuple(live))]
     if dry_run:
         return report
@@ -142,6 +167,10 @@ def clean(prefix: str = netns.PREFIX, dry_run: bool = False, images: bool = Fals
             cgroups.remove_dir(Path(path))
         except OSError as e:
             report.errors.append(f"{path}: {e}")
+    for name in {Path(c).name for c in report.cgroups} - {p.name for p in cgroups.find(prefix)}:
+        marks.unmark("cgroup", name)  # every hierarchy's directory of it is gone
+    for kind, name in stale:
+        marks.unmark(kind, name)
     for path in report.files:
         masters = _control_masters(Path(path))
         for pid in masters:  # their connection goes with them; the host keeps nothing

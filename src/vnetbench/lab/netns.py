@@ -18,6 +18,7 @@ from typing import Any, Iterator
 from pyroute2 import IPRoute, netns as pr_netns
 
 from vnetbench.errors import LabError
+from vnetbench.lab import marks
 from vnetbench.lab.teardown import atomic
 
 NETNS_DIR = "/var/run/netns"
@@ -79,7 +80,9 @@ def inside(name: str) -> Iterator[None]:
 
 
 def create(name: str) -> None:
-    """Create a named namespace (bind-mounted under /var/run/netns like `ip netns add`)."""
+    """Create a named namespace (bind-mounted under /var/run/netns like `ip netns add`), marked as vnetbench's
+    (:mod:`vnetbench.lab.marks`: `clean` removes only what carries a mark)."""
+    marks.mark("netns", name)  # first: a kill between leaves a mark without a namespace, which clean sweeps
     home = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
     try:
         # unshare(CLONE_NEWNET) in this thread, bind-mount it, then come back.
@@ -133,9 +136,36 @@ def apply_ruleset(name: str, ruleset: str) -> None:
         raise LabError(f"nftables ruleset refused in {name}: {out.stderr.strip()[-400:]}")
 
 
+def attach(name: str, pid: int) -> None:
+    """Give process `pid`'s network namespace a name (`ip netns attach`), marked as a name vnetbench gave."""
+    marks.mark("netns", name)
+    r = subprocess.run(["ip", "netns", "attach", name, str(pid)], capture_output=True, text=True)
+    if r.returncode != 0:
+        marks.unmark("netns", name)
+        raise LabError(f"ip netns attach {name} {pid}: {r.stderr.strip()}")
+
+
 def remove(name: str) -> None:
     if exists(name):
         pr_netns.remove(name)
+    marks.unmark("netns", name)
+
+
+def is_hosts_own(name: str) -> bool:
+    """True when namespace `name` is the machine's own: init's, or the one this process runs in (init's may not
+    be readable, in a container or a VM sandbox). Its processes are everyone's, this one's included."""
+    try:
+        st = os.stat(os.path.join(NETNS_DIR, name))
+    except OSError:
+        return False
+    for own in ("/proc/1/ns/net", "/proc/self/ns/net"):
+        try:
+            other = os.stat(own)
+        except OSError:
+            continue
+        if (st.st_dev, st.st_ino) == (other.st_dev, other.st_ino):
+            return True
+    return False
 
 
 def pids(name: str) -> list[int]:

@@ -424,9 +424,7 @@ def attach_namespace(name: str, pid: int, registry: Registry) -> Namespace:
     if netns.exists(name):
         raise LabError(f"namespace {name} already exists: a run with this id is active, or run `vnetbench clean`")
     with atomic():
-        r = subprocess.run(["ip", "netns", "attach", name, str(pid)], capture_output=True, text=True)
-        if r.returncode != 0:
-            raise LabError(f"ip netns attach {name} {pid}: {r.stderr.strip()}")
+        netns.attach(name, pid)
         registry.add(f"namespace name {name}", lambda: netns.remove(name))
         ipr = netns.open_iproute(name)
         registry.add(f"netlink socket of {name}", ipr.close)

@@ -76,14 +76,18 @@ class LabPlace(Place):
 
     def clean(self, args: argparse.Namespace) -> int:
         from vnetbench.cli_common import err, out
-        from vnetbench.lab.clean import cgroup_leftovers, clean, engine_leftovers, file_leftovers, leftovers
+        from vnetbench.lab.clean import (cgroup_leftovers, clean, engine_leftovers, file_leftovers,
+                                         marked_leftovers, not_ours)
+        from vnetbench.lab.marks import MARKS_DIR
         from vnetbench.lab.netns import PREFIX, run_prefix
 
         if args.check:
             engine_left, engine_errors = engine_leftovers()
             for e in engine_errors:
                 err.print(f"[yellow]not checked:[/] {escape(e)}", soft_wrap=True)
-            left = leftovers() + cgroup_leftovers() + engine_left + [str(p) for p in file_leftovers()]
+            left = marked_leftovers() + cgroup_leftovers() + engine_left + [str(p) for p in file_leftovers()]
+            for other in not_ours():
+                out.print(f"not vnetbench's (no mark, left alone): {escape(other)}", soft_wrap=True)
             if left:
                 err.print(f"[red]left behind by a run:[/] {', '.join(left)} (remove with `vnetbench clean`)")
                 return 1
@@ -93,6 +97,9 @@ class LabPlace(Place):
         report = clean(prefix=prefix, dry_run=args.dry_run, images=args.images)
         for run in report.live:
             out.print(f"left alone: the lab of {escape(run.describe())}, which is measuring now", soft_wrap=True)
+        for other in report.not_ours:
+            out.print(f"left alone: {escape(other)}, which vnetbench did not make (it has no mark in "
+                      f"{escape(str(MARKS_DIR))})", soft_wrap=True)
         verb = "would remove" if args.dry_run else "removed"
         if report.engine_objects:
             out.print(f"{verb} {len(report.engine_objects)} container engine objects "
