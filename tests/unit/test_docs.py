@@ -4,13 +4,19 @@ builds with warnings as errors, and the README stays a front door."""
 from __future__ import annotations
 
 import copy
+import functools
+import http.server
 import re
+import socketserver
 import subprocess
 import sys
+import threading
 import tomllib
 
 import pytest
 
+import browser
+from browser import needs_browser
 from helpers import ROOT
 from vnetbench import docsgen
 from vnetbench.runner import preview
@@ -132,14 +138,20 @@ def test_a_marker_names_a_builtin():
             assert marker.removeprefix("fragment of ") in L.builtin_names(), f"{where}:{line}: {marker}"
 
 
-def test_the_site_builds_with_warnings_as_errors(tmp_path):
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    """The docs site, built once for this module with warnings as errors."""
     pytest.importorskip("mkdocs", reason="MkDocs is in the test extras: pip install -e '.[test]'")
     pytest.importorskip("material", reason="the Material theme is in the test extras: pip install -e '.[test]'")
-    proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site"),
+    out = tmp_path_factory.mktemp("docs") / "site"
+    proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out),
                            "--config-file", str(ROOT / "mkdocs.yml")], capture_output=True, text=True, timeout=300,
                           cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-4000:]
-    site = tmp_path / "site"
+    return out
+
+
+def test_the_site_builds_with_warnings_as_errors(site):
     for page in ("index.html", "tutorial.html", "reference/cli.html", "reference/scenario.html",
                  "reproductions/seed-000.html"):  # page.html: readable from the file system
         assert (site / page).exists(), page
@@ -150,6 +162,49 @@ def test_the_site_builds_with_warnings_as_errors(tmp_path):
                for m in re.findall(r'(?:src|href)="(https?://[^"]+)"', html.read_text(encoding="utf-8"))
                if re.search(r"\.(js|css|woff2?)(\?|$)|fonts\.", m)}
     assert not outside, outside
+
+
+@needs_browser
+def test_the_site_renders_and_searches_offline_in_a_browser(site):
+    """As a reader would: the site served from 127.0.0.1 (search runs only on pages served over HTTP), opened in
+    headless chromium that may fetch nothing else; a page renders with its navigation, and typing a word into
+    the search box lists the pages that have it, with no console error."""
+    handler = functools.partial(_QuietHandler, directory=str(site))
+    with socketserver.TCPServer(("127.0.0.1", 0), handler) as httpd:
+        threading.Thread(target=httpd.serve_forever, daemon=True).start()
+        base = f"http://127.0.0.1:{httpd.server_address[1]}/"
+        try:
+            with browser.playwright_api.sync_playwright() as p:
+                chromium = p.chromium.launch(executable_path=browser.CHROMIUM, headless=True,
+                                             args=browser.CHROMIUM_ARGS)
+                ctx = chromium.new_context(viewport={"width": 1366, "height": 900})
+                outside: list[str] = []
+                ctx.route("**/*", lambda route: route.continue_() if route.request.url.startswith(base)
+                          else (outside.append(route.request.url), route.abort()))
+                page = ctx.new_page()
+                errors: list[str] = []
+                page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+                page.on("pageerror", lambda e: errors.append(str(e)))
+                page.goto(base + "tutorial.html")
+                assert page.title() == "Tutorial - vnetbench"
+                assert "regression gate" in page.locator("article h1").inner_text()
+                assert page.locator("nav.md-nav--primary a.md-nav__link").count() > 20
+                page.wait_for_load_state("networkidle")  # the search worker has its index
+                page.locator("input.md-search__input").click()
+                page.keyboard.type("fairness", delay=20)
+                page.wait_for_selector("li.md-search-result__item", timeout=15_000)
+                hits = page.locator("li.md-search-result__item").all_inner_texts()
+                assert any("jain_fairness" in h for h in hits), hits
+                assert not errors, errors
+                assert not outside, outside
+                chromium.close()
+        finally:
+            httpd.shutdown()
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
 
 
 def test_the_readme_is_a_front_door():
