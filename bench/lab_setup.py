@@ -51,17 +51,7 @@ def vnetbench_cycle(hosts: int) -> float:
 
 
 def mininet_cycle(hosts: int) -> float | None:
-    if shutil.which("mn") is None:
-        return None
-    t0 = time.perf_counter()
-    out = subprocess.run(["mn", "--topo", f"single,{hosts}", "--switch", "lxbr", "--controller", "none",
-                          "--test", "none"], capture_output=True, text=True, timeout=600)
-    elapsed = time.perf_counter() - t0
-    if out.returncode != 0:
-        print(f"  mininet failed: {out.stderr.strip()[-200:]}", file=sys.stderr)
-        subprocess.run(["mn", "-c"], capture_output=True)
-        return None
-    return elapsed
+    return mininet_topo_cycle(f"single,{hosts}")
 
 
 # (label, vnetbench's graph, Mininet's --topo or None): about 10, 100 and 1,000 nodes of each shape
