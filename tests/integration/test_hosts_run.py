@@ -27,6 +27,7 @@ import pytest
 import sshlab
 from helpers import (ROOT, UNSHAPED_STREAMS, check_unshaped_streams, cli, full_queue_delay_bounds, run_id_of,
                      saturated_udp_loss_bounds, stored_run_id)
+from vnetbench.hosts.lock import LOCK_SCRIPT, read_answer
 from vnetbench.store.db import Store
 
 pytestmark = pytest.mark.lab
@@ -314,6 +315,45 @@ def test_one_run_measures_on_a_host_at_a_time_and_ctrl_c_restores_the_host(hosts
     assert hosts.pids() == {hosts.ns_a: [], hosts.ns_b: []}
     free = cli("clean", "--check", *ssh)  # takes every host's lock: the first run let go of them
     assert "nothing of vnetbench's is left on 3 hosts" in " ".join(free.stdout.split())
+
+
+def test_what_is_at_a_hosts_lock_file_cannot_hang_a_run_or_reach_the_terminal(hosts, tmp_path):
+    """A FIFO at server-a's lock file (only root can put one in /run/vnetbench-hosts now; it once took anyone in
+    /run/lock) makes `run --hosts` and `clean --hosts` refuse the host at once, in one line naming the file, not
+    wait for ever; a holder's line with escape sequences is quoted with them written out."""
+    fifo = Path(sshlab.lock_file(hosts.ns_a))
+    fifo.parent.mkdir(mode=0o700, exist_ok=True)
+    fifo.unlink(missing_ok=True)
+    os.mkfifo(fifo)
+    try:
+        t0 = time.monotonic()
+        refused = _run(hosts, tmp_path, check=False)
+        cleaned = cli("clean", "--check", "--hosts", str(hosts.inventory), "--ssh-config", str(hosts.ssh_config),
+                      check=False, timeout=120)
+        took = time.monotonic() - t0
+    finally:
+        fifo.unlink()
+    said = f"could not take the host's run lock: {fifo} is not a regular file; remove it (vnetbench makes it again)"
+    lines = [line for line in refused.stderr.splitlines() if "run lock" in line]
+    assert refused.returncode == 2 and len(lines) == 1 and said in lines[0], refused.stderr[-2000:]
+    assert "host server-a (root@198.18.204.2)" in lines[0] and not stored_run_id(tmp_path / "r.db")
+    assert cleaned.returncode == 1 and f"server-a: host server-a (root@198.18.204.2): {said}" in cleaned.stderr, \
+        cleaned.stderr[-2000:]
+    assert took < 90, took  # each is a preflight and a lock attempt: seconds, not a hang
+    # A holder (here a run's lock script, started by hand in server-a's namespace) whose line is hostile
+    holder = subprocess.Popen(["ip", "netns", "exec", hosts.ns_a, "sh", "-c", LOCK_SCRIPT, "vnetbench-lock",
+                               "run X \x1b]0;owned\x07\x1b[2J from nowhere"],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              start_new_session=True)
+    try:
+        assert read_answer(holder, 10).held
+        busy = _run(hosts, tmp_path, check=False)
+    finally:
+        os.killpg(holder.pid, signal.SIGTERM)
+        holder.wait(10)
+    assert busy.returncode == 2 and "\x1b" not in busy.stderr and "\x07" not in busy.stderr, busy.stderr[-2000:]
+    assert ("server-a is measuring for another vnetbench run: run X \\x1b]0;owned\\x07\\x1b[2J from nowhere"
+            in " ".join(busy.stderr.split())), busy.stderr[-2000:]
 
 
 def _start_run(hosts: sshlab.DataHosts, tmp_path: Path, text: str, db: str = "r.db") -> subprocess.Popen:
