@@ -131,6 +131,23 @@ def test_a_host_without_a_tool_stops_the_run_before_anything_starts(hosts, tmp_p
     assert hosts.pids() == {hosts.ns_a: [], hosts.ns_b: []}
 
 
+def test_an_address_that_is_not_on_its_host_is_refused_before_anything_starts(hosts, tmp_path):
+    """hosts.addresses may only name an address of the host's own: client-1's data address given as server-a's
+    would send the run's traffic to client-1 (any address at all, before: unchecked)."""
+    text = SCENARIO.replace(f'"server-a" = "{SERVER_DATA}"', f'"server-a" = "{CLIENT_DATA}"')
+    proc = _run(hosts, tmp_path, check=False, text=text)
+    said = " ".join(proc.stderr.split())
+    assert proc.returncode == 2 and "Traceback" not in said, said
+    assert "the hosts cannot run this scenario (nothing was started on any host)" in said
+    assert (f"server-a: address {CLIENT_DATA}: hosts.addresses.server-a = {CLIENT_DATA} is on none of server-a's "
+            f"interfaces (it has 198.18.204.2 (eth0), {SERVER_DATA} (data0)): ") in said, said
+    assert (f"traffic to it would go to another machine -> give hosts.addresses.server-a an address of server-a's "
+            "own, or remove it to use the inventory's") in said
+    assert "client-1: address" not in said  # its own address is its own
+    assert not stored_run_id(tmp_path / "r.db")
+    assert hosts.pids() == {hosts.ns_a: [], hosts.ns_b: []}
+
+
 def test_bad_placements_are_named_before_any_connection(hosts, tmp_path):
     cases = [
         (SCENARIO.replace('receiver = "servers"', 'receiver = "nobody"'), "no host or group named 'nobody'"),
