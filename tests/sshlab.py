@@ -206,12 +206,11 @@ class SshLab:
                     os.killpg(s.proc.pid, signal.SIGKILL)
                     s.proc.wait(5)
         for ns in self.namespaces:
-            # The run lock file vnetbench made for this "host" (hosts/lock.py: named after its network
-            # namespace, which goes now): a real host keeps its lock file, as lock files are kept.
+            # The run lock file vnetbench made for this "host" as root (hosts/lock.py: named after its network
+            # namespace, which goes now): a real host keeps its lock file, as lock files are kept. A non-root
+            # user's is in its home, removed below.
             try:
-                inode = os.stat(f"/run/netns/{ns}").st_ino
-                for d in ("/run/lock", "/tmp"):
-                    Path(f"{d}/vnetbench-net{inode}.lock").unlink(missing_ok=True)
+                Path(lock_file(ns)).unlink(missing_ok=True)
             except OSError:
                 pass
             # sshd's per-connection children: started by this test, in this test's namespace.
@@ -224,6 +223,11 @@ class SshLab:
             subprocess.run(["ip", "netns", "del", ns], capture_output=True)
         for home in self.homes:
             shutil.rmtree(home, ignore_errors=True)
+
+
+def lock_file(ns: str) -> str:
+    """The run lock file of the host that is namespace `ns`, for root (hosts/lock.py)."""
+    return f"/run/vnetbench-hosts/net{os.stat(f'/run/netns/{ns}').st_ino}.lock"
 
 
 class DataHosts:

@@ -56,8 +56,13 @@ TRACE_BYTES = Limit("trace file size", 64 * 2**20, "bytes")
 # versions and `ip`/`tc` JSON of kilobytes; a host answering more is refused rather than held in memory.
 REMOTE_OUTPUT_BYTES = Limit("remote output", 16 * 2**20, "bytes")
 
+# What a host's run lock script answers (hosts/lock.py): "locked FILE", or "busy" and the holder's line, or one
+# line of why not. Anything longer is not its answer.
+LOCK_ANSWER_BYTES = Limit("lock answer", 64 * 2**10, "bytes")
+
 # A matrix of more configurations is refused before it is expanded (`--max-configurations N` raises it): a
 # typo such as an axis of 200 values too many would otherwise take minutes and gigabytes, then days to run.
 CONFIGURATIONS = Limit("configurations", 10_000, "configurations")
 
-ALL = (SCENARIO_BYTES, KEY_DEPTH, SCHEDULE_TEXT, SCHEDULE_STEPS, TRACE_BYTES, REMOTE_OUTPUT_BYTES, CONFIGURATIONS)
+ALL = (SCENARIO_BYTES, KEY_DEPTH, SCHEDULE_TEXT, SCHEDULE_STEPS, TRACE_BYTES, REMOTE_OUTPUT_BYTES, LOCK_ANSWER_BYTES,
+       CONFIGURATIONS)

@@ -27,6 +27,7 @@ import pytest
 import sshlab
 from helpers import (ROOT, UNSHAPED_STREAMS, check_unshaped_streams, cli, full_queue_delay_bounds, run_id_of,
                      saturated_udp_loss_bounds, stored_run_id)
+from vnetbench.hosts.lock import LOCK_SCRIPT, read_answer
 from vnetbench.store.db import Store
 
 pytestmark = pytest.mark.lab
@@ -126,6 +127,23 @@ def test_a_host_without_a_tool_stops_the_run_before_anything_starts(hosts, tmp_p
     assert "the hosts cannot run this scenario (nothing was started on any host)" in said
     assert "client-2: tool sockperf: missing (needed by scenarios using it) -> apt-get install sockperf" in said
     assert "server-a" not in said.split("started on any host")[1]  # only what is lacking is named
+    assert not stored_run_id(tmp_path / "r.db")
+    assert hosts.pids() == {hosts.ns_a: [], hosts.ns_b: []}
+
+
+def test_an_address_that_is_not_on_its_host_is_refused_before_anything_starts(hosts, tmp_path):
+    """hosts.addresses may only name an address of the host's own: client-1's data address given as server-a's
+    would send the run's traffic to client-1 (any address at all, before: unchecked)."""
+    text = SCENARIO.replace(f'"server-a" = "{SERVER_DATA}"', f'"server-a" = "{CLIENT_DATA}"')
+    proc = _run(hosts, tmp_path, check=False, text=text)
+    said = " ".join(proc.stderr.split())
+    assert proc.returncode == 2 and "Traceback" not in said, said
+    assert "the hosts cannot run this scenario (nothing was started on any host)" in said
+    assert (f"server-a: address {CLIENT_DATA}: hosts.addresses.server-a = {CLIENT_DATA} is on none of server-a's "
+            f"interfaces (it has 198.18.204.2 (eth0), {SERVER_DATA} (data0)): ") in said, said
+    assert (f"traffic to it would go to another machine -> give hosts.addresses.server-a an address of server-a's "
+            "own, or remove it to use the inventory's") in said
+    assert "client-1: address" not in said  # its own address is its own
     assert not stored_run_id(tmp_path / "r.db")
     assert hosts.pids() == {hosts.ns_a: [], hosts.ns_b: []}
 
@@ -314,6 +332,45 @@ def test_one_run_measures_on_a_host_at_a_time_and_ctrl_c_restores_the_host(hosts
     assert hosts.pids() == {hosts.ns_a: [], hosts.ns_b: []}
     free = cli("clean", "--check", *ssh)  # takes every host's lock: the first run let go of them
     assert "nothing of vnetbench's is left on 3 hosts" in " ".join(free.stdout.split())
+
+
+def test_what_is_at_a_hosts_lock_file_cannot_hang_a_run_or_reach_the_terminal(hosts, tmp_path):
+    """A FIFO at server-a's lock file (only root can put one in /run/vnetbench-hosts now; it once took anyone in
+    /run/lock) makes `run --hosts` and `clean --hosts` refuse the host at once, in one line naming the file, not
+    wait for ever; a holder's line with escape sequences is quoted with them written out."""
+    fifo = Path(sshlab.lock_file(hosts.ns_a))
+    fifo.parent.mkdir(mode=0o700, exist_ok=True)
+    fifo.unlink(missing_ok=True)
+    os.mkfifo(fifo)
+    try:
+        t0 = time.monotonic()
+        refused = _run(hosts, tmp_path, check=False)
+        cleaned = cli("clean", "--check", "--hosts", str(hosts.inventory), "--ssh-config", str(hosts.ssh_config),
+                      check=False, timeout=120)
+        took = time.monotonic() - t0
+    finally:
+        fifo.unlink()
+    said = f"could not take the host's run lock: {fifo} is not a regular file; remove it (vnetbench makes it again)"
+    lines = [line for line in refused.stderr.splitlines() if "run lock" in line]
+    assert refused.returncode == 2 and len(lines) == 1 and said in lines[0], refused.stderr[-2000:]
+    assert "host server-a (root@198.18.204.2)" in lines[0] and not stored_run_id(tmp_path / "r.db")
+    assert cleaned.returncode == 1 and f"server-a: host server-a (root@198.18.204.2): {said}" in cleaned.stderr, \
+        cleaned.stderr[-2000:]
+    assert took < 90, took  # each is a preflight and a lock attempt: seconds, not a hang
+    # A holder (here a run's lock script, started by hand in server-a's namespace) whose line is hostile
+    holder = subprocess.Popen(["ip", "netns", "exec", hosts.ns_a, "sh", "-c", LOCK_SCRIPT, "vnetbench-lock",
+                               "run X \x1b]0;owned\x07\x1b[2J from nowhere"],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              start_new_session=True)
+    try:
+        assert read_answer(holder, 10).held
+        busy = _run(hosts, tmp_path, check=False)
+    finally:
+        os.killpg(holder.pid, signal.SIGTERM)
+        holder.wait(10)
+    assert busy.returncode == 2 and "\x1b" not in busy.stderr and "\x07" not in busy.stderr, busy.stderr[-2000:]
+    assert ("server-a is measuring for another vnetbench run: run X \\x1b]0;owned\\x07\\x1b[2J from nowhere"
+            in " ".join(busy.stderr.split())), busy.stderr[-2000:]
 
 
 def _start_run(hosts: sshlab.DataHosts, tmp_path: Path, text: str, db: str = "r.db") -> subprocess.Popen:

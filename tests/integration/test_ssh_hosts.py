@@ -19,7 +19,9 @@ from pathlib import Path
 import pytest
 
 import sshlab
+from vnetbench.errors import HostError
 from vnetbench.hosts.inventory import InventoryHost
+from vnetbench.hosts.lock import lock_hosts
 from vnetbench.hosts.ssh import (AuthenticationRefused, HostKeyChanged, HostKeyUnknown, SshConnection,
                                  Unreachable)
 
@@ -182,6 +184,47 @@ def test_privileges_root_and_not(lab):
         p = c.privileges()
         assert (p.user, p.root, p.sudo, p.ok) == (lab.other.pw_name, False, False, False)
         assert c.command(["tc", "qdisc", "show"], root=True)[-1] == "sudo -n -- tc qdisc show"
+
+
+def test_the_run_lock_is_kept_where_only_the_remote_user_can_write(lab):
+    """Root's in /run/vnetbench-hosts (0700, root's), another user's in a directory of its own (its home's cache, as
+    the tests' user has no login session of logind's): both held over ssh and let go with the session."""
+    as_root = lock_hosts([lab.host("alpha")], lab.connect, "run R")
+    as_user = lock_hosts([lab.host("beta", user=lab.other.pw_name)], lab.connect, "run U")
+    try:
+        mine = Path(as_root.files["alpha"])
+        assert str(mine) == sshlab.lock_file(lab.alpha.ns) and mine.with_name(mine.name + ".owner").read_text() == "run R\n"
+        st = os.stat(mine.parent, follow_symlinks=False)
+        assert (st.st_uid, oct(st.st_mode & 0o7777)) == (0, "0o700")
+        theirs = as_user.files["beta"]
+        assert "/.cache/vnetbench-hosts-" in theirs and theirs.endswith(".lock"), theirs
+        with lab.connect(lab.host("beta", user=lab.other.pw_name)) as c:
+            d = theirs.rsplit("/", 1)[0]
+            shown = c.run(["sh", "-c", 'stat -c "%u %a" "$1"; cat "$2.owner"', "sh", d, theirs]).stdout
+        assert shown.splitlines() == [f"{lab.other.pw_uid} 700", "run U"], shown
+    finally:
+        as_root.release()
+        as_user.release()
+    assert not mine.with_name(mine.name + ".owner").exists()
+
+
+def test_a_fifo_at_the_lock_file_is_refused_at_once_naming_it(lab):
+    """Only root can put anything in /run/vnetbench-hosts; whatever is at the lock's name that is not a regular file is
+    refused, not opened (opening a FIFO would wait for a writer for ever), in one line naming the file."""
+    fifo = Path(sshlab.lock_file(lab.alpha.ns))
+    fifo.parent.mkdir(mode=0o700, exist_ok=True)
+    fifo.unlink(missing_ok=True)
+    os.mkfifo(fifo)
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(HostError) as e:
+            lock_hosts([lab.host("alpha")], lab.connect, "run F")
+        assert time.monotonic() - t0 < 10
+    finally:
+        fifo.unlink()
+    said = str(e.value)
+    assert "\n" not in said and said == (f"host alpha (root@198.18.200.130 port 2222): could not take the host's run "
+                                         f"lock: {fifo} is not a regular file; remove it (vnetbench makes it again)")
 
 
 def _doctor(lab, inventory: Path) -> subprocess.CompletedProcess:

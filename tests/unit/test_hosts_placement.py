@@ -3,6 +3,7 @@ named before any connection is made; the commands a host node runs."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -194,3 +195,42 @@ def test_plan_names_the_hosts_and_shapes_nothing_that_is_unlimited(tmp_path):
         assert planned["links"]["choice"] == {}
     shown = " ".join(cli("plan", str(tmp_path / "s.toml")).stdout.split())
     assert "endpoints on real hosts (vnetbench run ... --hosts INVENTORY): receiver server-a, senders clients" in shown
+
+
+@pytest.mark.parametrize("address, said", [
+    ("fe80::1%$(reboot)", "hosts.addresses.server-a = 'fe80::1%$(reboot)': the scope id after '%' is not an interface name"),
+    ("fe80::1%eth0\nrun: 0123456789ab", "hosts.addresses.server-a = 'fe80::1%eth0\\nrun: 0123456789ab': the scope id"),
+    ("fe80::1%eth0;reboot", "the scope id after '%' is not an interface name"),
+    ("127.0.0.1", "hosts.addresses.server-a = '127.0.0.1' is a loopback, unspecified or multicast address, not one "
+                  "of server-a's own"),
+    ("::", "is a loopback, unspecified or multicast address"),
+])
+def test_plan_refuses_an_address_that_is_not_one_a_host_could_have(tmp_path, address, said):
+    """A scope id is an interface's name; an address of everyone's (loopback) or no one's is no host's: refused by
+    `plan`, from the file and from --set, with the key and what it is."""
+    from helpers import cli
+
+    text = SCENARIO.replace('senders = "clients"', 'senders = "clients"\naddresses = { "server-a" = %s }'
+                            % json.dumps(address))
+    (tmp_path / "s.toml").write_text(text)
+    (tmp_path / "plain.toml").write_text(SCENARIO)
+    for argv in (["plan", str(tmp_path / "s.toml")],
+                 ["plan", str(tmp_path / "plain.toml"), "--set", f"hosts.addresses.server-a={address}"]):
+        refused = cli(*argv, check=False)
+        assert refused.returncode == 2 and "Traceback" not in refused.stderr, refused.stderr
+        assert said in refused.stderr, refused.stderr
+        assert "\nrun: 0123456789ab" not in refused.stderr + refused.stdout  # no line of its own
+
+
+def test_plan_shows_every_address_traffic_is_sent_to(tmp_path):
+    from helpers import cli
+
+    (tmp_path / "s.toml").write_text(SCENARIO.replace(
+        'senders = "clients"', 'senders = "clients"\naddresses = { "server-a" = "198.18.205.1", '
+        '"client-1" = "fe80::6%data0" }\ninterfaces = { "server-a" = "data0" }'))
+    shown = " ".join(cli("plan", str(tmp_path / "s.toml")).stdout.split())
+    assert ("traffic to: server-a at 198.18.205.1, client-1 at fe80::6%data0, the other hosts at the inventory's "
+            "address; each address given is checked to be on its host's interfaces") in shown, shown
+    assert "server-a's traffic through its interface data0" in shown
+    (tmp_path / "plain.toml").write_text(SCENARIO)
+    assert "traffic to: every host at the inventory's address" in " ".join(cli("plan", str(tmp_path / "plain.toml")).stdout.split())

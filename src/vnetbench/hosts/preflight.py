@@ -1,7 +1,7 @@
 """Preflight of remote hosts: what each can do and what it lacks, read over its SSH connection.
 
 Nothing is started or changed on a host: every command here only reads (``id``, ``uname``, files under
-/proc and /sys, each tool's version flag). Remote shell snippets are fixed strings; names (tools, kernel
+/proc and /sys, each tool's version flag, ``ip -j addr``). Remote shell snippets are fixed strings; names (tools, kernel
 modules) reach them as positional arguments ("$@"), never pasted into the script.
 
 netem (and tbf, htb) is judged without installing a qdisc, which would change the host: the module is
@@ -13,15 +13,18 @@ config nor /lib/modules for its kernel is reported as unknown rather than guesse
 
 from __future__ import annotations
 
+import ipaddress
+import json
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
+from vnetbench.console import clean
 from vnetbench.doctor import TOOLS
 from vnetbench.errors import HostError
 from vnetbench.hosts.inventory import SHAPE_VAR, InventoryHost
 from vnetbench.hosts.ssh import (SBIN_PATH, AuthenticationRefused, HostKeyChanged, HostKeyUnknown, SshConnection,
-                                 Unreachable)
+                                 Unreachable, with_sbin)
 from vnetbench.impair.backends import REGISTRY
 from vnetbench.tools import IP, SS, TASKSET, Tool
 
@@ -168,7 +171,48 @@ def _tools(report: HostReport, conn: SshConnection, tools: Sequence[Tool]) -> No
         report.add(f"tool {tool.command}", True, version, needed=needed)
 
 
-def check_host(conn: SshConnection, tools: Sequence[Tool] = TOOLS) -> HostReport:
+def own_addresses(conn: SshConnection) -> list[tuple[str, str]]:
+    """(interface, address) for every address on the host's interfaces, as `ip -j addr` says. Raises HostError
+    when it cannot be read."""
+    done = conn.run(with_sbin(["ip", "-j", "addr", "show"]))
+    try:
+        return [(str(link["ifname"]), str(a["local"])) for link in json.loads(done.stdout)
+                for a in link.get("addr_info", []) if "local" in a]
+    except (ValueError, LookupError, TypeError, AttributeError):
+        raise HostError(f"{conn.where()}: `ip -j addr show` did not give its addresses "
+                        f"({(done.stderr.strip() or done.stdout.strip())[:100]!r})",
+                        f"apt-get install {IP.package} there (iproute2 with JSON output)") from None
+
+
+def _address(report: HostReport, conn: SshConnection, address: str) -> None:
+    """Whether `address` (the scenario's hosts.addresses for this host) is on one of its interfaces: the run's
+    traffic goes to the host the inventory names, never to an address of someone else's."""
+    name = conn.host.name
+    key = f"hosts.addresses.{name}"
+    try:
+        wanted = ipaddress.ip_address(address.split("%", 1)[0])  # a scope names the peers' interface
+    except ValueError:
+        report.add(f"address {address}", False, f"{key} = {address!r} is not an IP address", f"correct {key}")
+        return
+    present = []  # (interface, address), as parsed here: what the host printed is quoted only as an address
+    for ifname, a in own_addresses(conn):
+        try:
+            present.append((clean(ifname)[:15], ipaddress.ip_address(a.split("%", 1)[0])))
+        except ValueError:
+            continue
+    found = [ifname for ifname, a in present if a == wanted]
+    if found:
+        report.add(f"address {address}", True, f"on {', '.join(found)}")
+        return
+    listed = (", ".join(f"{a} ({ifname})" for ifname, a in present if a.version == wanted.version
+                        and not a.is_loopback)[:300] or f"no IPv{wanted.version} address but loopback")
+    report.add(f"address {address}", False,
+               f"{key} = {address} is on none of {name}'s interfaces (it has {listed}): traffic to it would go "
+               "to another machine",
+               f"give {key} an address of {name}'s own, or remove it to use the inventory's")
+
+
+def check_host(conn: SshConnection, tools: Sequence[Tool] = TOOLS, address: str | None = None) -> HostReport:
     report = HostReport(conn.host)
     try:
         if not _connection_checks(report, conn):
@@ -177,18 +221,21 @@ def check_host(conn: SshConnection, tools: Sequence[Tool] = TOOLS) -> HostReport
         _facts(report, conn)
         _tools(report, conn, tools)
         _shaping(report, conn)
+        if address is not None:
+            _address(report, conn, address)
     except HostError as e:  # the host went away half-way: say so where it happened
         report.add("connection", False, e.reason, e.fix)
     return report
 
 
 def check_hosts(hosts: Sequence[InventoryHost], connect: Callable[[InventoryHost], SshConnection],
-                tools: Sequence[Tool] = TOOLS) -> list[HostReport]:
-    """Every host at once (at most FAN_OUT at a time), each over its own connection, closed at the end."""
+                tools: Sequence[Tool] = TOOLS, addresses: dict[str, str] | None = None) -> list[HostReport]:
+    """Every host at once (at most FAN_OUT at a time), each over its own connection, closed at the end;
+    `addresses` (host -> address) are checked to be on their hosts' interfaces."""
 
     def one(host: InventoryHost) -> HostReport:
         with connect(host) as conn:
-            return check_host(conn, tools)
+            return check_host(conn, tools, (addresses or {}).get(host.name))
 
     with ThreadPoolExecutor(max_workers=max(1, min(FAN_OUT, len(hosts)))) as pool:
         return list(pool.map(one, hosts))

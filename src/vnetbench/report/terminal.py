@@ -659,7 +659,16 @@ def plan_view(plan: Any, console: Console, rows: int = 20) -> None:
     if plan.hosts:
         console.print(f"endpoints on real hosts (vnetbench run ... --hosts INVENTORY): receiver "
                       f"{escape(plan.hosts['receiver'])}, senders {escape(', '.join(plan.hosts['senders']))}; "
-                      "the hosts are checked over SSH when the run starts")
+                      "the hosts are checked over SSH when the run starts", soft_wrap=True)
+        # Where the traffic goes is the user's to see before it is sent: every address the scenario gives
+        given = plan.hosts.get("addresses") or {}
+        console.print("traffic to: " + "".join(f"{escape(h)} at {escape(a)}, " for h, a in given.items())
+                      + ("the other hosts" if given else "every host") + " at the inventory's address"
+                      + ("; each address given is checked to be on its host's interfaces" if given else ""),
+                      soft_wrap=True, highlight=False)
+        for h, i in (plan.hosts.get("interfaces") or {}).items():
+            console.print(f"  {escape(h)}'s traffic through its interface {escape(i)}", soft_wrap=True,
+                          highlight=False)
     if plan.scale:
         console.print(f"scaled: {escape(plan.scale)}", soft_wrap=True, highlight=False)
     for e in plan.left_out:

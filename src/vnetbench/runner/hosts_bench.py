@@ -65,6 +65,9 @@ class Placement:
     backends: dict[str, str] = field(default_factory=dict)
     named: dict[str, str] = field(default_factory=dict)  # hosts.interfaces: host -> the interface it must use
     offload_hosts: list[str] = field(default_factory=list)  # hosts whose data interface's offloads a run sets
+    # hosts.addresses: host -> the address the scenario gives it, checked to be on one of its interfaces
+    # (check_hosts). The inventory's are the user's own, and may be a NAT's or a load balancer's: not checked.
+    given: dict[str, str] = field(default_factory=dict)
 
     def changes(self, host: str) -> bool:
         """Whether the run changes something on `host`'s data interface (link conditions, offloads)."""
@@ -127,7 +130,8 @@ def placement(configs: list[Configuration], inventory: Inventory, source: str) -
     addresses = {h.name: _ip_of(h, spec.addresses.get(h.name), ip_version, source) for h in chosen}
     return Placement(receivers[0], senders[:needed], addresses, ip_version, shaped,
                      named={h.name: spec.interfaces[h.name] for h in chosen if h.name in spec.interfaces},
-                     offload_hosts=[h.name for h in chosen] if offload_off else [])
+                     offload_hosts=[h.name for h in chosen] if offload_off else [],
+                     given={h.name: addresses[h.name] for h in chosen if h.name in spec.addresses})
 
 
 def _lab_problems(config: Configuration) -> list[str]:
@@ -181,11 +185,12 @@ def needed_tools(configs: list[Configuration]) -> list[Tool]:
 def check_hosts(place: Placement, tools: list[Tool], connect: Callable[[InventoryHost], SshConnection],
                 shaper: str = "tbf") -> dict[str, dict[str, str]]:
     """Preflight of every host at once, before anything starts anywhere: reachable, host key known,
-    authenticated, every tool of the scenario present; where link conditions go, root and the qdiscs they need
+    authenticated, every tool of the scenario present, each address hosts.addresses gives on its host; where
+    link conditions go, root and the qdiscs they need
     (the backend of each link, recorded in `place`). Raises EnvironmentProblem naming each host's lack and its
     fix; returns each host's findings (kernel, CPUs, tool versions...) for the run's fingerprint. What
     depends on the hosts' state (interfaces, clocks) is `survey_hosts`, once the run holds their locks."""
-    reports = host_preflight.check_hosts(place.hosts, connect, tools)
+    reports = host_preflight.check_hosts(place.hosts, connect, tools, place.given)
     wanted = {f"tool {t.command}" for t in tools}
     lacking = []
     for r in reports:

@@ -304,6 +304,11 @@ class RepeatSpec(Strict):
         return max(self.DEFAULT_MAX, self.n_min)
 
 
+# An IPv6 scope id: a Linux interface name (dev_valid_name allows more, but not in an address that reaches
+# command lines and output) or an interface index.
+SCOPE_ID = re.compile(r"(?!\.{1,2}$)(?!-)[A-Za-z0-9_.-]{1,15}")
+
+
 class HostsSpec(Strict):
     """Where the endpoints run when the scenario is run on real hosts (``vnetbench run --hosts INVENTORY``):
     inventory host or group names. ``addresses`` gives, per host, the address its peers send to when that is
@@ -361,9 +366,24 @@ class HostsSpec(Strict):
     def _addresses(cls, v: dict[str, str]) -> dict[str, str]:
         for host, addr in v.items():
             try:
-                ipaddress.ip_address(addr)
+                ip = ipaddress.ip_address(addr)
             except ValueError:
                 raise ValueError(f"hosts.addresses.{host} = {units.brief(addr)} is not an IP address") from None
+            # ipaddress takes any text after "%" as an IPv6 scope id ("fe80::1%$(reboot)", newlines): it reaches
+            # the tools' command lines and the output, so it must be what it stands for, an interface's name
+            # (or index) on the peers that send to it.
+            scope = getattr(ip, "scope_id", None)
+            if scope is not None and not SCOPE_ID.fullmatch(scope):
+                raise ValueError(f"hosts.addresses.{host} = {units.brief(addr)}: the scope id after '%' is not an "
+                                 "interface name (letters, digits, '_', '.' or '-', at most 15, e.g. "
+                                 "fe80::1%eth1)")
+            # The address its peers send to: one that is everyone's own (loopback) or no one's sends the
+            # traffic elsewhere. That it is on one of this host's interfaces is checked on the host when the
+            # run starts (hosts/preflight.py).
+            if ip.is_loopback or ip.is_unspecified or ip.is_multicast:
+                raise ValueError(f"hosts.addresses.{host} = {units.brief(addr)} is a loopback, unspecified or "
+                                 f"multicast address, not one of {host}'s own: give the address of its interface "
+                                 "its peers reach it through")
         return v
 
 
