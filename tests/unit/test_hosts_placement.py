@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 from vnetbench.errors import ScenarioError
 from vnetbench.hosts import inventory
@@ -234,3 +235,38 @@ def test_plan_shows_every_address_traffic_is_sent_to(tmp_path):
     assert "server-a's traffic through its interface data0" in shown
     (tmp_path / "plain.toml").write_text(SCENARIO)
     assert "traffic to: every host at the inventory's address" in " ".join(cli("plan", str(tmp_path / "plain.toml")).stdout.split())
+
+
+HOSTILE = "0123456789abcdef:.%$()`;|&<>'\" \n\t\\/*?!{}[]~#=-_" + "fe80" + "\x1b\u202e"
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.text(alphabet=HOSTILE, min_size=1, max_size=40))
+@example("198.18.0.9").via("accepted")
+@example("fe80::1%eth0").via("accepted")
+@example("fe80::1%eth0;reboot").via("refused")
+@example("fe80::1%$(reboot)").via("refused")
+def test_an_address_from_a_hostile_alphabet_is_refused_or_a_plain_address(tmp_path, text):
+    """Whatever text a scenario gives as an address, `plan` refuses it in one line naming the key, or it is an
+    IP address whose scope id (if any) is an interface name: nothing that a shell or a terminal would read as
+    more than one word reaches a host or the operator."""
+    import ipaddress
+    import re
+
+    path = tmp_path / "addr.toml"
+    path.write_text(SCENARIO.replace('senders = "clients"', 'senders = "clients"\naddresses = { "server-a" = %s }'
+                                     % json.dumps(text)))
+    try:
+        loaded = L.load(str(path), [])
+    except ScenarioError as e:
+        said = str(e)
+        assert "hosts.addresses" in said, said
+        # The value is quoted, never spliced: no escape, direction override or line of its own.
+        assert "\x1b" not in said and "\u202e" not in said, said
+        if "\n" in text:
+            assert not re.search(r"\S\n|\n\S", text) or text not in said, said
+        return
+    given_address = loaded.scenario.hosts.addresses["server-a"]
+    ip, _, scope = given_address.partition("%")
+    ipaddress.ip_address(ip)
+    assert scope == "" or re.fullmatch(r"[A-Za-z0-9_.-]{1,15}", scope), given_address
