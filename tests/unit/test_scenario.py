@@ -369,3 +369,10 @@ def test_named_cases_are_configurations_labelled_by_their_name(tmp_path):
 ])
 def test_case_mistakes_are_named(tmp_path, change, needle):
     assert needle in error_of(write(tmp_path, change(CASES)))
+
+
+def test_set_takes_a_link_key_path_as_the_matrix_does(tmp_path):
+    path = write(tmp_path, MINIMAL)
+    configs = P.expand(L.load(path, ["link.s1.forward.delay=3ms"]))
+    assert _links(configs[0])["s1"] == "forward: delay 3ms"
+    assert "no link named 'r9'" in error_of(path, ["link.r9.forward.delay=3ms"])

@@ -331,6 +331,8 @@ def resolve_key(raw: dict[str, Any], key: str, source: str) -> list[list[str]]:
         if len(parts) > limits.KEY_DEPTH.value:
             raise ScenarioError(f"--set {_shown_key(key)}: a key of {len(parts):,} parts, over "
                                 f"{limits.KEY_DEPTH}: a scenario's keys have at most 5")
+        if parts[0] == "link":  # link.NAME.DIRECTION.KEY is short for lab.link.NAME.DIRECTION.KEY, as in [matrix]
+            parts = ["lab", *parts]
         return [parts]
     # The file's sections as written: any of them may be of the wrong type (a string where a table belongs), which
     # validation names after the overrides are applied; here they only offer no place for a bare key.
