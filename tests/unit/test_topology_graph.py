@@ -120,23 +120,26 @@ def _forward(graph: Graph, plan: Plan, src: str, dst_addr: str) -> int | None:
     return None
 
 
-def _shortest(graph: Graph, plan: Plan, src: str, dst: str) -> int:
-    """Routers on the shortest path, counted on the graph of segments (independent of the routes)."""
-    segs = {}
+def _shortest(graph: Graph, plan: Plan, src: str, dst_addr: str) -> int:
+    """Routers on the shortest path from `src` to the segment of `dst_addr` (a multi-homed host's address is
+    reached on its own segment), counted on the graph of segments, independently of the routes."""
+    target = _owner(plan)[dst_addr][1]
+    segs: dict[str, list] = {}
     for seg in plan.segments:
         for m in seg.members:
             segs.setdefault(m.node, []).append(seg)
     dist, todo = {src: 0}, deque([src])
+    best = None
     while todo:
         n = todo.popleft()
-        if n != src and graph.kind(n) != "router":
-            continue
+        if any(seg.index == target for seg in segs[n]):
+            best = dist[n] if best is None else min(best, dist[n])
         for seg in segs[n]:
             for m in seg.members:
-                if m.node not in dist:
-                    dist[m.node] = dist[n] + (1 if graph.kind(m.node) == "router" else 0)
+                if m.node not in dist and graph.kind(m.node) == "router":  # only routers carry it further
+                    dist[m.node] = dist[n] + 1
                     todo.append(m.node)
-    return dist[dst]
+    return best
 
 
 def _random_graph(rng: random.Random) -> Graph:
@@ -158,6 +161,8 @@ def _random_graph(rng: random.Random) -> Graph:
     for h in range(rng.randint(2, 8)):
         nodes.append(Node(f"h{h}"))
         links.append(Link(f"a{h}", f"h{h}", rng.choice(forwarders)))
+        if rng.random() < 0.25:  # multi-homed: a second link, to another forwarder (a host never forwards)
+            links.append(Link(f"m{h}", f"h{h}", rng.choice(forwarders)))
     return Graph(nodes, links)
 
 
@@ -174,8 +179,9 @@ def test_routes_deliver_every_packet_over_a_shortest_path():
                 if src == dst:
                     continue
                 for version in (4, 6):
-                    got = _forward(g, plan, src, plan.address(dst, version))
-                    assert got == _shortest(g, plan, src, dst), (src, dst, version, g.links)
+                    addr = plan.address(dst, version)
+                    got = _forward(g, plan, src, addr)
+                    assert got == _shortest(g, plan, src, addr), (src, dst, version, g.links)
                     checked += 1
     assert checked > 1000
 
