@@ -75,3 +75,32 @@ def test_link_backend_names_come_from_one_registry():
     assert kernel == set(preflight.QDISC_MODULES) and kernel <= set(doctor.QDISCS)
     assert all(REGISTRY[name].fix and doctor.QDISC_FIXES[name].startswith(REGISTRY[name].fix) for name in kernel)
     assert "userspace" not in kernel
+
+
+def test_a_bench_that_cannot_be_made_lets_the_run_lock_and_the_place_go(tmp_path):
+    """A place whose bench fails to be made (an empty configuration list reached it once: IndexError) ended the
+    run with its machine-wide lock still held, and every later run in the process was refused as concurrent."""
+    from vnetbench import runlock
+    from vnetbench.scenario import load
+    from vnetbench.store.db import Store
+
+    released = []
+
+    class BrokenBench(LabPlace):
+        def prepare(self, loaded, configs):
+            return configs, []
+
+        def bench(self, run_prefix, configs):
+            raise RuntimeError("no bench today")
+
+        def release(self):
+            released.append(True)
+
+    store = Store(tmp_path / "r.db")
+    loaded = load.load("quick", ["ratios=[0.6]", "protos=[udp]"])
+    with pytest.raises(RuntimeError, match="no bench today"):
+        run.execute(loaded, store, place=BrokenBench(), progress=False)
+    (stored,) = store.runs()
+    assert stored["status"] == "failed" and "no bench today" in (stored["status_reason"] or "")
+    assert not [r for r in runlock.live_runs() if r.run_id == stored["id"]]
+    assert not runlock.is_live(stored["id"]) and released == [True]

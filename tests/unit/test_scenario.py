@@ -376,3 +376,11 @@ def test_set_takes_a_link_key_path_as_the_matrix_does(tmp_path):
     configs = P.expand(L.load(path, ["link.s1.forward.delay=3ms"]))
     assert _links(configs[0])["s1"] == "forward: delay 3ms"
     assert "no link named 'r9'" in error_of(path, ["link.r9.forward.delay=3ms"])
+
+
+def test_a_matrix_axis_named_case_is_still_an_axis(tmp_path):
+    # The cases' own axis must not take the place of a matrix axis of that name (it made no configuration).
+    text = MINIMAL.replace("[matrix]", '[matrix]\ncase = [{delay = "1ms"}, {delay = "2ms", loss = "1%"}]')
+    configs = P.expand(L.load(write(tmp_path, text), []))
+    assert len(configs) == 2 * 2 * 2
+    assert {c.labels["delay"] for c in configs} == {"1ms", "2ms"}

@@ -112,9 +112,15 @@ def execute(loaded: LoadedScenario, store: Store, *, resume_run_id: str | None =
         console.print("[yellow]sharing the machine with " + escape("; ".join(o.describe() for o in lock.others))
                       + " (--allow-concurrent): both runs' numbers are compromised[/]")
 
-    bench = place.bench(run_prefix(run_id), configs)
-    bench.keep_dir = store.path.parent / "vnetbench-logs" / run_id  # next to the results it explains
-    monitor = LoadMonitor(netns_prefix=run_prefix(run_id), run_id=run_id).start()
+    try:  # a bench or monitor that cannot be made ends the run as every other error does: lock and place let go
+        bench = place.bench(run_prefix(run_id), configs)
+        bench.keep_dir = store.path.parent / "vnetbench-logs" / run_id  # next to the results it explains
+        monitor = LoadMonitor(netns_prefix=run_prefix(run_id), run_id=run_id).start()
+    except BaseException as e:
+        _store_end(store, run_id, "failed", f"{type(e).__name__}: {e}", fp, console)
+        place.release()
+        lock.release()
+        raise
     tally = _Tally()
     status, reason = "completed", None
     try:

@@ -262,6 +262,7 @@ def matrix_size(scenario: Scenario) -> int:
 
 #: The label of a named case's configurations: ``case = NAME`` (a [[case]] table's keys are not labels).
 CASE = "case"
+CASES_AXIS = "[[case]]"  # the axis the cases make: no matrix axis can have this name (it is no name)
 
 
 def expand(loaded: LoadedScenario, max_configurations: int = MAX_CONFIGURATIONS) -> list[Configuration]:
@@ -287,20 +288,20 @@ def expand(loaded: LoadedScenario, max_configurations: int = MAX_CONFIGURATIONS)
         swept = [(axis, _axis_entries(scenario, axis, values)) for axis, values in scenario.matrix.items()]
         if scenario.case:
             cases = [{k: v for k, v in c.items() if k != "name"} for c in scenario.case]
-            swept.append((CASE, cases))
+            swept.append((CASES_AXIS, cases))
         for axis, entries in swept:
             for key in {k for e in entries for k in e} - {IF_AVAILABLE}:
                 if key in owner and owner[key] != axis:
                     raise ValueError(f"{_axis_name(axis)} and {_axis_name(owner[key])} both set {key}: "
                                      "set each parameter in one place only")
                 owner[key] = axis
-                if axis == CASE:
+                if axis == CASES_AXIS:
                     try:
                         _axis_targets(scenario, key)
                     except ValueError as e:
                         raise ValueError(str(e).replace(f"matrix.{key} is not", f"[[case]] key {key!r} is not", 1)
                                          ) from None
-            labelled = [(e, {CASE: c["name"]}) for e, c in zip(entries, scenario.case)] if axis == CASE else \
+            labelled = [(e, {CASE: c["name"]}) for e, c in zip(entries, scenario.case)] if axis == CASES_AXIS else \
                 [(e, {k: v for k, v in e.items() if k != IF_AVAILABLE}) for e in entries]
             axes.append((axis, labelled))
         targets = {key: _axis_targets(scenario, key) for key in owner}
@@ -332,7 +333,7 @@ def expand(loaded: LoadedScenario, max_configurations: int = MAX_CONFIGURATIONS)
 
 
 def _axis_name(axis: str) -> str:
-    return "a [[case]]" if axis == CASE else f"matrix.{axis}"
+    return "a [[case]]" if axis == CASES_AXIS else f"matrix.{axis}"
 
 
 def _where(labels: dict[str, Any]) -> str:
