@@ -118,7 +118,10 @@ def test_series_are_stored(congestion_run):
     names = {s.name for s in store.series(trial["id"])}
     assert {"rtt_ms", "throughput_mbps/s1", "throughput_mbps/s2", "cwnd_bytes/s1", "srtt_ms/s1"} <= names
     rtt = next(s for s in store.series(trial["id"]) if s.name == "rtt_ms")
-    assert len(rtt.v) > 500 and rtt.t.min() >= 0.9  # 1 ms pings from the end of the 1 s omit period
+    # Replies from the end of the 1 s omit period on. ping is asked for one every 1 ms, but iputils sends
+    # every 2 ms here with no queue and every 4 ms behind this 40 ms one (measured: 968-983 and 456-514 replies
+    # in the 2 s window): at least 100 a second says the series is every reply, not a summary.
+    assert len(rtt.v) >= 200 and rtt.t.min() >= 0.9
 
 
 def test_export_one_record_per_sample(congestion_run, tmp_path):
