@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 
+import numpy as np
 import pytest
 
 from vnetbench.store.db import Store
@@ -57,7 +58,6 @@ def test_a_busy_loop_is_one_core_and_a_byte_through_the_emulator_costs_more(tmp_
         assert all(t["status"] == "ok" for t in trials), [t["reason"] for t in trials if t["status"] != "ok"]
         values = store.values(run_id)
         configs = store.configurations(run_id)
-        marked = store.marked_trials(run_id)
     key = {(c["labels"]["workloads"], c["labels"].get("backend", "bare")): c["key"] for c in configs}
     loop, idle = values[key["loop", "bare"]], values[key["idle", "bare"]]
     bare, emulated = values[key["stream", "bare"]], values[key["stream", "userspace"]]
@@ -66,8 +66,13 @@ def test_a_busy_loop_is_one_core_and_a_byte_through_the_emulator_costs_more(tmp_
         assert all(0 <= x <= 100 * CORES + 1 for x in v["cpu.util_pct"] + v["cpu.steal_pct"]), v
     # sysbench's one thread keeps one core busy over its whole window (a 10 ms tick at each edge of 3 s: 1 %)
     assert all(x >= 90 for x in loop["cpu.util_pct"]), loop["cpu.util_pct"]
-    # ... on top of whatever else the machine does, which the ping-only trials measure
-    assert min(loop["cpu.util_pct"]) - max(idle["cpu.util_pct"]) >= 80, (loop["cpu.util_pct"], idle["cpu.util_pct"])
+    # ... on top of what the run itself does beside it, which the ping-only trials measure: both net of other
+    # processes' time (a build or a shell loop beside the run counts in the machine's total; measured: an idle
+    # trial at 164 % while one core was kept busy and a test suite ran, 0-2 % of it the run's own)
+    def own(v: dict) -> list[float]:
+        return [u - f for u, f in zip(v["cpu.util_pct"], v["cpu.foreign_pct"])]
+
+    assert min(own(loop)) - max(own(idle)) >= 80, (own(loop), own(idle))
     # ... on the core the receiver is pinned to, where sysbench runs
     loop_trials = [t for t in trials if t["config_key"] == key["loop", "bare"]]
     assert all(t["raw"]["cpu"]["per_cpu_pct"][f"cpu{t['raw']['cores']['endpoints']['r']}"]["user"] >= 90
@@ -100,14 +105,12 @@ def test_a_busy_loop_is_one_core_and_a_byte_through_the_emulator_costs_more(tmp_
     spinning = [1e6 / (mbps * 1e6 / 8 / 1024) for mbps in emulated["throughput.rx_mbps"]]
     assert all(net >= 0.9 * core for net, core in zip(net_us_per_kb(emulated), spinning)), (
         net_us_per_kb(emulated), spinning)
-    # ... and on top of it the endpoints' own work: a byte through the emulator costs more than over the veth. On
-    # a quiet machine (no stream trial marked) by half again at least; a competing load disturbs the trials
-    # unequally (a bare trial that shared its cores measured 1.66 us/KB net, an emulated one that did not 1.57):
-    # the tool marks such trials (the next test holds it to that), and their comparison is the machine's
-    streams = (key["stream", "bare"], key["stream", "userspace"])
-    if not any(marked.get(k) for k in streams):
-        assert min(net_us_per_kb(emulated)) > 1.5 * max(net_us_per_kb(bare)), (net_us_per_kb(emulated),
-                                                                             net_us_per_kb(bare))
+    # ... and so a byte through the emulator costs more than over the bare veth, on average over the trials.
+    # Not by a fixed factor: the endpoints' own work per byte falls as their rate rises, and the emulated stream
+    # runs at its own rate (measured over 16 runs, quiet and with one core kept busy: 1.14-2.25 times the bare
+    # stream's cost, the emulator's core alone 0.6-1.7 us/KB; one trial against one is 0.92-1.99)
+    assert np.mean(net_us_per_kb(emulated)) > np.mean(net_us_per_kb(bare)), (net_us_per_kb(emulated),
+                                                                            net_us_per_kb(bare))
 
 
 IDLE = """
