@@ -87,6 +87,19 @@ def run_scenario(tmp_path: Path, text: str, *args: str) -> tuple[str, Path]:
     return run_id_of(cli("run", str(scenario), "--db", str(db), "--no-progress", *args)), db
 
 
+def stored_trials(db) -> int:
+    """How many trials a `vnetbench run` in progress has stored in `db` (0 before it has any)."""
+    import sqlite3
+
+    if not Path(db).exists():
+        return 0
+    try:
+        with sqlite3.connect(db) as c:
+            return c.execute("SELECT COUNT(*) FROM trials").fetchone()[0]
+    except sqlite3.Error:
+        return 0
+
+
 def stored_run_id(db) -> str | None:
     """The id of the run a `vnetbench run` in progress has stored in `db`, once it has (None before)."""
     import sqlite3

@@ -52,6 +52,10 @@ SCHEDULE_STEPS = Limit("schedule steps per trial", 100_000, "steps")
 # 1 Gbit/s; cellular traces are a few MB. Read once per run whatever the number of configurations.
 TRACE_BYTES = Limit("trace file size", 64 * 2**20, "bytes")
 
+# A topology file (containerlab's *.clab.yml): about 100 bytes a node and a link, so 4 MiB is a lab of 20,000
+# nodes (topology.templates.MAX_NODES), more than a machine holds; PyYAML's libyaml loader reads it in a second.
+TOPOLOGY_FILE_BYTES = Limit("topology file size", 4 * 2**20, "bytes")
+
 # What vnetbench reads from one command on a remote host (stdout and stderr each): its answers are facts,
 # versions and `ip`/`tc` JSON of kilobytes; a host answering more is refused rather than held in memory.
 REMOTE_OUTPUT_BYTES = Limit("remote output", 16 * 2**20, "bytes")
@@ -64,5 +68,5 @@ LOCK_ANSWER_BYTES = Limit("lock answer", 64 * 2**10, "bytes")
 # typo such as an axis of 200 values too many would otherwise take minutes and gigabytes, then days to run.
 CONFIGURATIONS = Limit("configurations", 10_000, "configurations")
 
-ALL = (SCENARIO_BYTES, KEY_DEPTH, SCHEDULE_TEXT, SCHEDULE_STEPS, TRACE_BYTES, REMOTE_OUTPUT_BYTES, LOCK_ANSWER_BYTES,
-       CONFIGURATIONS)
+ALL = (SCENARIO_BYTES, KEY_DEPTH, SCHEDULE_TEXT, SCHEDULE_STEPS, TRACE_BYTES, TOPOLOGY_FILE_BYTES,
+       REMOTE_OUTPUT_BYTES, LOCK_ANSWER_BYTES, CONFIGURATIONS)

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import signal
-import sqlite3
 import subprocess
 import sys
 import time
@@ -13,7 +12,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from helpers import ROOT, cli, run_id_of
+from helpers import ROOT, cli, run_id_of, stored_trials
 from vnetbench.errors import ScenarioError
 from vnetbench.runner.run import _adaptive_decision, _round
 from vnetbench.scenario import load, plan
@@ -100,16 +99,6 @@ def test_stop_rule_counts_failed_trials_against_max_and_names_unmeasured_metrics
 ADAPTIVE = ["--no-progress", "--set", "ratios=[2.0]", "--set", "duration=2s", "--set", "workload.stream.omit=0s",
             "--set", "repeat.warmup=false", "--set", "repeat.target_ci=50%", "--set", "repeat.min=3",
             "--set", "repeat.max=8"]
-
-
-def stored_trials(db) -> int:
-    if not db.exists():
-        return 0
-    try:
-        with sqlite3.connect(db) as c:
-            return c.execute("SELECT COUNT(*) FROM trials").fetchone()[0]
-    except sqlite3.OperationalError:
-        return 0
 
 
 def check_adaptive_run(store: Store, run_id: str, n_min: int = 3, n_max: int = 8) -> dict[str, str]:

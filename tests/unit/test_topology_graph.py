@@ -166,23 +166,46 @@ def _random_graph(rng: random.Random) -> Graph:
     return Graph(nodes, links)
 
 
-def test_routes_deliver_every_packet_over_a_shortest_path():
-    rng = random.Random(7)
-    checked = 0
-    for _ in range(150):
+def _pairs(seed: int, graphs: int):
+    """(graph, plan, source, destination, IP version) over `graphs` random graphs without problems (a host twice
+    in one switch group cannot happen there; loops are of routers only), every ordered pair of their hosts."""
+    rng = random.Random(seed)
+    for _ in range(graphs):
         g = _random_graph(rng)
         if g.problems():
-            continue  # e.g. a host twice in one switch group cannot happen here; loops only of routers
+            continue
         plan = g.plan()
         for src in g.hosts():
             for dst in g.hosts():
-                if src == dst:
-                    continue
-                for version in (4, 6):
-                    addr = plan.address(dst, version)
-                    got = _forward(g, plan, src, addr)
-                    assert got == _shortest(g, plan, src, addr), (src, dst, version, g.links)
-                    checked += 1
+                if src != dst:
+                    for version in (4, 6):
+                        yield g, plan, src, dst, version
+
+
+def test_routes_deliver_every_packet_over_a_shortest_path():
+    checked = 0
+    for g, plan, src, dst, version in _pairs(7, 150):
+        addr = plan.address(dst, version)
+        assert _forward(g, plan, src, addr) == _shortest(g, plan, src, addr), (src, dst, version, g.links)
+        checked += 1
+    assert checked > 1000
+
+
+def test_a_path_is_a_walk_of_links_that_crosses_the_routers_forwarding_counts():
+    """Graph.path: consecutive links share a node, each crossed from the node the walk is at (forward = from the
+    a end), from the source to the destination, through as many routers as forwarding hop by hop takes."""
+    checked = 0
+    for g, plan, src, dst, version in _pairs(11, 120):
+        path = g.path(plan, src, dst, version)
+        at, routers = src, 0
+        for name, forward in path:
+            link = g.links[name]
+            assert (link.a if forward else link.b) == at, (src, dst, path)
+            at = link.b if forward else link.a
+            routers += g.kind(at) == "router"
+        assert at == dst, (src, dst, path)
+        assert routers == _forward(g, plan, src, plan.address(dst, version)), (src, dst, path)
+        checked += 1
     assert checked > 1000
 
 

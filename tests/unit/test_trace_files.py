@@ -11,6 +11,7 @@ import time
 import pytest
 
 from helpers import cli, tree_state
+from vnetbench import userfiles
 from vnetbench.impair import trace as T
 
 BASE = ('name = "trace"\n[lab]\nsenders = 1\nbottleneck = "100Mbit"\nbottleneck_schedule = "trace:{}"\n'
@@ -64,10 +65,10 @@ def test_a_trace_is_read_within_a_time(tmp_path, monkeypatch):
     trace = tmp_path / "t.trace"
     trace.write_text("".join(f"{i}\n" for i in range(1, 100)))
     T._parsed.clear()
-    monkeypatch.setattr(T, "READ_TIMEOUT_S", -1.0)  # as if the disk had stopped answering
+    monkeypatch.setattr(userfiles, "READ_TIMEOUT_S", -1.0)  # as if the disk had stopped answering
     with pytest.raises(ValueError, match=r"could not be read within -1 s .*copy it to a local disk"):
         T.read_mahimahi(trace)
-    monkeypatch.setattr(T, "READ_TIMEOUT_S", 30.0)
+    monkeypatch.setattr(userfiles, "READ_TIMEOUT_S", 30.0)
     assert T.read_mahimahi(trace).opportunities == 99
 
 

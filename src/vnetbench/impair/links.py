@@ -25,21 +25,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vnetbench.errors import LabError, ScenarioError
+from vnetbench.errors import ScenarioError
 from vnetbench.impair import backends as B, tc
 from vnetbench.impair.model import LinkSpec, lab_links
 from vnetbench.lab.teardown import Registry
 
 
 def lab_link(lab: Any, name: str, host: str | None = None) -> B.LabLink:
-    """Link `name` of a built dumbbell ("bottleneck": the receiver's; "sN": a sender's),
-    on host `host` (default: "r" for the bottleneck, else the link's name)."""
-    host = host or ("r" if name == "bottleneck" else name)
-    uplinks = getattr(lab, "uplinks", None) or {}
-    host_end = uplinks.get(host) or (lab.hosts[host].iface if host in lab.hosts else None)
-    if host not in lab.ports or host_end is None:
-        raise LabError(f"the lab has no link {name!r} on host {host!r} (hosts: {', '.join(sorted(lab.ports))})")
-    return B.LabLink(name=name, switch_end=lab.ports[host], host_end=host_end, host_upstream=(name != "bottleneck"))
+    """Link `name` of a built lab at key `host` (a dumbbell's: the host at its end, by default "r" for the
+    bottleneck, else the link's name)."""
+    return lab.link(name, host or ("r" if name == "bottleneck" else name))
 
 
 def preflight(configs: list) -> None:
@@ -97,6 +92,14 @@ def link_names(n_senders: int) -> list[str]:
     return ["bottleneck"] + [f"s{i}" for i in range(1, n_senders + 1)]
 
 
+def config_link_names(config: Any, n_senders: int) -> list[str]:
+    """The links a configuration's lab has: its declared topology's, else a dumbbell's with `n_senders`."""
+    topology = config.scenario.topology
+    if topology is not None:
+        return list(topology.graph(config.scenario.lab.mtu).links)
+    return link_names(n_senders)
+
+
 def check_configs(configs: list, caps: B.Capabilities | None = None, n_senders: int | None = None) -> dict[str, str]:
     """Before anything is built: every link exists, every explicit backend can do
     what it is asked and exists here, and `auto` resolves. Returns the run-wide
@@ -106,8 +109,10 @@ def check_configs(configs: list, caps: B.Capabilities | None = None, n_senders: 
     for c in configs:
         lab = c.scenario.lab
         where = f"[{c.label_text}] " if c.labels else ""
-        names = link_names(n_senders) if n_senders else None
+        names = config_link_names(c, n_senders) if n_senders else None
         for name, spec in lab_links(lab).items():
+            if name == "bottleneck" and c.scenario.topology is not None and name not in (names or ()):
+                continue  # the lab short-hands' link, which this topology lacks (they are unset: Scenario._topology)
             if names is not None and name not in names:
                 raise ScenarioError(f"{where}lab.link.{name}: the lab has no link {name!r} "
                                     f"(links: {', '.join(names)})")
@@ -183,7 +188,7 @@ class LinkManager:
                 taken.add(cpu)
         self.host_cpus = tuple(c for c in cpus if c not in taken)
 
-    def _pin(self, targets: dict[str, LinkTarget]) -> None:
+    def _pin(self, targets: dict[str, LinkTarget], endpoints: list[str]) -> None:
         """Each endpoint of this configuration's path on its own core (the topology's: the receiver on the last),
         except where an emulator on this path spins: then on the least used core no emulator of the path has.
         Computed per configuration, so a configuration without an emulator measures with the placement it would
@@ -192,7 +197,7 @@ class LinkManager:
         spinning = {self.emulator_cpus.get(t.name) for t in targets.values() if t.backend == "userspace"} - {None}
         cpus = sorted(os.sched_getaffinity(0))
         free = [c for c in cpus if c not in spinning] or cpus
-        hosts = {name: self.lab.hosts[name] for name in sorted(targets) if name in self.lab.hosts}
+        hosts = {name: self.lab.hosts[name] for name in sorted(endpoints) if name in self.lab.hosts}
         for name, host in hosts.items():
             self._home.setdefault(name, host.cpu)
         # Hosts whose process pinning follows host.cpu; a guest's QEMU threads keep the cores they started on.
@@ -225,12 +230,11 @@ class LinkManager:
         configuration of the run conditions it."""
         lab_spec = config.scenario.lab
         declared = lab_links(lab_spec)
-        hosts = {"bottleneck": receiver, **{f"s{i}": h for i, h in enumerate(senders, start=1)}}
         out: dict[str, LinkTarget] = {}
-        for name, host in hosts.items():
+        for key, name in self.lab.path_links(receiver, senders).items():
             spec = declared.get(name, LinkSpec())
             conditioned = not spec.is_plain() or spec.backend != "auto" or name in self.auto
-            out[host] = LinkTarget(name, self._name_of(name, spec, lab_spec) if conditioned else None, spec)
+            out[key] = LinkTarget(name, self._name_of(name, spec, lab_spec) if conditioned else None, spec)
         return out
 
     def apply(self, config: Any, receiver: str = "r", senders: list[str] | None = None) -> dict[str, Any]:
@@ -264,7 +268,7 @@ class LinkManager:
                                   "describe": target.spec.describe(), "needs": sorted(target.spec.needs()),
                                   **{k: v for k, v in cached.items() if k != "backend"}}
         self._targets = targets
-        self._pin(targets)
+        self._pin(targets, [receiver, *senders])
         self._active = {host: t.name for host, t in targets.items() if t.backend is not None}
         self._state = links
         qdiscs = [q for h in self._active for q in self.backends[h].qdiscs()]
@@ -293,14 +297,15 @@ class LinkManager:
         return out
 
     def paths(self, receiver: str, senders: list[str]) -> dict[str, list[tuple[LinkSpec, bool]]]:
-        """Per sender of the current configuration, the links on its path to `receiver` (the receiver's and its
-        own), each as its declared conditions and whether a kernel shaper realises them."""
-        def link(host: str) -> tuple[LinkSpec, bool]:
-            target = self._targets.get(host)
+        """Per sender of the current configuration, the links on its path to `receiver`, each as the conditions
+        it declares in the sender's direction (``forward``: toward the receiver) and whether a kernel shaper
+        realises them."""
+        def link(key: str, forward: bool) -> tuple[LinkSpec, bool]:
+            target = self._targets.get(key)
             if target is None:
                 return LinkSpec(), False
-            return target.spec, target.backend not in (None, "userspace")
-        return {s: [link(receiver), link(s)] for s in senders}
+            return (target.spec if forward else target.spec.reversed()), target.backend not in (None, "userspace")
+        return {s: [link(key, forward) for key, forward in self.lab.route(s, receiver)] for s in senders}
 
     def reset_path(self) -> None:
         """Take every backend off the current configuration's path and every qdisc off both ends of its links (the
@@ -349,7 +354,7 @@ class LinkManager:
             from vnetbench.impair.userspace import UserspaceContext
 
             self._place_emulators([name])
-            ctx = UserspaceContext(self.registry, self.workdir, f"{self.run_prefix}-e{host}"[:60],
+            ctx = UserspaceContext(self.registry, self.workdir, self.lab.emulator_namespace(host),
                                    self.emulator_cpus.get(name), receive_cpus=self._host_cpus(name))
             backend = cls(link, self._mtu(host), shaper, context=ctx)
         else:

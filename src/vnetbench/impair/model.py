@@ -746,6 +746,18 @@ class LinkSpec(_Partial):
         """The request as data, for the record (base units)."""
         return self.model_dump(mode="json")
 
+    def reversed(self) -> "LinkSpec":
+        """The same link seen from its other end: what it does forward is what this does in reverse (a flow
+        that crosses a link from its b end to its a end meets the link's reverse conditions on the way)."""
+        schedule = self.schedule
+        if schedule is not None:
+            swap = {"forward": "reverse", "reverse": "forward"}
+            schedule = schedule.model_copy(update={
+                "steps": [step.model_copy(update={"forward": step.reverse, "reverse": step.forward})
+                          for step in schedule.steps],
+                "direction": swap.get(schedule.direction, schedule.direction)})
+        return self.model_copy(update={"forward": self.reverse, "reverse": self.forward, "schedule": schedule})
+
 
 # ------------------------------------------------- lab-level short-hands
 
@@ -801,7 +813,7 @@ def short_hand_conflicts(lab: Any, defaults: dict[str, Any]) -> list[str]:
     out = []
     for short, key in pairs.items():
         value = getattr(lab, short, None)
-        if value is None or _same(value, defaults.get(short)):
+        if value is None or same_value(value, defaults.get(short)):
             continue
         for d in shaped_directions(lab.shape):
             if key in explicit.direction(d).model_fields_set:
@@ -816,7 +828,8 @@ def short_hand_conflicts(lab: Any, defaults: dict[str, Any]) -> list[str]:
     return out
 
 
-def _same(a: Any, b: Any) -> bool:
+def same_value(a: Any, b: Any) -> bool:
+    """Equal as values: two models by their fields."""
     if isinstance(a, BaseModel) and isinstance(b, BaseModel):
         return a.model_dump() == b.model_dump()
     return a == b

@@ -1,12 +1,8 @@
 """Mahimahi rate traces (``schedule = "trace:FILE"``): read once, within bounds, quoting nothing of them.
 
-A scenario names its trace by path, and vnetbench reads it as root: so the path is the scenario's, but what
-is read must be a trace and nothing else. A path under /proc, /sys or /dev, anything but a regular file,
-an empty file (the kernel's files, /proc/kmsg among them, are regular and say they are empty) or one larger
-than limits.TRACE_BYTES is refused before a byte is read. The file is opened without blocking (a FIFO
-planted after the check cannot hang the run), checked again as opened, and read with a bound on its size and
-its time. Messages name the file and a line number, never what the file holds: a secret named as a trace
-stays secret.
+A scenario names its trace by path, and vnetbench reads it as root (vnetbench.userfiles: a regular file
+outside /proc, /sys and /dev, of at most limits.TRACE_BYTES, read within bounds). Messages name the file and
+a line number, never what the file holds: a secret named as a trace stays secret.
 
 A trace is parsed once per run, whatever the number of configurations that name it: the result is kept by
 the file's identity (device, inode, size, modification and change times), so a rewritten file is read
@@ -22,23 +18,20 @@ from __future__ import annotations
 import itertools
 import os
 import re
-import stat
-import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-from vnetbench import limits, units
+from vnetbench import limits
+from vnetbench.userfiles import Kind, identity, open_checked, read_bounded
 
 OPPORTUNITY_BYTES = 1500
 MAX_BYTES = limits.TRACE_BYTES.value
+TRACE = Kind("trace file", "give a Mahimahi trace file", limits.TRACE_BYTES,
+             too_big="millions of delivery opportunities: shorten it")
 # A timestamp of 13 digits is 31 years: no trace's, and beyond it numbers would lose precision as floats.
 MAX_TIMESTAMP_MS = 10**12 - 1
-# Kernel and device files: never a trace, and reading some of them blocks or has effects.
-NOT_TRACES = ("/proc", "/sys", "/dev")
 _KEPT = 16  # traces kept parsed (a scenario names a few)
-# A 64 MiB trace reads from a local disk in well under a second, and a cold one in a few.
-READ_TIMEOUT_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -54,60 +47,6 @@ class MahimahiTrace:
 
 
 _parsed: dict[tuple[str, tuple[int, ...]], MahimahiTrace] = {}
-
-
-def _under(path: str, roots: tuple[str, ...]) -> str | None:
-    return next((r for r in roots if path == r or path.startswith(r + "/")), None)
-
-
-def _open(path: str | Path) -> tuple[int, os.stat_result, str]:
-    """(descriptor, its stat, the path for messages) of a file that may be a trace; ValueError otherwise."""
-    shown = units.brief(str(path))
-    root = _under(os.path.realpath(path), NOT_TRACES)
-    if root is not None:
-        raise ValueError(f"trace file {shown} is under {root}, a kernel or device file: give a Mahimahi trace file")
-    try:
-        # O_NONBLOCK: a FIFO put at the path after the check above opens without waiting for a writer
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
-    except OSError as e:
-        raise ValueError(f"trace file {shown} cannot be read: {e.strerror or e}") from None
-    try:
-        info = os.fstat(fd)
-        opened = os.readlink(f"/proc/self/fd/{fd}")  # as the kernel resolved it: no link swapped in meanwhile
-        root = _under(opened, NOT_TRACES)
-        if not stat.S_ISREG(info.st_mode) or root is not None:
-            raise ValueError(f"trace file {shown} is not a regular file (a device, pipe, directory or kernel file): "
-                             "give a Mahimahi trace file")
-        if info.st_size == 0:
-            raise ValueError(f"trace file {shown} is empty: it needs at least one timestamp")
-        if info.st_size > MAX_BYTES:
-            raise ValueError(f"trace file {shown} has {info.st_size:,} bytes, over {limits.TRACE_BYTES} (millions "
-                             "of delivery opportunities): shorten it")
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd, info, shown
-
-
-def _identity(info: os.stat_result) -> tuple[int, ...]:
-    return info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns
-
-
-def _read(fd: int, shown: str) -> bytes:
-    """The whole file, and not a byte beyond the limit (a file that grew since it was checked is refused), within
-    READ_TIMEOUT_S (a file on a share that has stopped answering, or that trickles, is refused, not waited for)."""
-    chunks, size = [], 0
-    deadline = time.monotonic() + READ_TIMEOUT_S
-    while size <= MAX_BYTES:
-        if time.monotonic() > deadline:
-            raise ValueError(f"trace file {shown} could not be read within {READ_TIMEOUT_S:g} s ({size:,} bytes "
-                             "read): copy it to a local disk")
-        chunk = os.read(fd, min(1 << 20, MAX_BYTES + 1 - size))
-        if not chunk:
-            return b"".join(chunks)
-        chunks.append(chunk)
-        size += len(chunk)
-    raise ValueError(f"trace file {shown} grew beyond {limits.TRACE_BYTES} while it was read: shorten it")
 
 
 _DIGITS = b"0123456789"
@@ -170,12 +109,12 @@ def trace_bytes(path: str | Path) -> tuple[MahimahiTrace, bytes]:
 
 
 def _load(path: str | Path, keep_bytes: bool) -> tuple[MahimahiTrace, bytes | None]:
-    fd, info, shown = _open(path)
+    fd, info, shown = open_checked(path, TRACE)
     try:
-        key = (os.path.realpath(path), _identity(info))
+        key = (os.path.realpath(path), identity(info))
         if key in _parsed and not keep_bytes:
             return _parsed[key], None
-        data = _read(fd, shown)
+        data = read_bounded(fd, shown, TRACE)
     finally:
         os.close(fd)
     trace = parse(data, shown, key[1])

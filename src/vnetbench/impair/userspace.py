@@ -167,6 +167,9 @@ def settings_differences(wanted: dict[str, Any], applied: dict[str, Any], path: 
 # -------------------------------------------------------------- the process
 
 
+IFF_UP = 0x1  # linux/if.h
+
+
 def set_autogroup_nice(pid: int, nice: int) -> int | None:
     """Give the emulator's session the emulator's nice.
 
@@ -439,10 +442,15 @@ class UserspaceBackend(Backend):
         out = []
         if self.splice is None or not self.spliced():
             return ["the emulator's namespace is not spliced into the link"]
-        states = {link.get_attr("IFLA_IFNAME"): link.get_attr("IFLA_OPERSTATE") for link in self.middle.ipr.get_links()}
-        down = [end for end in ("a", "b") if states.get(end) not in ("UP", "UNKNOWN")]
+        # Up and with carrier, as the kernel holds it now: the operational state follows those through the link
+        # watch, which runs at most once a second (an end spliced in a moment ago read "DOWN" while it forwarded)
+        states = {link.get_attr("IFLA_IFNAME"): ("up" if link["flags"] & IFF_UP else "down",
+                                                  "carrier" if link.get_attr("IFLA_CARRIER") else "no carrier")
+                  for link in self.middle.ipr.get_links()}
+        down = [end for end in ("a", "b") if states.get(end) != ("up", "carrier")]
         if down:
-            out.append(f"the emulator's end(s) {', '.join(down)} are not up ({states})")
+            out.append(f"the emulator's end(s) {', '.join(down)} are not up "
+                       f"({', '.join(f'{n}: {a}, {c}' for n, (a, c) in sorted(states.items()))})")
         for end in (self.link.switch_end, self.link.host_end, self.splice.a, self.splice.b):
             out += [f"a {q['kind']} qdisc is on {end.ns.name}/{end.name}, where the emulator alone makes the "
                     "conditions" for q in tc.installed_roots(tc.read_back(end))]

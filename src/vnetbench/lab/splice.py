@@ -18,19 +18,26 @@ TCP or UDP segmentation-offloaded frame whole and counts it as its segments
 the endpoints. Only the offloads it cannot take (tunnels, SCTP, fraglists,
 AccECN: KERNEL_SEGMENTS) are turned off on the two ends that send into the
 middle. ``unsplice`` restores the original wiring and the host end's settings.
+
+On a link between two IP nodes of a declared topology (a router's end, say) the "switch" end is an
+interface with addresses and routes through it; moving a device to another namespace drops both, so the
+new end takes them over at the splice, and the old one gets them back at the unsplice (:class:`Layer3`).
 """
 
 from __future__ import annotations
 
+import socket
 import subprocess
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from vnetbench.errors import LabError
 from vnetbench.lab import netns
-from vnetbench.lab.nodes import Interface, Link, Namespace
+from vnetbench.lab.nodes import IFA_F_NODAD, Interface, Link, Namespace
 from vnetbench.lab.offload import changeable_features, set_features
 from vnetbench.lab.teardown import Registry, atomic
+
+RT_TABLE_MAIN, RTPROT_KERNEL, RT_SCOPE_UNIVERSE = 254, 2, 0  # linux/rtnetlink.h
 
 # Segmentation offloads vnb-link does not take whole (it forwards TCP and UDP ones, emulator/README.md):
 # tunnels (VXLAN, Geneve, GRE, IP-in-IP), SCTP, fraglists and AccECN. A packet socket cannot even describe
@@ -54,6 +61,7 @@ class Splice:
     # The receive steering (rps_cpus) of the end that gets the reverse direction, before steer_receive: put back by
     # unsteer_receive, and by unsplice when that end is the host's (the switch end goes with the splice).
     reverse_rps: str | None = None
+    layer3: "Layer3 | None" = None  # the moved end's addresses and routes (a router's or a host's end), carried
 
     @property
     def a(self) -> Interface:
@@ -62,6 +70,44 @@ class Splice:
     @property
     def b(self) -> Interface:
         return Interface(self.middle, "b")
+
+
+@dataclass(frozen=True)
+class Layer3:
+    """What a device loses when it moves to another namespace: its own addresses and the routes through it.
+    A bridge port has none; a router's or a host's end of a link has both, and the end that stands in for it
+    must carry them for the network to route as before."""
+
+    addresses: tuple[tuple[str, int], ...]  # (address, prefix length), link-local ones left out
+    routes: tuple[tuple[int, str, int, str | None], ...]  # (family, destination, prefix length, gateway)
+
+    def __bool__(self) -> bool:
+        return bool(self.addresses or self.routes)
+
+
+def read_layer3(ns: Namespace, index: int) -> Layer3:
+    """Device `index`'s global addresses and the main table's routes out of it that are not the kernel's own
+    (those come back with the addresses)."""
+    addresses = tuple((a.get_attr("IFA_ADDRESS"), a["prefixlen"]) for a in ns.ipr.get_addr(index=index)
+                      if a["scope"] == RT_SCOPE_UNIVERSE)
+    routes = []
+    for family in (socket.AF_INET, socket.AF_INET6):
+        for r in ns.ipr.get_routes(family=family, table=RT_TABLE_MAIN):
+            if r.get_attr("RTA_OIF") != index or r["proto"] == RTPROT_KERNEL:
+                continue
+            default = "0.0.0.0" if family == socket.AF_INET else "::"
+            routes.append((family, r.get_attr("RTA_DST") or default, r["dst_len"], r.get_attr("RTA_GATEWAY")))
+    return Layer3(addresses, tuple(routes))
+
+
+def restore_layer3(ns: Namespace, ifname: str, layer3: Layer3) -> None:
+    """Put `layer3` on device `ifname` (up already): the addresses first, then the routes through them."""
+    index = ns.index(ifname)
+    for address, prefixlen in layer3.addresses:
+        ns.ipr.addr("add", index=index, address=address, prefixlen=prefixlen,
+                    flags=IFA_F_NODAD if ":" in address else 0)
+    for family, dst, prefixlen, gateway in layer3.routes:
+        ns.ipr.route("add", dst=f"{dst}/{prefixlen}", gateway=gateway, oif=index, family=family)
 
 
 def middle_namespace(name: str, registry: Registry) -> Namespace:
@@ -90,6 +136,7 @@ def splice(switch_end: Interface, host_end: Interface, middle: Namespace, regist
     mtu = info.get_attr("IFLA_MTU") or 1500
     moved, new = ("a", "b") if host_upstream else ("b", "a")
     tmp = f"vnbmv{index}"[:15]
+    layer3 = read_layer3(sw, index)
     with atomic():
         # Rename in place, move, rename again: the middle's names never clash with the switch's.
         sw.ipr.link("set", index=index, state="down")
@@ -100,7 +147,10 @@ def splice(switch_end: Interface, host_end: Interface, middle: Namespace, regist
         Link.connect(sw, name, middle, new, registry, mtu=mtu)
         if master:
             sw.ipr.link("set", index=sw.index(name), master=master)
-    result = Splice(middle, Interface(sw, name), host_end, moved, name, changeable_features(host_end, KERNEL_SEGMENTS))
+        if layer3:
+            restore_layer3(sw, name, layer3)
+    result = Splice(middle, Interface(sw, name), host_end, moved, name, changeable_features(host_end, KERNEL_SEGMENTS),
+                    layer3=layer3 or None)
     for end in (result.switch_end, host_end):
         set_features(end, {f: False for f in changeable_features(end, KERNEL_SEGMENTS)})
     return result
@@ -122,6 +172,8 @@ def unsplice(s: Splice) -> None:
         if master:
             sw.ipr.link("set", index=sw_idx, master=master)
         sw.link_up(s.original_name)
+        if s.layer3 is not None:  # what the device lost in the middle's namespace
+            restore_layer3(sw, s.original_name, s.layer3)
     if s.host_features:
         set_features(s.host_end, s.host_features)
     if s.reverse_rps is not None and reverse_end(s) is s.host_end:

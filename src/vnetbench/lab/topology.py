@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vnetbench.errors import EnvironmentUnavailable, LabError
+from vnetbench.impair.backend import LabLink
 from vnetbench.lab import environments
 from vnetbench.lab.environments import Variant
 from vnetbench.lab.environments.base import (UNDERLAY_V4_PREFIXLEN, UNDERLAY_V6_PREFIXLEN, Endpoint, LabContext,
@@ -39,11 +40,14 @@ class Group:
     senders: list[str]
     offload: bool | None = None  # as last applied (None: as the kernel made it)
     unavailable: EnvironmentUnavailable | None = None  # did not come up: its trials fail with this
+    named_roles: bool = False  # the scenario names its endpoints itself (a declared topology's hosts)
 
     def roles(self, senders: int | None = None) -> dict[str, str]:
-        """The scenario's endpoint names (r, s1, s2, ...) to this variant's host names; the first `senders`
-        senders only when given (a configuration's active ones)."""
+        """The scenario's endpoint names (r, s1, s2, ...; a declared topology's own host names) to this
+        variant's host names; the first `senders` senders only when given (a configuration's active ones)."""
         active = self.senders if senders is None else self.senders[:senders]
+        if self.named_roles:
+            return {name: name for name in (self.receiver, *active)}
         return {"r": self.receiver, **{f"s{i}": name for i, name in enumerate(active, 1)}}
 
 
@@ -68,6 +72,29 @@ class Lab:
 
     def ns_name(self, node: str) -> str:
         return f"{self.run_prefix}-{node}"
+
+    # The lab's links as the link manager sees them (impair/links.py). A link of the run is found by its key: in
+    # a dumbbell, the host at its end (each variant has a "bottleneck" of its own, on its receiver's port).
+
+    def path_links(self, receiver: str, senders: list[str]) -> dict[str, str]:
+        """The links on the paths from `senders` to `receiver`: key -> link name."""
+        return {receiver: "bottleneck", **{host: f"s{i}" for i, host in enumerate(senders, start=1)}}
+
+    def route(self, sender: str, receiver: str) -> list[tuple[str, bool]]:
+        """The keys of the links a packet from `sender` to `receiver` crosses, each with whether it crosses it
+        forward (from its a end): the receiver's, then the sender's; both forward, the stream's way."""
+        return [(receiver, True), (sender, True)]
+
+    def link(self, name: str, key: str) -> LabLink:
+        """Link `name` at key `key`: its two ends and which way is forward."""
+        host_end = self.uplinks.get(key) or (self.hosts[key].iface if key in self.hosts else None)
+        if key not in self.ports or host_end is None:
+            raise LabError(f"the lab has no link {name!r} on host {key!r} (hosts: {', '.join(sorted(self.ports))})")
+        return LabLink(name=name, switch_end=self.ports[key], host_end=host_end, host_upstream=(name != "bottleneck"))
+
+    def emulator_namespace(self, key: str) -> str:
+        """The name of the namespace an emulator on the link at `key` runs in."""
+        return f"{self.run_prefix}-e{key}"[:60]
 
     def group(self, variant: Variant) -> Group:
         try:

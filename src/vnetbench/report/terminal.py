@@ -620,6 +620,32 @@ def _span(seconds: float) -> str:
     return f"{minutes} min" if minutes < 60 else f"{minutes // 60} h {minutes % 60:02d} min"
 
 
+def topology_view(topology: dict[str, Any], console: Console, rows: int = 24) -> None:
+    """A declared topology in a few lines: what it holds, its conditioned links (all of them while they fit),
+    and each configuration's endpoints with the links between them. `plan --json` has every address and route."""
+    kinds = list(topology["nodes"].values())
+    shape = (f"template {topology['template']}" if topology["template"] else
+             f"containerlab file {escape(topology['containerlab'])}" if topology.get("containerlab") else "written out")
+    def count(n: int, what: str) -> str:
+        return f"{n:,} {what}" + ("" if n == 1 else "es" if what.endswith("ch") else "s")
+
+    console.print(f"topology ({shape}): {count(kinds.count('host'), 'host')}, {count(kinds.count('switch'), 'switch')}, "
+                  f"{count(kinds.count('router'), 'router')}, {count(len(topology['links']), 'link')}; "
+                  f"{count(sum(len(r) for r in topology['routes'].values()), 'route')} (--json lists them)",
+                  soft_wrap=True, highlight=False)
+    links = topology["links"]
+    shown = links if len(links) <= rows else [x for x in links if x["conditions"] != ["plain"]][:rows]
+    for x in shown:
+        console.print(f"  {escape(x['name'])}: {escape(x['a'])} -> {escape(x['b'])}  "
+                      f"{escape(' | '.join(x['conditions']))}", soft_wrap=True, highlight=False)
+    if len(shown) < len(links):
+        console.print(f"  [dim]... {len(links) - len(shown):,} more links (--json lists every one)[/]")
+    for pair in topology["endpoints"][:rows]:
+        for client, path in pair["paths"].items():
+            console.print(f"  path {escape(client)} -> {escape(pair['server'])}: {escape(' -> '.join(path))}",
+                          soft_wrap=True, highlight=False)
+
+
 def plan_view(plan: Any, console: Console, rows: int = 20) -> None:
     """`vnetbench plan`: what the run would be, its cost and what it needs, in a terminal's width."""
     n = len(plan.configurations)
@@ -674,6 +700,8 @@ def plan_view(plan: Any, console: Console, rows: int = 20) -> None:
     for e in plan.left_out:
         console.print(f"[yellow]left out here[/] (if_available): {escape(e['environment'])}, "
                       f"{e['configurations']} configuration{'s' if e['configurations'] != 1 else ''}: {escape(e['reason'])}", soft_wrap=True)
+    if plan.topology:
+        topology_view(plan.topology, console)
     links = plan.links
     if links.get("choice") is not None:
         console.print("links: " + (", ".join(f"{k} -> {v}" for k, v in links["choice"].items()) or

@@ -160,9 +160,9 @@ class DumbbellBench:
         fingerprint), shown by `show` and the report; the same for every place."""
         out: dict[str, dict[str, dict[str, Any]]] = {}
         for group in self.lab.groups.values():
-            out[self.variant_name(group)] = {role: self.lab.hosts[name].placement()
-                                             for role, name in group.roles().items()
-                                             if name in self.lab.hosts}  # one that did not come up may lack some
+            out.setdefault(self.variant_name(group), {}).update(  # a declared topology's groups share one variant
+                {role: self.lab.hosts[name].placement() for role, name in group.roles().items()
+                 if name in self.lab.hosts})  # one that did not come up may lack some
         return out
 
     def cores(self, group: Group, config: Configuration) -> dict[str, Any]:
@@ -422,7 +422,8 @@ class DumbbellBench:
             facts.update({
                 "variant": self.variant_name(group),
                 "bringup_s": round(self.lab.bringup_s.get(group.variant, float("nan")), 4),
-                "hosts": {n: _facts(self.lab.hosts[n]) for n in [group.receiver, *group.senders]},
+                "hosts": {n: _facts(self.lab.hosts[n]) for g in self.lab.groups.values() if g.variant == group.variant
+                          for n in [g.receiver, *g.senders]},
             })
             self._facts[group.variant] = facts
         facts = dict(self._facts[group.variant])

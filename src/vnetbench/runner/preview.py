@@ -56,6 +56,7 @@ class Plan:
     left_out: list[dict[str, Any]] = field(default_factory=list)  # if_available environments this machine lacks
     hosts: dict[str, Any] | None = None  # the scenario's [hosts] placement (run --hosts INVENTORY)
     scale: str | None = None  # the line rate a [scale] table chose here, and why
+    topology: dict[str, Any] | None = None  # a declared topology: nodes, links, addresses, routes, paths
 
     @property
     def trials(self) -> tuple[int, int]:
@@ -80,6 +81,7 @@ class Plan:
                             "setup": round(self.setup_s, 1), "per_trial_overhead": TRIAL_OVERHEAD_S},
             "tools": self.tools, "environments": self.environments, "links": self.links,
             "problems": self.problems, "left_out": self.left_out, "hosts": self.hosts, "scale": self.scale,
+            "topology": self.topology,
         }
 
 
@@ -156,6 +158,46 @@ def _congestion_controls(configs: list[Configuration]) -> list[str]:
             f"tries modprobe tcp_{cc}" for cc in wanted if cc not in available]
 
 
+def topology_plan(configs: list[Configuration]) -> dict[str, Any] | None:
+    """A declared topology as the run would build it: its nodes, its links with the conditions each
+    configuration gives them, every IP node's addresses and routes, and each configuration's endpoints with the
+    links between them (None: the dumbbell)."""
+    if not configs or configs[0].scenario.topology is None:
+        return None
+    first = configs[0].scenario
+    graph = first.topology.graph(first.lab.mtu)  # type: ignore[union-attr]
+    plan = graph.plan()
+    conditions: dict[str, list[str]] = {}
+    for c in configs:
+        declared = lab_links(c.scenario.lab)
+        for name in graph.links:
+            text = declared[name].describe() if name in declared else "plain"
+            if text not in conditions.setdefault(name, []):
+                conditions[name].append(text)
+    pairs: list[dict[str, Any]] = []
+    for c in configs:
+        clients, server = c.scenario.topology.endpoints(graph)  # type: ignore[union-attr]
+        entry = {"clients": clients, "server": server,
+                 "paths": {client: [name for name, _ in graph.path(plan, client, server)] for client in clients}}
+        if entry not in pairs:
+            pairs.append(entry)
+    return {
+        "template": first.topology.template,  # type: ignore[union-attr]
+        "containerlab": first.topology.containerlab,  # type: ignore[union-attr]
+        "nodes": {name: node.kind for name, node in graph.nodes.items()},
+        "links": [{"name": link.name, "a": link.a, "b": link.b, "mtu": link.mtu, "conditions": conditions[link.name]}
+                  for link in graph.links.values()],
+        "addresses": {node: {i.ifname: {"link": i.link, "ipv4": f"{plan.addresses[(node, i.ifname)][0]}/"
+                                                                f"{plan.prefixlens[(node, i.ifname)][0]}",
+                                        "ipv6": f"{plan.addresses[(node, i.ifname)][1]}/"
+                                                f"{plan.prefixlens[(node, i.ifname)][1]}"}
+                             for i in ifs} for node, ifs in plan.interfaces.items()},
+        "routes": {node: [f"{r.dst} via {r.gateway} dev {r.ifname}" for r in routes]
+                   for node, routes in plan.routes.items() if routes},
+        "endpoints": pairs,
+    }
+
+
 def make_plan(loaded: LoadedScenario, max_configurations: int = MAX_CONFIGURATIONS) -> Plan:
     """Expand and cost `loaded`; raises ScenarioError (as `run` would) when the scenario is not valid."""
     root = os.geteuid() == 0
@@ -183,4 +225,4 @@ def make_plan(loaded: LoadedScenario, max_configurations: int = MAX_CONFIGURATIO
                 repetitions=repetitions, warmup=rep.warmup, setup_s=setup, tools=tools, environments=envs,
                 links=link_info, problems=list(dict.fromkeys(problems)), left_out=left_out,
                 hosts=loaded.scenario.hosts.model_dump() if loaded.scenario.hosts else None,
-                scale=loaded.scale_note)
+                scale=loaded.scale_note, topology=topology_plan(configs))

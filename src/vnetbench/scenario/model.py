@@ -15,9 +15,11 @@ from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, ValidationI
 
 from vnetbench import quantities, units
 from vnetbench.impair.model import (BACKENDS, Delay, LinkBuffer, LinkSpec, LossSpec, Schedule, buffer_bytes_in_range,
-                                    frame_bytes, lab_links, link_rate, short_hand_conflicts)
+                                    frame_bytes, lab_links, link_rate, same_value, short_hand_conflicts)
 from vnetbench.lab import environments
+from vnetbench.errors import ScenarioError
 from vnetbench.scenario.names import RULE, require_name
+from vnetbench.topology.spec import TopologySpec
 from vnetbench.workloads import iperf3, ping, registry, ss
 
 MATRIX_AXES_EXTRA = ("ratio",)
@@ -32,6 +34,10 @@ Buffer = LinkBuffer
 
 
 IPV6_MIN_MTU = 1280
+
+
+# The lab's keys that condition the link named "bottleneck" (impair.model.bottleneck_from_lab).
+BOTTLENECK_SHORT_HANDS = ("bottleneck", "buffer", "delay", "jitter", "loss", "backend", "bottleneck_schedule", "shape")
 
 
 class Strict(BaseModel):
@@ -130,13 +136,12 @@ class _Lab(Strict):
             raise ValueError(f"{v}: senders must be between 1 and 64 (or \"auto\")")
         return v
 
-    @field_validator("link")
+    @field_validator("link", mode="before")
     @classmethod
-    def _link_names(cls, v: dict[str, LinkSpec]) -> dict[str, LinkSpec]:
-        bad = [n for n in v if not re.fullmatch(r"bottleneck|s[1-9][0-9]?", n)]
-        if bad:
-            raise ValueError(f"no link named {', '.join(map(repr, bad))}: a dumbbell's links are \"bottleneck\" "
-                             "(switch -> receiver) and \"s1\", \"s2\", ... (each sender -> switch)")
+    def _link_names(cls, v: Any) -> Any:
+        # Which names exist depends on the topology: the scenario checks them (Scenario._link_names).
+        for name in v if isinstance(v, dict) else ():
+            require_name(name, "link")
         return v
 
     @field_validator("bottleneck_schedule")
@@ -193,6 +198,11 @@ ProbeWorkload = ping.Options
 SsWorkload = ss.Options
 FlowTiming = iperf3.FlowTiming
 Workload = registry.options_union()
+
+
+def _default(model: type[BaseModel], key: str) -> Any:
+    f = model.model_fields[key]
+    return f.default_factory() if f.default_factory else f.default  # type: ignore[call-arg]
 
 
 def _fraction(v: Any) -> Any:
@@ -459,6 +469,9 @@ class Scenario(Strict):
     repeat: RepeatSpec = Field(default_factory=RepeatSpec, description="how often, and in what order, each "
                                "configuration runs")
     hosts: HostsSpec | None = Field(default=None, description="endpoints on real hosts (run --hosts INVENTORY)")
+    topology: TopologySpec | None = Field(default=None, description="the lab's network as a graph: a template "
+                                          "(star, linear, parking-lot, tree, dumbbell) or nodes and links; "
+                                          "default: the dumbbell of [lab]")
     scale: ScaleSpec | None = Field(default=None, description="rates written for one line rate, run at this "
                                     "machine's (applied when the file is read)")
 
@@ -529,6 +542,57 @@ class Scenario(Strict):
         # run where the inventory did not allow shaping) for a scenario that asked for nothing.
         if self.hosts is not None and "bottleneck" not in self.lab.model_fields_set:
             self.lab.bottleneck = None
+        return self
+
+    @model_validator(mode="after")
+    def _link_names(self) -> "Scenario":
+        if self.topology is not None:
+            return self  # checked against the graph's links (_topology)
+        bad = [n for n in self.lab.link if not re.fullmatch(r"bottleneck|s[1-9][0-9]?", n)]
+        if bad:
+            raise ValueError(f"no link named {', '.join(map(repr, bad))}: a dumbbell's links are \"bottleneck\" "
+                             "(switch -> receiver) and \"s1\", \"s2\", ... (each sender -> switch); a [topology] "
+                             "table declares other shapes")
+        return self
+
+    @model_validator(mode="after")
+    def _topology(self) -> "Scenario":
+        """A declared topology: its graph holds together, its endpoints are its hosts, every [lab.link.NAME] is
+        one of its links, and the lab's bottleneck short-hands have a link named "bottleneck" to apply to."""
+        if self.topology is None:
+            return self
+        try:
+            graph = self.topology.graph(self.lab.mtu)
+        except ScenarioError as e:
+            raise ValueError(str(e)) from None
+        problems = graph.problems()
+        if problems:
+            raise ValueError("topology: " + "; ".join(problems))
+        try:
+            self.topology.endpoints(graph, required=False)  # a matrix may name them: each configuration must
+        except ScenarioError as e:
+            raise ValueError(str(e)) from None
+        unknown = [n for n in self.lab.link if n not in graph.links]
+        if unknown:
+            names = list(graph.links)
+            raise ValueError(f"lab.link.{unknown[0]}: the topology has no link {unknown[0]!r} (links: "
+                             f"{', '.join(names[:12])}{', ...' if len(names) > 12 else ''})")
+        if self.hosts is not None:
+            raise ValueError("a [topology] table and a [hosts] table: a declared topology runs in the local lab "
+                             "(real hosts' network is what it is); remove one")
+        if self.lab.env != "bare":
+            raise ValueError(f"lab.env = {self.lab.env!r} with a [topology] table: a declared topology's hosts are "
+                             "bare namespaces for now; remove env, or drop the [topology] table for the dumbbell")
+        if "bottleneck" not in graph.links:
+            # Compared with the defaults (a configuration's scenario is validated again with every field set);
+            # no rate at all is what this topology's lab gets below.
+            given = [k for k in BOTTLENECK_SHORT_HANDS if not (k == "bottleneck" and self.lab.bottleneck is None)
+                     and not same_value(getattr(self.lab, k), _default(LabSpec, k))]
+            if given:
+                raise ValueError(f"lab.{given[0]} applies to the link named \"bottleneck\", which this topology does "
+                                 f"not have: give the conditions per link, [lab.link.NAME] (links: "
+                                 f"{', '.join(list(graph.links)[:12])})")
+            self.lab.bottleneck = None  # no link carries the lab's default rate
         return self
 
     @model_validator(mode="after")

@@ -27,6 +27,7 @@ from vnetbench.scenario.load import LoadedScenario, format_validation_error
 from vnetbench.impair.model import SCHEDULE_MARGIN_S, LinkSpec, base_rtt, lab_links
 from vnetbench.lab import environments
 from vnetbench.scenario.model import LabSpec, Scenario, StreamWorkload
+from vnetbench.topology.spec import TopologySpec
 from vnetbench.workloads import registry
 from vnetbench import units
 
@@ -187,6 +188,8 @@ def _axis_targets(scenario: Scenario, axis: str) -> list[tuple[str, ...]]:
     test's together), or one workload's option by its path (``workload.rr.payload``)."""
     if axis in LabSpec.model_fields:
         return [("lab", axis)]
+    if axis.startswith("topology.") and axis.split(".", 1)[1] in TopologySpec.model_fields:
+        return [("topology", axis.split(".", 1)[1])]
     if axis == "workloads":  # which workloads a configuration runs
         return [("workloads",)]
     parts = axis.split(".")
@@ -356,7 +359,9 @@ def _configuration(source: str, labels: dict[str, Any], scenario: Scenario, if_a
     found = scenario.stream
     stream = found[1] if found else None
     ratio = stream.ratio if stream else None
-    if lab.senders != "auto":
+    if scenario.topology is not None:  # the declared topology's clients
+        senders = len(scenario.topology.endpoints(scenario.topology.graph(lab.mtu))[0])
+    elif lab.senders != "auto":
         senders = lab.senders
     else:
         # Seed 001's rule for over-subscription; one sender for workloads that need no more.

@@ -329,6 +329,63 @@ class Graph:
         plan.routes = _routes(self, plan)
         return plan
 
+    def path(self, plan: Plan, src: str, dst: str, version: int = 4) -> list[tuple[str, bool]]:
+        """The links a packet from `src` to `dst`'s first address crosses, in order, each with whether it crosses
+        it forward (from its a end): IP hop by IP hop as the plan's routes send it (the longest prefix that
+        holds the address), and within a segment along its switches (a tree: one way only)."""
+        target = ipaddress.ip_address(plan.address(dst, version))
+        at = 0 if version == 4 else 1
+        owner = {addrs[at]: key for key, addrs in plan.addresses.items()}
+        segment_of = {(m.node, m.ifname): seg for seg in plan.segments for m in seg.members}
+        dst_node, dst_ifname = owner[str(target)]
+        out: list[tuple[str, bool]] = []
+        node = src
+        for _ in range(len(self.nodes)):
+            if node == dst_node:
+                return out
+            if node != src and self.kind(node) != "router":
+                break  # a host forwards nothing
+            here = [i for i in plan.interfaces[node]
+                    if target in (segment_of[(node, i.ifname)].v4 if version == 4 else segment_of[(node, i.ifname)].v6)]
+            if here:
+                leave, nxt, arrive = here[0], dst_node, dst_ifname
+            else:
+                routes = [r for r in plan.routes.get(node, []) if r.dst.version == version and target in r.dst]
+                if not routes:
+                    break
+                best = max(routes, key=lambda r: r.dst.prefixlen)
+                nxt, arrive = owner[best.gateway]
+                leave = next(i for i in plan.interfaces[node] if i.ifname == best.ifname)
+            into = next(i for i in plan.interfaces[nxt] if i.ifname == arrive)
+            out += self._segment_path(node, leave.link, nxt, into.link)
+            node = nxt
+        raise ScenarioError(f"topology: no route from {src!r} to {dst!r} ({target}) in the plan")
+
+    def _segment_path(self, src: str, first: str, dst: str, last: str) -> list[tuple[str, bool]]:
+        """Links from IP node `src` (leaving on link `first`) to IP node `dst` (arriving on link `last`) within
+        one segment: the link itself, or the switches' tree between the two links' switches."""
+        if first == last:
+            return [(first, self.links[first].a == src)]
+        link_in, link_out = self.links[first], self.links[last]
+        start = link_in.b if link_in.a == src else link_in.a
+        end = link_out.b if link_out.a == dst else link_out.a
+        previous: dict[str, tuple[str, str] | None] = {start: None}  # switch -> (link, switch) it was reached by
+        todo = deque([start])
+        while todo and end not in previous:
+            sw = todo.popleft()
+            for link in self.links_of(sw):
+                other = link.b if link.a == sw else link.a
+                if self.kind(other) == "switch" and other not in previous:
+                    previous[other] = (link.name, sw)
+                    todo.append(other)
+        between: list[tuple[str, bool]] = []
+        sw = end
+        while previous.get(sw) is not None:
+            name, before = previous[sw]  # type: ignore[misc]
+            between.append((name, self.links[name].a == before))
+            sw = before
+        return [(first, link_in.a == src), *reversed(between), (last, link_out.a == end)]
+
     def _ports(self) -> dict[tuple[str, str], str]:
         """Each switch's port names: the node at the other end when that name fits and is unique there,
         else ``p<n>`` (a switch's ports are its links, in the graph's order)."""

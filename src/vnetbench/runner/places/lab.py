@@ -20,6 +20,7 @@ from vnetbench.lab import environments
 from vnetbench.lab.environments import Variant
 from vnetbench import machine
 from vnetbench.runner.bench import DumbbellBench, variant_of
+from vnetbench.runner.graph_bench import GraphBench
 from vnetbench.runner.places.base import Place
 from vnetbench.scenario.load import LoadedScenario
 from vnetbench.scenario.plan import Configuration
@@ -60,7 +61,8 @@ class LabPlace(Place):
                                 f"--hosts INVENTORY")
 
     def bench(self, run_prefix: str, configs: list[Configuration]) -> DumbbellBench:
-        return DumbbellBench.for_configs(run_prefix, configs, pin_cpus=configs[0].scenario.lab.pin_cpus)
+        bench = GraphBench if configs[0].scenario.topology is not None else DumbbellBench
+        return bench.for_configs(run_prefix, configs, pin_cpus=configs[0].scenario.lab.pin_cpus)
 
     def doctor(self, args: argparse.Namespace) -> int:
         from vnetbench.cli_common import out

@@ -1,0 +1,215 @@
+"""A run on a declared topology (the scenario's ``[topology]`` table): the graph built in namespaces
+(:mod:`vnetbench.lab.graph_lab`), its clients and server as the trial's endpoints, its links under their
+conditions.
+
+Everything a trial does is the dumbbell bench's (:class:`vnetbench.runner.bench.DumbbellBench`): the servers,
+the phases, the recorders, the path check. What differs is the lab underneath, and the lab says it through
+the four questions the link manager asks any lab (:class:`GraphLabView`): which links lie on the trial's
+paths, which links a packet crosses from one host to another and which way, what the two ends of a link are,
+and where an emulator on a link runs.
+
+::
+
+    [topology] template = "linear", hops = 3          h1 ── l1 ── x1 ── l2 ── x2 ── l3 ── h2
+    clients = ["h1"], server = "h2"                    (client)                       (server)
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from vnetbench.errors import ScenarioError
+from vnetbench.impair.backend import LabLink
+from vnetbench.impair.links import LinkManager
+from vnetbench.lab import netns
+from vnetbench.lab.environments import Variant
+from vnetbench.lab.environments.base import Attached, NamespaceEnvironment
+from vnetbench.lab.graph_lab import GraphLab, build_graph
+from vnetbench.lab.idle import WakeLatency
+from vnetbench.lab.nodes import Host, Interface, Namespace
+from vnetbench.lab.teardown import Registry
+from vnetbench.lab.topology import Group, Lab, _cpu_plan
+from vnetbench.runner.bench import DumbbellBench, variant_of
+from vnetbench.scenario.plan import Configuration
+from vnetbench.topology.spec import TopologySpec
+
+
+@dataclass
+class GraphLabView(Lab):
+    """A built graph as the bench and the link manager see a lab: hosts by node name, one group (the trial's
+    clients and server), and each link found by its own name."""
+
+    built: GraphLab | None = None
+    _namespaces: dict[str, Namespace] = field(default_factory=dict)
+    _routes: dict[tuple[str, str], list[tuple[str, bool]]] = field(default_factory=dict)
+
+    def namespace(self, node: str) -> Namespace:
+        """Node `node`'s namespace with a netlink socket in it, opened when first asked for (a 1,000-node lab
+        needs a few of them, and each costs milliseconds)."""
+        ns = self._namespaces.get(node)
+        if ns is None:
+            name = self.built.namespaces[node]  # type: ignore[union-attr]
+            ipr = netns.open_iproute(name)
+            self.registry.add(f"netlink socket of {name}", ipr.close)
+            ns = self._namespaces[node] = Namespace(name, ipr)
+        return ns
+
+    def route(self, sender: str, receiver: str) -> list[tuple[str, bool]]:
+        found = self._routes.get((sender, receiver))
+        if found is None:
+            found = self._routes[(sender, receiver)] = self.built.graph.path(self.built.plan, sender, receiver)  # type: ignore[union-attr]
+        return found
+
+    def path_links(self, receiver: str, senders: list[str]) -> dict[str, str]:
+        """Every link a packet crosses between a sender and the receiver, either way: key = name."""
+        out: dict[str, str] = {}
+        for sender in senders:
+            for name, _ in self.route(sender, receiver) + self.route(receiver, sender):
+                out[name] = name
+        return out
+
+    def link(self, name: str, key: str) -> LabLink:
+        """Link `name`'s two ends. An emulator moves the end called ``switch_end`` into its namespace: a
+        switch's port when the link has one (nothing else is on it), else the b end (the splice carries its
+        addresses and routes, lab/splice.py). ``forward`` is from the a end."""
+        built = self.built
+        assert built is not None
+        link = built.graph.links.get(name)
+        if link is None:
+            raise ScenarioError(f"the topology has no link {name!r}")
+        ends = {node: Interface(self.namespace(node), self._ifname(node, name)) for node in (link.a, link.b)}
+        moved = link.a if built.graph.kind(link.a) == "switch" and built.graph.kind(link.b) != "switch" else link.b
+        stays = link.b if moved == link.a else link.a
+        return LabLink(name=name, switch_end=ends[moved], host_end=ends[stays], host_upstream=stays == link.a)
+
+    def _ifname(self, node: str, link: str) -> str:
+        built = self.built
+        assert built is not None
+        if built.graph.kind(node) == "switch":
+            return built.plan.ports[(node, link)]
+        return next(i.ifname for i in built.plan.interfaces[node] if i.link == link)
+
+    def emulator_namespace(self, key: str) -> str:
+        return f"{self.run_prefix}-e+{key}"[:60]  # no node's name holds a "+"
+
+
+class GraphHosts(NamespaceEnvironment):
+    """The topology's hosts as an environment: bare namespaces, whose offloads are switched on every interface
+    they have."""
+
+    kind = "bare"
+    tag = "b"
+
+    def __init__(self, variant: Variant, description: str):
+        super().__init__(None, variant)  # type: ignore[arg-type]  # the graph is built already
+        self.description = description
+
+    def facts(self) -> dict[str, Any]:
+        return {"env": "bare", "path": self.description}
+
+
+@dataclass
+class GraphBench(DumbbellBench):
+    """The dumbbell bench's trials on a declared topology's lab: one group of endpoints per (clients, server)
+    the run's configurations name, all on the one graph."""
+
+    topology: TopologySpec | None = None
+
+    @classmethod
+    def for_configs(cls, run_prefix: str, configs: list[Configuration], pin_cpus: bool = True) -> "GraphBench":
+        graphs = {_graph_key(c) for c in configs}
+        if len(graphs) > 1:
+            raise ScenarioError("the configurations of this run declare different graphs (a matrix over the "
+                                "topology's template, its parameters, nodes or links): one run builds one graph for "
+                                "now; run each in its own (a matrix over topology.clients and topology.server is "
+                                "fine)")
+        first = configs[0]
+        return cls(run_prefix, senders=max(c.active_senders for c in configs), mtu=first.scenario.lab.mtu,
+                   pin_cpus=pin_cpus, variants=[(variant_of(first), first.active_senders)], configs=list(configs),
+                   topology=first.scenario.topology)
+
+    def setup(self) -> None:
+        registry = Registry()
+        registry.add(f"work directory {self.workdir}", lambda: shutil.rmtree(self.workdir, ignore_errors=True))
+        try:
+            self.lab = self._build(registry)
+            self.links = LinkManager(self.lab, registry, self.workdir, self.run_prefix, mtu=self.mtu)
+            if self.configs:
+                self.links.plan(self.configs)
+            self.start_servers()
+        except BaseException:
+            registry.teardown()
+            raise
+
+    def group(self, config: Configuration) -> Group:
+        assert self.lab is not None
+        return self.lab.groups[_endpoints_key(config)]  # type: ignore[index]
+
+    # Every group's endpoints are hosts of the one graph, on the same devices: the offloads last set are every
+    # group's.
+    _offload_now: bool | None = None
+
+    def _realise(self, config: Configuration) -> bool:
+        group = self.group(config)
+        group.offload = self._offload_now
+        try:
+            return super()._realise(config)
+        finally:
+            self._offload_now = group.offload
+
+    def _group_offload_unknown(self, config: Configuration) -> None:
+        super()._group_offload_unknown(config)
+        self._offload_now = self.group(config).offload
+
+    def _build(self, registry: Registry) -> GraphLabView:
+        assert self.topology is not None
+        graph = self.topology.graph(self.mtu)
+        configs = self.configs or []
+        pairs = list(dict.fromkeys(_endpoints_key(c) for c in configs)) or [
+            (tuple(self.topology.endpoints(graph)[0]), self.topology.endpoints(graph)[1])]
+        lab = GraphLabView(self.run_prefix, registry)
+        wake = WakeLatency()
+        lab.cpu_wake_latency = wake.hold()
+        registry.add("the hold on the CPUs' wake-up latency", wake.release)
+        t0 = time.perf_counter()
+        lab.built = build_graph(self.run_prefix, graph, registry)
+        variant = self.variants[0][0] if self.variants else Variant(env="bare", mtu=self.mtu)
+        kinds = [n.kind for n in graph.nodes.values()]
+        env = GraphHosts(variant, f"namespaces on a declared topology: {kinds.count('host')} hosts, "
+                                  f"{kinds.count('switch')} switches, {kinds.count('router')} routers, "
+                                  f"{len(graph.links)} links")
+        # Servers on the last core, clients spread over the others (a host that is both: a server's core)
+        servers = list(dict.fromkeys(server for _, server in pairs))
+        clients = [c for c in dict.fromkeys(c for cs, _ in pairs for c in cs) if c not in servers]
+        rx_cpu, tx_cpus = _cpu_plan(len(clients))
+        for name, cpu in [*((s, rx_cpu) for s in servers), *zip(clients, tx_cpus)]:
+            ns = lab.namespace(name)
+            interfaces = [Interface(ns, i.ifname) for i in lab.built.plan.interfaces[name]]
+            host = Host(name=name, ns=ns, registry=registry, ipv4=lab.built.plan.address(name, 4),
+                        ipv6=lab.built.plan.address(name, 6), cpu=cpu if self.pin_cpus else None,
+                        iface=interfaces[0], env_facts={"env": "bare", "netns": ns.name})
+            lab.hosts[name] = host
+            env.attached.append(Attached(host=host, port=None, uplink=interfaces[0],  # type: ignore[arg-type]
+                                         offload_ifaces=interfaces))
+        for key in pairs:
+            lab.groups[key] = Group(variant, "", env, key[1], list(key[0]), named_roles=True)  # type: ignore[index]
+        lab.bringup_s[variant] = time.perf_counter() - t0
+        return lab
+
+
+def _graph_key(config: Configuration) -> str:
+    """What makes a configuration's graph: its topology table without the endpoints, and the links' MTU."""
+    topology = config.scenario.topology
+    assert topology is not None
+    return topology.model_copy(update={"clients": None, "server": None}).model_dump_json() + \
+        f"mtu={config.scenario.lab.mtu}"
+
+
+def _endpoints_key(config: Configuration) -> tuple[tuple[str, ...], str]:
+    topology = config.scenario.topology
+    assert topology is not None
+    clients, server = topology.endpoints(topology.graph(config.scenario.lab.mtu))
+    return tuple(clients), server

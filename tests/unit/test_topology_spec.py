@@ -1,0 +1,110 @@
+"""The scenario's [topology] table: templates and written-out graphs, their endpoints, the link names the lab's
+conditions may use, and the matrix over topology keys and link keys."""
+
+from __future__ import annotations
+
+import pytest
+
+from vnetbench.errors import ScenarioError
+from vnetbench.impair.model import LinkSpec
+from vnetbench.scenario.load import load_text
+from vnetbench.scenario.plan import expand
+
+PROBE = """
+[workload.probe]
+tool = "ping"
+duration = "1s"
+"""
+
+
+def _load(text: str):
+    return load_text('name = "t"\n' + text + PROBE, "t.toml")
+
+
+def test_a_template_gives_its_graph_and_its_usual_endpoints():
+    s = _load('[topology]\ntemplate = "linear"\nhops = 3\n').scenario
+    graph = s.topology.graph(s.lab.mtu)
+    assert list(graph.links) == ["l1", "l2", "l3"]
+    assert s.topology.endpoints(graph) == (["h1"], "h2")
+    assert s.lab.bottleneck is None  # no link named bottleneck: the lab's default rate goes nowhere
+    s = _load('[topology]\ntemplate = "star"\nleaves = 3\n').scenario
+    assert s.topology.endpoints(s.topology.graph()) == (["h1", "h2", "h3"], "srv")
+    s = _load('[topology]\ntemplate = "dumbbell"\nsenders = 2\n').scenario
+    assert s.topology.endpoints(s.topology.graph()) == (["s1", "s2"], "r")
+    assert s.lab.bottleneck == 100e6  # the dumbbell template has the bottleneck link the short-hands feed
+
+
+def test_a_written_out_graph_and_its_endpoints():
+    text = ('[topology]\nnodes = {a = "host", x = "router", b = "host", c = "host"}\n'
+            'links = [{name = "la", a = "a", b = "x"}, {name = "lb", a = "x", b = "b"}, {name = "lc", a = "x", b = "c", mtu = 9000}]\n')
+    with pytest.raises(ScenarioError, match="needs its endpoints: clients"):
+        _load(text)
+    s = _load(text + 'clients = ["a", "c"]\nserver = "b"\n').scenario
+    graph = s.topology.graph(s.lab.mtu)
+    assert graph.links["lc"].mtu == 9000 and graph.links["la"].mtu == 1500
+    assert s.topology.endpoints(graph) == (["a", "c"], "b")
+
+
+@pytest.mark.parametrize("table, message", [
+    ('template = "linear"\nleaves = 3', "leaves = 3 is a parameter of template 'star'"),
+    ('template = "ring"', "template"),
+    ('hops = 2', "give a template"),
+    ('nodes = {a = "host"}', "needs both nodes"),
+    ('template = "linear"\nnodes = {a = "host"}\nlinks = []', "keep one"),
+    ('template = "linear"\nserver = "x1"', "server 'x1' is no host"),
+    ('template = "linear"\nclients = ["h2"]\nserver = "h2"', "both a client and the server"),
+    ('template = "star"\nleaves = 2\nclients = []', "at least one host"),
+    ('nodes = {a = "host", b = "host"}\nlinks = [{name = "l", a = "a", b = "c"}]', "joins 'c', which is no node"),
+    ('template = "linear"\nhops = 0', "hops = 0"),
+])
+def test_a_topology_that_cannot_be_built_is_refused_with_the_reason(table, message):
+    with pytest.raises(ScenarioError, match=message):
+        _load(f"[topology]\n{table}\n")
+
+
+def test_link_conditions_name_the_topologys_links_and_the_short_hands_need_a_bottleneck():
+    with pytest.raises(ScenarioError, match=r"lab.link.bottleneck: the topology has no link 'bottleneck' \(links: l1, l2\)"):
+        _load('[topology]\ntemplate = "linear"\n[lab.link.bottleneck]\nforward = {delay = "1ms"}\n')
+    with pytest.raises(ScenarioError, match='lab.delay applies to the link named "bottleneck"'):
+        _load('[lab]\ndelay = "5ms"\n[topology]\ntemplate = "linear"\n')
+    with pytest.raises(ScenarioError, match="a dumbbell's links are"):
+        _load('[lab.link.l1]\nforward = {delay = "1ms"}\n')  # no topology: the dumbbell's names
+    s = _load('[topology]\ntemplate = "linear"\n[lab.link.l2]\nforward = {delay = "1ms"}\n').scenario
+    assert s.lab.link["l2"].forward.delay == pytest.approx(0.001)
+    with pytest.raises(ScenarioError, match="bare namespaces for now"):
+        _load('[lab]\nenv = "container"\n[topology]\ntemplate = "linear"\n')
+
+
+def test_the_matrix_sweeps_a_topologys_link_and_its_clients():
+    loaded = _load('[topology]\ntemplate = "star"\nleaves = 3\n'
+                   '[matrix]\n"link.h2.forward.delay" = ["1ms", "20ms"]\n"topology.clients" = [["h1"], ["h1", "h3"]]\n')
+    configs = expand(loaded)
+    assert len(configs) == 4
+    assert sorted({c.active_senders for c in configs}) == [1, 2]
+    delays = sorted({c.scenario.lab.link["h2"].forward.delay for c in configs})
+    assert delays == [pytest.approx(0.001), pytest.approx(0.02)]
+
+
+def test_a_link_seen_from_its_other_end_swaps_its_directions():
+    spec = LinkSpec.model_validate({"forward": {"delay": "5ms"}, "reverse": {"rate": "10Mbit"},
+                                    "schedule": [{"at": "1s", "forward": {"rate": "1Mbit"}}]})
+    back = spec.reversed()
+    assert back.reverse.delay == pytest.approx(0.005) and back.forward.rate == 10e6
+    assert back.schedule.steps[0].reverse.rate == 1e6 and back.schedule.steps[0].forward is None
+    assert back.reversed() == spec
+
+
+def test_plan_shows_the_graph_its_conditions_and_each_configurations_path():
+    from vnetbench.runner.preview import topology_plan
+
+    loaded = _load('[topology]\ntemplate = "linear"\nhops = 2\n[lab.link.l2]\nforward = {delay = "3ms"}\n'
+                   '[matrix]\n"link.l1.reverse.delay" = ["1ms", "2ms"]\n')
+    topo = topology_plan(expand(loaded))
+    assert topo["nodes"] == {"h1": "host", "h2": "host", "x1": "router"}
+    links = {x["name"]: x for x in topo["links"]}
+    assert links["l1"]["conditions"] == ["reverse: delay 1ms", "reverse: delay 2ms"]  # as each configuration has it
+    assert links["l2"]["conditions"] == ["forward: delay 3ms"] and (links["l2"]["a"], links["l2"]["b"]) == ("x1", "h2")
+    assert topo["endpoints"] == [{"clients": ["h1"], "server": "h2", "paths": {"h1": ["l1", "l2"]}}]
+    assert topo["addresses"]["x1"]["eth0"]["ipv4"].startswith("198.18.")
+    assert topo["routes"]["h1"] == ["0.0.0.0/0 via 198.18.0.1 dev eth0", "::/0 via 2001:2::1 dev eth0"]
+    assert topology_plan(expand(_load(""))) is None  # the dumbbell
