@@ -73,10 +73,13 @@ def test_a_busy_loop_is_one_core_and_a_byte_through_the_emulator_costs_more(tmp_
         return [u - f for u, f in zip(v["cpu.util_pct"], v["cpu.foreign_pct"])]
 
     assert min(own(loop)) - max(own(idle)) >= 80, (own(loop), own(idle))
-    # ... on the core the receiver is pinned to, where sysbench runs
+    # ... on the core the receiver is pinned to, where sysbench runs: that core never idles (a tick at each edge of
+    # the window: 1 %), and its time is the loop's user time but for what the hypervisor took (steal; a check of
+    # user time alone failed once in 13 runs with one core kept busy)
     loop_trials = [t for t in trials if t["config_key"] == key["loop", "bare"]]
-    assert all(t["raw"]["cpu"]["per_cpu_pct"][f"cpu{t['raw']['cores']['endpoints']['r']}"]["user"] >= 90
-               for t in loop_trials), [t["raw"]["cpu"] for t in loop_trials]
+    on_its_core = [t["raw"]["cpu"]["per_cpu_pct"][f"cpu{t['raw']['cores']['endpoints']['r']}"] for t in loop_trials]
+    assert all(c["idle"] + c["iowait"] <= 5 and c["user"] + c["nice"] + c["steal"] >= 90 for c in on_its_core), \
+        on_its_core
     # the run's own tools are never counted as other work
     for t in trials:
         assert not {p["command"] for p in t["raw"]["cpu"]["foreign"]["top"]} & OURS, t["raw"]["cpu"]["foreign"]
