@@ -32,6 +32,7 @@ from vnetbench.metrics import LAB_METRICS, METRICS
 from vnetbench.scenario import model as scenario
 from vnetbench.scenario.load import builtin_names, read_source
 from vnetbench.scenario.schema import schema_text, workload_def_names
+from vnetbench.topology.spec import LinkDeclaration, TopologySpec
 from vnetbench.workloads import iperf3, registry
 from vnetbench.workloads.base import WorkloadOptions
 
@@ -242,6 +243,8 @@ SCENARIO_SECTIONS: list[tuple[str, type[BaseModel]]] = [
     ("[repeat]", scenario.RepeatSpec),
     ("[hosts]", scenario.HostsSpec),
     ("[scale]", scenario.ScaleSpec),
+    ("[topology]", TopologySpec),
+    ("Topology link", LinkDeclaration),
 ]
 
 

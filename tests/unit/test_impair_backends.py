@@ -316,21 +316,21 @@ def test_endpoints_leave_an_emulators_core_only_while_it_is_on_their_path(monkey
         return {receiver: L.LinkTarget("bottleneck", bottleneck, LinkSpec()),
                 "s1": L.LinkTarget("s1", s1, LinkSpec()), "s2": L.LinkTarget("s2", None, LinkSpec())}
 
-    manager._pin(path("r", "userspace"))
+    manager._pin(path("r", "userspace"), ["r", "s1", "s2"])
     # off core 3 onto the least used core no emulator of this path spins on (2: s1's link has no emulator here)
     assert (hosts["r"].cpu, hosts["s1"].cpu, hosts["s2"].cpu) == (2, 0, 1) and manager.repinned
     manager.repinned = False
-    manager._pin(path("r", "htb"))
+    manager._pin(path("r", "htb"), ["r", "s1", "s2"])
     assert (hosts["r"].cpu, hosts["s1"].cpu, hosts["s2"].cpu) == (3, 0, 1) and manager.repinned
     manager.repinned = False
-    manager._pin(path("r", "userspace", "userspace"))
+    manager._pin(path("r", "userspace", "userspace"), ["r", "s1", "s2"])
     assert hosts["r"].cpu in (0, 1) and (hosts["s1"].cpu, hosts["s2"].cpu) == (0, 1)
-    manager._pin(path("r", "htb"))
+    manager._pin(path("r", "htb"), ["r", "s1", "s2"])
     assert hosts["r"].cpu == 3
     manager.repinned = False
-    manager._pin(path("r", "htb"))
+    manager._pin(path("r", "htb"), ["r", "s1", "s2"])
     assert not manager.repinned  # nothing changed, nothing restarts
-    manager._pin(path("vr", "userspace"))
+    manager._pin(path("vr", "userspace"), ["vr", "s1", "s2"])
     assert hosts["vr"].cpu == 3  # QEMU's threads stay where they started; the record says so
     manager._targets = path("r", "userspace")
     assert manager.emulator_cores() == {"bottleneck": 3}
