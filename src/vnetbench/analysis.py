@@ -55,7 +55,7 @@ from vnetbench.stats import (
     smallest_pvalue,
     summarize,
 )
-from vnetbench.metrics import HEADLINE
+from vnetbench.metrics import HEADLINE, in_order
 from vnetbench.stats.compare import DEFAULT_ALPHA, DEFAULT_N_BOOT, DEFAULT_NOISE
 from vnetbench.store.db import Store
 
@@ -284,7 +284,7 @@ def _run_info(store: Store, run_id: str) -> dict[str, Any]:
 def _default_metrics(present: set[str], all_metrics: bool) -> list[str]:
     if all_metrics:
         return _metric_order(present)
-    chosen = [m for m in DEFAULT_METRICS if m in present]
+    chosen = in_order(DEFAULT_METRICS, present)
     return chosen or _metric_order(present)
 
 

@@ -7,12 +7,18 @@ IPDV; its metric name says so.
 
 Every sample stored carries its unit and direction from here, so comparisons
 never count an improvement as a failure.
+
+When several workloads of a trial run the same tool (a parking lot's long flow
+and its cross flows, each an iperf3 workload between hosts of its own), each
+one's metrics carry its name after an ``@``: ``throughput.rx_mbps@long``,
+``throughput.rx_mbps@cross1``. They are the metric below, measured by that
+workload; ``--metric`` and ``repeat.key_metrics`` take them by that name.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, replace
 
 HIGHER = "higher"
 LOWER = "lower"
@@ -100,6 +106,33 @@ def noise_marks(values: Mapping[str, float]) -> list[str]:
             if (v := values.get(metric)) is not None and v > limit]
 
 
+#: Between a metric's name and the workload that measured it, when several workloads of a trial run the same
+#: tool (a parking lot's long flow and its cross flows): ``throughput.rx_mbps@cross1``. The metric is the
+#: registered one; the name says whose it is.
+QUALIFIER = "@"
+
+
+def qualified(name: str, workload: str) -> str:
+    """`name` as workload `workload` measured it: ``throughput.rx_mbps@long``."""
+    return f"{name}{QUALIFIER}{workload}"
+
+
+def base_name(name: str) -> str:
+    """The registered metric a (possibly qualified) name is: ``throughput.rx_mbps@long`` -> ``throughput.rx_mbps``."""
+    return name.partition(QUALIFIER)[0]
+
+
+def in_order(preferred: Iterable[str], present: Iterable[str]) -> list[str]:
+    """The `present` metrics that `preferred` names, in its order, each followed by its qualified forms (one per
+    workload that measured it, by name): what `show`, `compare` and the report take by default."""
+    present = set(present)
+    out: list[str] = []
+    for name in preferred:
+        out += [name] if name in present else []
+        out += sorted(m for m in present if m != name and base_name(m) == name)
+    return list(dict.fromkeys(out))
+
+
 class _Registry(Mapping[str, Metric]):
     """Every metric by name: the lab's and those of each registered workload, collected on first use
     (the workload modules import this one, so they cannot be imported here at module level)."""
@@ -121,7 +154,13 @@ class _Registry(Mapping[str, Metric]):
         return self._by_name
 
     def __getitem__(self, name: str) -> Metric:
-        return self._all()[name]
+        base, _, workload = name.partition(QUALIFIER)
+        m = self._all()[base]
+        if not workload:
+            if name != base:
+                raise KeyError(name)
+            return m
+        return replace(m, name=name, description=f"{m.description} (workload {workload})")
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._all())

@@ -104,7 +104,111 @@ def test_plan_shows_the_graph_its_conditions_and_each_configurations_path():
     links = {x["name"]: x for x in topo["links"]}
     assert links["l1"]["conditions"] == ["reverse: delay 1ms", "reverse: delay 2ms"]  # as each configuration has it
     assert links["l2"]["conditions"] == ["forward: delay 3ms"] and (links["l2"]["a"], links["l2"]["b"]) == ("x1", "h2")
-    assert topo["endpoints"] == [{"clients": ["h1"], "server": "h2", "paths": {"h1": ["l1", "l2"]}}]
+    assert topo["endpoints"] == [{"clients": ["h1"], "server": "h2", "workloads": ["probe"],
+                                  "paths": {"h1": ["l1", "l2"]}}]
     assert topo["addresses"]["x1"]["eth0"]["ipv4"].startswith("198.18.")
     assert topo["routes"]["h1"] == ["0.0.0.0/0 via 198.18.0.1 dev eth0", "::/0 via 2001:2::1 dev eth0"]
     assert topology_plan(expand(_load(""))) is None  # the dumbbell
+
+
+PARKING = """
+[topology]
+template = "parking-lot"
+bottlenecks = 2
+[lab.link.b1]
+forward = {rate = "10Mbit"}
+[lab.link.b2]
+forward = {rate = "30Mbit"}
+[workload.long]
+tool = "iperf3"
+clients = ["src"]
+server = "dst"
+[workload.cross1]
+tool = "iperf3"
+during = "long"
+clients = ["c1s"]
+server = "c1r"
+[workload.cross2]
+tool = "iperf3"
+during = "long"
+clients = ["c2s"]
+server = "c2r"
+"""
+
+
+def test_workloads_between_their_own_hosts_have_max_min_fair_shares_for_theory():
+    (config,) = expand(load_text('name = "p"\n' + PARKING, "p.toml"))
+    scenario = config.scenario
+    assert [p for p, _ in scenario.phases()] == ["long"]  # the cross flows run with it
+    assert all(scenario.qualifies(w) for w in ("long", "cross1", "cross2"))
+    # b1 is shared by the long flow and cross1 (5 each), b2 by the long flow (5) and cross2 (the rest)
+    assert config.expected == {"throughput.rx_mbps@long": 5.0, "throughput.rx_mbps@cross1": 5.0,
+                               "throughput.rx_mbps@cross2": 25.0}
+    # an offered rate below the share is what that flow gets; the others share the rest
+    slow = PARKING.replace('server = "c1r"\n', 'server = "c1r"\noffered = "2Mbit"\n')
+    (config,) = expand(load_text('name = "p"\n' + slow, "p.toml"))
+    assert config.offered_by == {"cross1": 2e6, "cross2": None}
+    assert config.expected["throughput.rx_mbps@cross1"] == pytest.approx(2.0)
+    assert config.expected["throughput.rx_mbps@long"] == pytest.approx(8.0)
+    assert config.expected["throughput.rx_mbps@cross2"] == pytest.approx(22.0)
+
+
+def test_plan_shows_each_workloads_path():
+    from vnetbench.runner.preview import topology_plan
+
+    topo = topology_plan(expand(load_text('name = "p"\n' + PARKING, "p.toml")))
+    assert [(e["workloads"], e["paths"]) for e in topo["endpoints"]] == [
+        (["long"], {"src": ["src", "b1", "b2", "dst"]}), (["cross1"], {"c1s": ["c1s", "b1", "c1r"]}),
+        (["cross2"], {"c2s": ["c2s", "b2", "c2r"]})]
+
+
+def test_a_workloads_own_hosts_are_checked_before_anything_is_built():
+    with pytest.raises(ScenarioError, match="workload.cross1: client 'x1' is no host of the topology"):
+        _load_parking(PARKING.replace('clients = ["c1s"]', 'clients = ["x1"]'))
+    with pytest.raises(ScenarioError, match="workload.cross1: 'c1r' is both a client and the server"):
+        _load_parking(PARKING.replace('clients = ["c1s"]', 'clients = ["c1r"]'))
+    # two iperf3 streams at once between the same hosts: one server, one test at a time
+    with pytest.raises(ScenarioError, match="workload.long and workload.cross1 both run iperf3 from src to dst at once"):
+        _load_parking(PARKING.replace('clients = ["c1s"]\nserver = "c1r"', 'clients = ["src"]\nserver = "dst"'))
+    # the same hosts one after the other are fine, and so are other clients to the same server
+    _load_parking(PARKING.replace('during = "long"\nclients = ["c1s"]\nserver = "c1r"', 'clients = ["src"]\nserver = "dst"'))
+    _load_parking(PARKING.replace('clients = ["c1s"]\nserver = "c1r"', 'clients = ["c1s"]\nserver = "dst"'))
+
+
+def _load_parking(text: str):
+    return expand(load_text('name = "p"\n' + text, "p.toml"))
+
+
+def test_the_report_draws_a_declared_topology_in_layers_from_the_server():
+    from xml.etree import ElementTree
+
+    from vnetbench.report.html_topology import MAX_DRAWN, graph_layers, graph_svg
+    from vnetbench.runner.preview import topology_record
+
+    drawn = topology_record(_load_parking(PARKING))
+    assert "addresses" not in drawn and drawn["routes_count"] > 0  # plan --json has them; a run keeps the count
+    assert graph_layers(drawn["nodes"], drawn["links"], ["dst"]) == [
+        ["dst"], ["x2"], ["c2r", "x1"], ["c1r", "c2s", "x0"], ["c1s", "src"]]
+    svg = graph_svg(drawn)
+    tree = ElementTree.fromstring(svg[:svg.index("</svg>") + 6])  # well-formed: every text escaped
+    texts = [t.text for t in tree.iter("{http://www.w3.org/2000/svg}text")]
+    assert {"src", "dst", "x0", "c1s"} <= set(texts)
+    assert "b1: forward: rate 10Mbit" in texts  # a conditioned link says its conditions
+    titles = [t.text for t in tree.iter("{http://www.w3.org/2000/svg}title")]
+    assert "link b1: x0 -> x1; forward: rate 10Mbit; crossed by long, cross1" in titles
+    assert "<code>cross2</code>: c2s → c2r via c2s → b2 → c2r" in svg
+    # names a user chose are text, never markup
+    drawn["nodes"]["<b>&"] = "host"
+    drawn["links"].append({"name": "x<i>", "a": "<b>&", "b": "x0", "conditions": ["forward: delay 1ms"]})
+    svg = graph_svg(drawn)
+    tree = ElementTree.fromstring(svg[:svg.index("</svg>") + 6])
+    assert "<b>&" in [t.text for t in tree.iter("{http://www.w3.org/2000/svg}text")]
+    # a thousand leaves: those on conditioned links and the first others at their distance, the rest counted
+    big = topology_record(expand(_load(f'[topology]\ntemplate = "star"\nleaves = {MAX_DRAWN + 700}\n'
+                                       '[lab.link.h900]\nboth = {delay = "1ms"}\n')))
+    svg = graph_svg(big)
+    tree = ElementTree.fromstring(svg[:svg.index("</svg>") + 6])
+    texts = [t.text for t in tree.iter("{http://www.w3.org/2000/svg}text")]
+    assert "h900" in texts and "h1" in texts and "srv" in texts and "h500" not in texts
+    assert f"+{MAX_DRAWN + 700 - 15:,} more" in texts
+    assert any(t.startswith(f"17 of {MAX_DRAWN + 702:,} nodes drawn") for t in texts), texts[-1]

@@ -108,8 +108,9 @@ def test_a_workload_during_another_runs_in_its_phase(tmp_path):
     ("[workload]\n", "no workload"),
     ('[workload.x]\ntool = "netperf"\n', "workload.x.tool = 'netperf': not one vnetbench knows; give one of 'iperf3'"),
     ('[workload.x]\ntool = "ss"\nduring = ""\n[workload.s]\ntool = "iperf3"\n', "must name a workload"),
-    ('[workload.x]\ntool = "iperf3"\nduring = "y"\n[workload.y]\ntool = "sockperf"\n', "runs on its own"),
-    ('[workload.a]\ntool = "sockperf"\n[workload.b]\ntool = "sockperf"\nproto = "tcp"\n', "both run sockperf"),
+    ('[workload.x]\ntool = "sysbench"\nduring = "y"\n[workload.y]\ntool = "sockperf"\n', "runs on its own"),
+    ('[workload.a]\ntool = "sockperf"\nserver = "h2"\n', "clients and server name hosts of a [topology]"),
+    ('[workload.a]\ntool = "sockperf"\nclients = ["../x"]\n', "client '../x' is not a name"),
     ('[workload.a]\ntool = "sockperf"\n[workload.b]\ntool = "ping"\nduring = "c"\n', "'c' is no workload"),
     ('[workload.a]\ntool = "sockperf"\nduring = "b"\n[workload.b]\ntool = "ping"\nduring = "a"\n',
      "runs during another itself"),
@@ -121,6 +122,22 @@ def test_workload_errors_name_the_key_and_what_to_do(tmp_path, body, needle):
     with pytest.raises(ScenarioError) as info:
         L.load(write(tmp_path, body))
     assert needle in str(info.value)
+
+
+def test_workloads_of_one_tool_have_their_metrics_named_after_them(tmp_path):
+    body = '[workload.a]\ntool = "sockperf"\n[workload.b]\ntool = "sockperf"\nproto = "tcp"\n' \
+           '[workload.p]\ntool = "ping"\nduring = "a"\n'
+    sc = L.load(write(tmp_path, body)).scenario
+    assert sc.qualifies("a") and sc.qualifies("b") and not sc.qualifies("p")
+    assert [p for p, _ in sc.phases()] == ["a", "b"]  # one after the other: no port is shared at once
+
+
+def test_two_iperf3_streams_at_once_between_the_same_hosts_are_refused(tmp_path):
+    body = '[workload.a]\ntool = "iperf3"\n[workload.b]\ntool = "iperf3"\nduring = "a"\n'
+    with pytest.raises(ScenarioError, match="both run iperf3 from the senders to the receiver at once"):
+        expand(L.load(write(tmp_path, body)))
+    # one after the other they may
+    expand(L.load(write(tmp_path, body.replace('during = "a"\n', ""))))
 
 
 def test_sockperf_in_an_ipv6_lab_is_refused_before_anything_is_built(tmp_path):

@@ -222,7 +222,7 @@ class LinkManager:
 
     # -------------------------------------------------------------- applying
 
-    def targets(self, config: Any, receiver: str, senders: list[str]) -> dict[str, LinkTarget]:
+    def targets(self, config: Any, flows: list[tuple[str, list[str]]]) -> dict[str, LinkTarget]:
         """What every link on this configuration's path must be, computed from the configuration and the run's
         backend choices alone (never from what an earlier configuration installed): per host, its link's name,
         backend and conditions. A link the configuration does not mention is plain; it is realised by the
@@ -231,20 +231,22 @@ class LinkManager:
         lab_spec = config.scenario.lab
         declared = lab_links(lab_spec)
         out: dict[str, LinkTarget] = {}
-        for key, name in self.lab.path_links(receiver, senders).items():
+        on_path = {key: name for receiver, senders in flows
+                   for key, name in self.lab.path_links(receiver, senders).items()}
+        for key, name in on_path.items():
             spec = declared.get(name, LinkSpec())
             conditioned = not spec.is_plain() or spec.backend != "auto" or name in self.auto
             out[key] = LinkTarget(name, self._name_of(name, spec, lab_spec) if conditioned else None, spec)
         return out
 
-    def apply(self, config: Any, receiver: str = "r", senders: list[str] | None = None) -> dict[str, Any]:
-        """Make the links on the configuration's path what :meth:`targets` says, changing only what differs
-        from what is installed, and idle every other link (no emulator spins for it meanwhile). Returns the
-        state to record: {"qdiscs": [...], "links": {...}}; ``rewired`` then names the hosts whose link changed
-        structure (an emulator spliced in or taken out: the devices on it are new)."""
+    def apply(self, config: Any, flows: list[tuple[str, list[str]]]) -> dict[str, Any]:
+        """Make the links on the configuration's paths (`flows`: each receiver with its senders) what
+        :meth:`targets` says, changing only what differs from what is installed, and idle every other link (no
+        emulator spins for it meanwhile). Returns the state to record: {"qdiscs": [...], "links": {...}};
+        ``rewired`` then names the hosts whose link changed structure (an emulator spliced in or taken out: the
+        devices on it are new)."""
         lab_spec = config.scenario.lab
-        senders = senders if senders is not None else sorted(h for h in self.lab.hosts if h != receiver)
-        targets = self.targets(config, receiver, senders)
+        targets = self.targets(config, flows)
         self.rewired = set()
         self.changed = False
         for host, backend in self.backends.items():
@@ -268,7 +270,7 @@ class LinkManager:
                                   "describe": target.spec.describe(), "needs": sorted(target.spec.needs()),
                                   **{k: v for k, v in cached.items() if k != "backend"}}
         self._targets = targets
-        self._pin(targets, [receiver, *senders])
+        self._pin(targets, list(dict.fromkeys(h for receiver, senders in flows for h in (receiver, *senders))))
         self._active = {host: t.name for host, t in targets.items() if t.backend is not None}
         self._state = links
         qdiscs = [q for h in self._active for q in self.backends[h].qdiscs()]

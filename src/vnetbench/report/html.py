@@ -245,7 +245,10 @@ def _what_ran(m: ReportModel) -> str:
             out.append("<p>Overrides: " + " ".join(f"<code>--set {e(str(o))}</code>" for o in rec["overrides"])
                        + "</p>")
         params = [c["params"] for c in r.configurations]
-        out.append('<div class="topo">' + topology.svg(params, _run_probe_text(rec)) + "</div>")
+        declared = (rec.get("fingerprint") or {}).get("topology")
+        drawing = topology.graph_svg(declared) if isinstance(declared, dict) else \
+            topology.svg(params, _run_probe_text(rec))
+        out.append('<div class="topo">' + drawing + "</div>")
         out.append(_collapsible(f"Scenario file <code>{e(rec.get('scenario_source') or '')}</code>",
                                 f'<pre class="code">{e(rec.get("scenario_text") or "")}</pre>', 0,
                                 open_=len(m.runs) == 1 and (rec.get("scenario_text") or "").count("\n") < 60))
@@ -504,7 +507,7 @@ def _glance(m: ReportModel, summ: dict[str, dict[int, Any]], cmp: compare.Compar
         c = compare.counts(cmp.rows)
         out.append('<p><a href="#comparison">Comparison</a>: '
                    + " ".join(compare.verdict_badge(v, c[v]) for v in compare.VERDICT_RANK) + "</p>")
-    metrics = [x for x in HEADLINE if x in summ][:MAX_GLANCE_METRICS] or m.metrics[:MAX_GLANCE_METRICS]
+    metrics = metrics_mod.in_order(HEADLINE, summ)[:MAX_GLANCE_METRICS] or m.metrics[:MAX_GLANCE_METRICS]
     if not metrics:
         out.append('<p class="note warn">No trial produced a metric: see the failed trials under '
                    '<a href="#what-ran">What ran</a>.</p></section>')
@@ -636,7 +639,7 @@ def key_metric(m: ReportModel) -> str | None:
         first = _declared_key_metric(r.record)
         if first in m.metrics:
             return first
-    return next((x for x in HEADLINE if x in m.metrics), m.metrics[0] if m.metrics else None)
+    return next(iter(metrics_mod.in_order(HEADLINE, m.metrics)), m.metrics[0] if m.metrics else None)
 
 
 def _declared_key_metric(rec: dict[str, Any]) -> str | None:

@@ -17,7 +17,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from vnetbench.lab.environments import option_owners
-from vnetbench.metrics import HEADLINE, METRICS
+from vnetbench.metrics import HEADLINE, METRICS, in_order
 from vnetbench.report.terminal import Col, compact_table, print_stacked, stacked_tables
 from vnetbench.store.db import Store
 
@@ -109,7 +109,7 @@ def relative_tables(store: Store, run_id: str, configs: list[dict[str, Any]], co
     one line per configuration, or with `detail` each median under its ratio."""
     values = store.values(run_id)
     present = {m for per in values.values() for m in per}
-    metrics = [m for m in (metrics or list(HEADLINE)) if m in present]
+    metrics = [m for m in metrics if m in present] if metrics else in_order(HEADLINE, present)
     rows = relative_rows(configs, values, metrics)
     if not rows or not metrics:
         return []

@@ -16,7 +16,7 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
-from vnetbench.metrics import COST, HEADLINE, METRICS, NOISE_MARKS
+from vnetbench.metrics import COST, HEADLINE, METRICS, NOISE_MARKS, in_order
 from vnetbench.report import sender
 from vnetbench.runner.machine_load import machine_note
 from vnetbench.runner.fingerprint import run_notes
@@ -317,12 +317,14 @@ def show(store: Store, run_id: str, console: Console, metrics: list[str] | None 
     console.print(escape(f"kernel {fp.get('kernel')}  cpu {fp.get('cpu_model')} x{fp.get('cpus')}  {tools}"))
     for line in (*host_lines(fp), *endpoint_lines(fp)):
         console.print(escape(line), highlight=False)
+    if isinstance(fp.get("topology"), dict):
+        topology_view(fp["topology"], console, rows=12)
     for t in failed[:10]:
         console.print(f"  [yellow]{t['status']}[/] {t['config_key']} #{t['repetition']}: {escape(str(t['reason']))}")
     for line in marked_lines(store.marked_trials(run_id), len(trials) - len(failed)):
         console.print(escape(line), highlight=False)
     present = sorted({m for per in values.values() for m in per})
-    wanted = metrics or [m for m in PREFERRED if m in present]
+    wanted = metrics or in_order(PREFERRED, present)
     label_keys = _label_keys(configs)
     rows = []  # (configuration, n, its values)
     for c in configs:
@@ -620,6 +622,13 @@ def _span(seconds: float) -> str:
     return f"{minutes} min" if minutes < 60 else f"{minutes // 60} h {minutes % 60:02d} min"
 
 
+def _routes_count(topology: dict[str, Any]) -> int:
+    """How many routes the topology's nodes have: counted from plan's, or as a run stored it."""
+    if "routes" in topology:
+        return sum(len(r) for r in topology["routes"].values())
+    return int(topology.get("routes_count", 0))
+
+
 def topology_view(topology: dict[str, Any], console: Console, rows: int = 24) -> None:
     """A declared topology in a few lines: what it holds, its conditioned links (all of them while they fit),
     and each configuration's endpoints with the links between them. `plan --json` has every address and route."""
@@ -631,7 +640,7 @@ def topology_view(topology: dict[str, Any], console: Console, rows: int = 24) ->
 
     console.print(f"topology ({shape}): {count(kinds.count('host'), 'host')}, {count(kinds.count('switch'), 'switch')}, "
                   f"{count(kinds.count('router'), 'router')}, {count(len(topology['links']), 'link')}; "
-                  f"{count(sum(len(r) for r in topology['routes'].values()), 'route')} (--json lists them)",
+                  f"{count(_routes_count(topology), 'route')} (plan --json lists them)",
                   soft_wrap=True, highlight=False)
     links = topology["links"]
     shown = links if len(links) <= rows else [x for x in links if x["conditions"] != ["plain"]][:rows]
@@ -641,9 +650,10 @@ def topology_view(topology: dict[str, Any], console: Console, rows: int = 24) ->
     if len(shown) < len(links):
         console.print(f"  [dim]... {len(links) - len(shown):,} more links (--json lists every one)[/]")
     for pair in topology["endpoints"][:rows]:
+        who = f" ({', '.join(pair['workloads'])})" if pair.get("workloads") else ""
         for client, path in pair["paths"].items():
-            console.print(f"  path {escape(client)} -> {escape(pair['server'])}: {escape(' -> '.join(path))}",
-                          soft_wrap=True, highlight=False)
+            console.print(f"  path {escape(client)} -> {escape(pair['server'])}{escape(who)}: "
+                          f"{escape(' -> '.join(path))}", soft_wrap=True, highlight=False)
 
 
 def plan_view(plan: Any, console: Console, rows: int = 20) -> None:

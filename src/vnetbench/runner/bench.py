@@ -18,7 +18,7 @@ import subprocess
 import tempfile
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -28,6 +28,7 @@ from vnetbench.lab.environments import Variant
 from vnetbench.lab.nodes import Host
 from vnetbench.lab.teardown import Registry, kill_group, stop_groups
 from vnetbench.lab.topology import Group, Lab, build_dumbbell
+from vnetbench.metrics import QUALIFIER, qualified
 from vnetbench.output import write_bytes
 from vnetbench.runner import pathcheck
 from vnetbench.runner.recorders import (CpuRecorder, EnvironmentRecorder, LinkRecorder, QdiscRecorder, Recorder,
@@ -149,6 +150,20 @@ class DumbbellBench:
     def group(self, config: Configuration) -> Group:
         return self.lab.group(variant_of(config))
 
+    def flows(self, config: Configuration) -> list[tuple[str, list[str]]]:
+        """Where this configuration's traffic goes: each receiver with the senders that send to it (the
+        dumbbell: its one receiver and the configuration's senders). The links on these paths carry the
+        configuration's conditions and are probed before its trials."""
+        group = self.group(config)
+        return [(group.receiver, group.senders[:config.active_senders])]
+
+    def workload_hosts(self, config: Configuration, workload: str) -> TrialHosts:
+        """The endpoints workload `workload` of this configuration runs between (the dumbbell: every workload
+        between the configuration's senders and its receiver)."""
+        group = self.group(config)
+        return TrialHosts(self.lab.hosts[group.receiver],
+                          [self.lab.hosts[n] for n in group.senders[:config.active_senders]])
+
     def variant_name(self, group: Group) -> str:
         """What a variant's endpoints are called in the run's record: its environment and options
         ("vm(nic=e1000)")."""
@@ -187,27 +202,32 @@ class DumbbellBench:
         if not self.configs:  # a bench made by hand (tests): the iperf3 stream of the first version
             per_tool = {"iperf3": [registry.driver("iperf3").Options()]}
         ipv = self.configs[0].scenario.lab.ip_version if self.configs else 4
-        for g in groups:
-            hosts = TrialHosts(self.lab.hosts[g.receiver], [self.lab.hosts[n] for n in g.senders])
-            specs = [spec for tool, opts in per_tool.items()
-                     for spec in registry.driver(tool).servers(hosts, ipv, opts, self.server_workdir)]
-            stopped = set()
-            for spec in specs:
-                key = f"{spec.host.name}:{spec.label}"
-                proc = self._servers.pop(key, None)
-                if proc is not None and proc.poll() is None:
-                    # its whole process group (nginx's workers too), and SIGKILL: a hung or stopped
-                    # server would ignore SIGTERM
-                    kill_group(proc)
-                    proc.wait(timeout=5)
-                    stopped.add(spec.host.name)
-            for host in stopped:
-                self._wait_released(host, [s for s in specs if s.host.name == host])
-            for spec in specs:
-                key = f"{spec.host.name}:{spec.label}"
-                self._servers[key] = spec.host.popen(spec.argv, *self._server_files(key))
-            for host in {spec.host.name for spec in specs}:
-                self._wait_listening(host, [s for s in specs if s.host.name == host])
+        # One server per host and label: groups that share a receiver (a declared topology's) share its servers.
+        specs = list({f"{spec.host.name}:{spec.label}": spec
+                      for g in groups for tool, opts in per_tool.items()
+                      for spec in registry.driver(tool).servers(self.group_hosts(g), ipv, opts,
+                                                                self.server_workdir)}.values())
+        stopped = set()
+        for spec in specs:
+            key = f"{spec.host.name}:{spec.label}"
+            proc = self._servers.pop(key, None)
+            if proc is not None and proc.poll() is None:
+                # its whole process group (nginx's workers too), and SIGKILL: a hung or stopped
+                # server would ignore SIGTERM
+                kill_group(proc)
+                proc.wait(timeout=5)
+                stopped.add(spec.host.name)
+        for host in stopped:
+            self._wait_released(host, [s for s in specs if s.host.name == host])
+        for spec in specs:
+            key = f"{spec.host.name}:{spec.label}"
+            self._servers[key] = spec.host.popen(spec.argv, *self._server_files(key))
+        for host in dict.fromkeys(spec.host.name for spec in specs):
+            self._wait_listening(host, [s for s in specs if s.host.name == host])
+
+    def group_hosts(self, group: Group) -> TrialHosts:
+        """A group's endpoints as its workloads' servers see them: its receiver and every sender."""
+        return TrialHosts(self.lab.hosts[group.receiver], [self.lab.hosts[n] for n in group.senders])
 
     def _server_files(self, key: str) -> tuple[Path, Path]:
         """A server's output files, named by its index: its key holds a host name, an inventory's in a run on
@@ -303,7 +323,7 @@ class DumbbellBench:
             changed = True
         # The bottleneck (tbf/htb alone, netem, or the userspace emulator spliced into the link) and every other
         # link on the path, after the offloads: the emulator's receive steering depends on them.
-        state = self.links.apply(config, rx, group.senders[:config.active_senders])
+        state = self.links.apply(config, self.flows(config))
         changed |= self.links.changed
         if self.links.rewired and group.variant in self._offload:
             # An emulator spliced in or taken out put new devices on the link, with their own defaults: the
@@ -341,32 +361,30 @@ class DumbbellBench:
         be timed) and judge what came back against the declared conditions (vnetbench.runner.pathcheck)."""
         group = self.group(config)
         ipv = config.scenario.lab.ip_version
-        target = self.lab.hosts[group.receiver].echo_address(ipv)
-        senders = group.senders[:config.active_senders]
-        paths = self.links.paths(group.receiver, senders)
+        pairs = [(sender, receiver) for receiver, senders in self.flows(config) for sender in senders]
         env = group.variant.env
         mtu = group.variant.mtu
         outdir = self.workdir / "path-check"
         outdir.mkdir(exist_ok=True)
         problems: list[str] = []
         started = {}
-        for i, name in enumerate(senders):
-            exp = pathcheck.expectation(paths[name], mtu)
-            count, interval = pathcheck.probe_plan(exp, len(senders))
+        for i, (name, receiver) in enumerate(pairs):
+            exp = pathcheck.expectation(self.links.paths(receiver, [name])[name], mtu)
+            count, interval = pathcheck.probe_plan(exp, len(pairs))
             wait = max(1.0, 3 * (exp.base_rtt_s + exp.jitter_s))
             # No -w: with a deadline, -c counts replies, and ping would send until it has them.
             argv = ["ping", f"-{ipv}", "-D", "-n", "-c", str(count), "-i", f"{interval:g}", "-W", f"{wait:g}",
-                    "-s", str(pathcheck.PROBE_SIZE), target]
-            started[name] = (exp, count, self._start_probe(name, argv, outdir / f"probe-{i}"))
-        for name, (exp, count, (proc, out)) in started.items():
+                    "-s", str(pathcheck.PROBE_SIZE), self.lab.hosts[receiver].echo_address(ipv)]
+            started[(name, receiver)] = (exp, count, self._start_probe(name, argv, outdir / f"probe-{i}"))
+        for (name, receiver), (exp, count, (proc, out)) in started.items():
             result = self._finish_probe(name, proc, out)
             if isinstance(result, str):
-                problems.append(f"path {name} -> {group.receiver}: {result}")
+                problems.append(f"path {name} -> {receiver}: {result}")
                 continue
-            problems += [f"path {name} -> {group.receiver}: {p}"
+            problems += [f"path {name} -> {receiver}: {p}"
                          for p in pathcheck.judge_probe(exp, result.transmitted, result.rtt_ms, env)]
-        for i, name in enumerate(senders):  # one at a time: a train must queue on its own
-            exp = started[name][0]
+        for i, (name, receiver) in enumerate(pairs):  # one at a time: a train must queue on its own
+            exp = started[(name, receiver)][0]
             plan = pathcheck.burst_plan(exp, mtu, ipv, env)
             if plan is None or problems:
                 continue
@@ -374,22 +392,21 @@ class DumbbellBench:
             wait = max(1.0, 3 * (exp.base_rtt_s + exp.jitter_s) + 2 * requests * (payload + 62) * 8 / exp.rate_bps)
             # -i: should the preload stop half-way (ENOBUFS), the rest follows within a second, not one a second
             argv = ["ping", f"-{ipv}", "-D", "-n", "-c", str(requests), "-l", str(requests), "-i", "0.002",
-                    "-W", f"{wait:g}", "-s", str(payload), target]
+                    "-W", f"{wait:g}", "-s", str(payload), self.lab.hosts[receiver].echo_address(ipv)]
             result = self._finish_probe(name, *self._start_probe(name, argv, outdir / f"burst-{i}"))
             if isinstance(result, str):
                 if "preload" not in result:  # ping refuses a preload above 3 to a user without privileges
-                    problems.append(f"path {name} -> {group.receiver}: {result}")
+                    problems.append(f"path {name} -> {receiver}: {result}")
                 continue
             _, found = pathcheck.judge_burst(exp, payload, ipv, result)
-            problems += [f"path {name} -> {group.receiver}: {p}" for p in found]
+            problems += [f"path {name} -> {receiver}: {p}" for p in found]
         return problems
 
     def _least_delivery(self, config: Configuration) -> pathcheck.Expectation:
         """The expectation of the configuration's sender path that delivers the fewest round trips."""
-        group = self.group(config)
-        paths = self.links.paths(group.receiver, group.senders[:config.active_senders])
-        return min((pathcheck.expectation(links, group.variant.mtu) for links in paths.values()),
-                   key=lambda e: e.delivery)
+        mtu = self.group(config).variant.mtu
+        return min((pathcheck.expectation(links, mtu) for receiver, senders in self.flows(config)
+                    for links in self.links.paths(receiver, senders).values()), key=lambda e: e.delivery)
 
     def _start_probe(self, name: str, argv: list[str], out: Path) -> tuple[subprocess.Popen, Path]:
         return self.lab.hosts[name].popen(argv, out.with_suffix(".out"), out.with_suffix(".err"), pin=False,
@@ -427,7 +444,7 @@ class DumbbellBench:
             })
             self._facts[group.variant] = facts
         facts = dict(self._facts[group.variant])
-        used = {group.receiver, *group.senders[:config.active_senders]}
+        used = {h for receiver, senders in self.flows(config) for h in (receiver, *senders)}
         facts["hosts"] = {n: f for n, f in facts["hosts"].items() if n in used}
         facts["offload"] = self._offload.get(group.variant, "device defaults")
         return {"environment": facts}
@@ -442,14 +459,14 @@ class DumbbellBench:
         tmp = self.workdir / trial_tag
         tmp.mkdir(parents=True, exist_ok=True)
         group = self.group(config)
-        hosts = TrialHosts(self.lab.hosts[group.receiver],
-                           [self.lab.hosts[n] for n in group.senders[:config.active_senders]])
+        hosts = self.workload_hosts(config, config.scenario.phases()[0][0])
         recorders = self.recorders(group)
         phases = config.scenario.phases()
         workloads = config.scenario.workload
         span = sum(sum(registry.of(workloads[lead]).timing(workloads[lead], config)) for lead, _ in phases)
 
-        reason = self._forget_tcp_metrics(hosts)
+        reason = self._forget_tcp_metrics([self.lab.hosts[h] for h in dict.fromkeys(
+            h for receiver, senders in self.flows(config) for h in (receiver, *senders))])
         status = "ok" if reason is None else "failed"
         for recorder in recorders:
             recorder.start(span)
@@ -538,9 +555,10 @@ class DumbbellBench:
                     continue
                 s, options = by_name[name], workloads[name]
                 lead_of = options.during
-                own = ctx if lead_of is None else ctx.during(by_name[lead_of], workloads[lead_of])
+                own = self._own(ctx if lead_of is None else ctx.during(by_name[lead_of], workloads[lead_of]), name)
                 driver = registry.of(options)
-                measurement.extend(driver.measure(s, options, own, outputs[name]))
+                found = driver.measure(s, options, own, outputs[name])
+                measurement.extend(_named_after(found, name) if ctx.config.scenario.qualifies(name) else found)
                 problem = driver.exit_problem(s)
                 if problem:
                     raise ToolFailed(problem)
@@ -548,13 +566,13 @@ class DumbbellBench:
                 if used:
                     raw["congestion_control_used"] = used
 
-    def _forget_tcp_metrics(self, hosts: TrialHosts) -> str | None:
+    def _forget_tcp_metrics(self, nodes: list[Any]) -> str | None:
         """Start the trial without what TCP remembers of its peers from earlier trials. The kernel keeps, per
         destination, the RTT, its variance, ssthresh and cwnd of closed connections (tcp_metrics) and starts new
         connections from them: a trial after one with a long delay or heavy loss would begin from that trial's
         numbers. Connections within the trial still learn from each other, as they do on any host. Returns why
         it could not be done (the trial fails), or None."""
-        for node in [hosts.receiver, *hosts.senders]:
+        for node in nodes:
             try:
                 done = node.run(["ip", "tcp_metrics", "flush", "all"], timeout=30)
             except subprocess.TimeoutExpired:
@@ -563,6 +581,10 @@ class DumbbellBench:
                 return (f"`ip tcp_metrics flush all` on {node.name} failed (exit {done.returncode}): "
                         f"{(done.stderr or done.stdout).strip()[-300:]}")
         return None
+
+    def _own(self, ctx: TrialContext, workload: str) -> TrialContext:
+        """The trial's context for `workload`: between its own endpoints."""
+        return replace(ctx, hosts=self.workload_hosts(ctx.config, workload))
 
     @contextmanager
     def clients_start_together(self, ctx: TrialContext) -> Iterator[list[float]]:
@@ -586,7 +608,7 @@ class DumbbellBench:
         scenario = ctx.config.scenario
         phase_t0 = time.time() - ctx.t0  # trial-clock second this phase starts at
         with self.clients_start_together(ctx) as lead_s:
-            leader = registry.of(scenario.workload[lead]).start(lead, scenario.workload[lead], ctx)
+            leader = registry.of(scenario.workload[lead]).start(lead, scenario.workload[lead], self._own(ctx, lead))
         _shift(leader, phase_t0 + lead_s[0])
         runs.append((lead, leader))
         during = ctx.during(leader, scenario.workload[lead])
@@ -598,7 +620,8 @@ class DumbbellBench:
             if chosen and not at_once:
                 time.sleep(max(0.0, ctx.t0 + leader.measured_from - time.time()))
             for name in chosen:
-                runs.append((name, registry.of(scenario.workload[name]).start(name, scenario.workload[name], during)))
+                runs.append((name, registry.of(scenario.workload[name]).start(name, scenario.workload[name],
+                                                                              self._own(during, name))))
         waited = [(lead, leader)] + [(n, s) for n, s in runs if n in companions and not s.stopped_by_runner]
         try:
             for name, s in waited:
@@ -631,6 +654,20 @@ def _with_what_failed_said(reason: str, runs: list[tuple[str, Started]]) -> str:
             if lines and lines[-1].strip() not in reason:
                 reason += f"; {name} on {label} exited {proc.returncode}: {lines[-1].strip()}"
     return reason
+
+
+def _named_after(found: Measurement, workload: str) -> Measurement:
+    """A workload's measurement with its metrics and series named after it (``throughput.rx_mbps@long``,
+    ``throughput_mbps/src@long``): another workload of the trial runs the same tool."""
+    def series(name: str) -> str:
+        kind, slash, rest = name.partition("/")
+        return f"{kind}/{rest}{QUALIFIER}{workload}"  # the kind stays: the report groups series by it
+
+    out = Measurement()
+    out.samples = [replace(x, metric=qualified(x.metric, workload)) for x in found.samples]
+    out.series = [replace(x, name=series(x.name)) for x in found.series]
+    out.undefined = [qualified(name, workload) for name in found.undefined]
+    return out
 
 
 def _measured_window(ctx: TrialContext, runs: list[tuple[str, Started]]) -> Window | None:

@@ -33,8 +33,12 @@ from vnetbench.lab.nodes import Host, Interface, Namespace
 from vnetbench.lab.teardown import Registry
 from vnetbench.lab.topology import Group, Lab, _cpu_plan
 from vnetbench.runner.bench import DumbbellBench, variant_of
+from vnetbench.workloads.base import TrialHosts
 from vnetbench.scenario.plan import Configuration
+from vnetbench.topology.graph import Graph
 from vnetbench.topology.spec import TopologySpec
+
+Pair = tuple[tuple[str, ...], str]  # (clients, server)
 
 
 @dataclass
@@ -145,12 +149,50 @@ class GraphBench(DumbbellBench):
             raise
 
     def group(self, config: Configuration) -> Group:
+        """The group of the configuration's topology endpoints (its clients and server)."""
         assert self.lab is not None
-        return self.lab.groups[_endpoints_key(config)]  # type: ignore[index]
+        return self.lab.groups[self._pairs(config)[0]]  # type: ignore[index]
+
+    def flows(self, config: Configuration) -> list[tuple[str, list[str]]]:
+        """Each server the configuration's workloads run to, with their clients: one per distinct pair."""
+        return [(server, list(clients)) for clients, server in dict.fromkeys(self._pairs(config)[1].values())]
+
+    def workload_hosts(self, config: Configuration, workload: str) -> TrialHosts:
+        clients, server = self._pairs(config)[1][workload]
+        return self._hosts(server, list(clients))
+
+    def _pairs(self, config: Configuration) -> tuple[Pair, dict[str, Pair]]:
+        """The configuration's topology endpoints, and each active workload's (its own, else those): worked out
+        once per configuration (a thousand-node graph is not built again per trial)."""
+        found = self._pairs_of.get(config.key)
+        if found is None:
+            graph = self.lab.built.graph if self.lab is not None and self.lab.built is not None else \
+                self.topology.graph(self.mtu)  # type: ignore[union-attr]
+            found = self._pairs_of[config.key] = _pairs(config, graph)
+        return found
+
+    def group_hosts(self, group: Group) -> TrialHosts:
+        return self._hosts(group.receiver, group.senders)
+
+    def cores(self, group: Group, config: Configuration) -> dict[str, Any]:
+        """Each host of the configuration's workloads (a node's name is its role) and each emulator: its core."""
+        hosts = dict.fromkeys(h for server, clients in self.flows(config) for h in (server, *clients))
+        return {"endpoints": {h: self.lab.hosts[h].cpu for h in hosts},  # type: ignore[union-attr]
+                "emulators": self.links.emulator_cores()}  # type: ignore[union-attr]
+
+    def _hosts(self, server: str, clients: list[str]) -> TrialHosts:
+        """Endpoints, each client with its slot: its place among every client of the run, so that a server
+        keeps a port of its own for each client whatever pair it is in (an iperf3 server runs one test at a
+        time)."""
+        assert self.lab is not None
+        return TrialHosts(self.lab.hosts[server], [self.lab.hosts[c] for c in clients],
+                          slots=[self._slots[c] for c in clients])
 
     # Every group's endpoints are hosts of the one graph, on the same devices: the offloads last set are every
     # group's.
     _offload_now: bool | None = None
+    _slots: dict[str, int] = field(default_factory=dict)  # client host -> its slot (TrialHosts.slots)
+    _pairs_of: dict[str, tuple[Pair, dict[str, Pair]]] = field(default_factory=dict)  # config key -> _pairs()
 
     def _realise(self, config: Configuration) -> bool:
         group = self.group(config)
@@ -168,7 +210,8 @@ class GraphBench(DumbbellBench):
         assert self.topology is not None
         graph = self.topology.graph(self.mtu)
         configs = self.configs or []
-        pairs = list(dict.fromkeys(_endpoints_key(c) for c in configs)) or [
+        pairs = list(dict.fromkeys(pair for c in configs for pair in (self._pairs(c)[0],
+                                                                      *self._pairs(c)[1].values()))) or [
             (tuple(self.topology.endpoints(graph)[0]), self.topology.endpoints(graph)[1])]
         lab = GraphLabView(self.run_prefix, registry)
         wake = WakeLatency()
@@ -184,6 +227,7 @@ class GraphBench(DumbbellBench):
         # Servers on the last core, clients spread over the others (a host that is both: a server's core)
         servers = list(dict.fromkeys(server for _, server in pairs))
         clients = [c for c in dict.fromkeys(c for cs, _ in pairs for c in cs) if c not in servers]
+        self._slots = {c: i for i, c in enumerate(dict.fromkeys(c for cs, _ in pairs for c in cs))}
         rx_cpu, tx_cpus = _cpu_plan(len(clients))
         for name, cpu in [*((s, rx_cpu) for s in servers), *zip(clients, tx_cpus)]:
             ns = lab.namespace(name)
@@ -208,8 +252,13 @@ def _graph_key(config: Configuration) -> str:
         f"mtu={config.scenario.lab.mtu}"
 
 
-def _endpoints_key(config: Configuration) -> tuple[tuple[str, ...], str]:
+def _pairs(config: Configuration, graph: Graph) -> tuple[Pair, dict[str, Pair]]:
+    """(the topology's (clients, server), each active workload's: its own, else the topology's)."""
     topology = config.scenario.topology
     assert topology is not None
-    clients, server = topology.endpoints(topology.graph(config.scenario.lab.mtu))
-    return tuple(clients), server
+    clients, server = topology.endpoints(graph)
+    own = {}
+    for name, w in config.scenario.active.items():
+        cs, sv = topology.endpoints(graph, clients=w.clients, server=w.server)
+        own[name] = (tuple(cs), sv)
+    return (tuple(clients), server), own

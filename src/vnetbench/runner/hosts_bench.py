@@ -459,14 +459,13 @@ class HostsBench(DumbbellBench):
     def _realise(self, config: Configuration) -> bool:
         """The configuration's link conditions on the hosts that carry them (nothing on the others), and its
         offloads; whether anything changed. The qdiscs as the hosts' kernels report them are the lab state."""
-        group = self.group(config)
         on = config.scenario.lab.offload == "on"
         changed = False
         if on != self._offload_on:
             self._offload_state = [o.set(on) for o in self.offloads.values()]
             self._offload_on = on
             changed = True
-        state = self.links.apply(config, group.receiver, group.senders[:config.active_senders])
+        state = self.links.apply(config, self.flows(config))
         self.lab_state = state["qdiscs"]
         return changed or self.links.changed
 

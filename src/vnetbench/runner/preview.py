@@ -174,13 +174,18 @@ def topology_plan(configs: list[Configuration]) -> dict[str, Any] | None:
             text = declared[name].describe() if name in declared else "plain"
             if text not in conditions.setdefault(name, []):
                 conditions[name].append(text)
-    pairs: list[dict[str, Any]] = []
+    pairs: list[dict[str, Any]] = []  # each (clients, server) a workload runs between, with the workloads
     for c in configs:
-        clients, server = c.scenario.topology.endpoints(graph)  # type: ignore[union-attr]
-        entry = {"clients": clients, "server": server,
-                 "paths": {client: [name for name, _ in graph.path(plan, client, server)] for client in clients}}
-        if entry not in pairs:
-            pairs.append(entry)
+        topology = c.scenario.topology
+        for workload, w in c.scenario.active.items():
+            clients, server = topology.endpoints(graph, clients=w.clients, server=w.server)  # type: ignore[union-attr]
+            entry = next((e for e in pairs if (e["clients"], e["server"]) == (clients, server)), None)
+            if entry is None:
+                entry = {"clients": clients, "server": server, "workloads": [],
+                         "paths": {client: [name for name, _ in graph.path(plan, client, server)] for client in clients}}
+                pairs.append(entry)
+            if workload not in entry["workloads"]:
+                entry["workloads"].append(workload)
     return {
         "template": first.topology.template,  # type: ignore[union-attr]
         "containerlab": first.topology.containerlab,  # type: ignore[union-attr]
@@ -196,6 +201,18 @@ def topology_plan(configs: list[Configuration]) -> dict[str, Any] | None:
                    for node, routes in plan.routes.items() if routes},
         "endpoints": pairs,
     }
+
+
+def topology_record(configs: list[Configuration]) -> dict[str, Any] | None:
+    """A declared topology as a run stores it (its fingerprint's "topology"), for `show` and the report to draw:
+    :func:`topology_plan` without every address and route, which `plan --json` lists (a thousand hosts' take
+    hundreds of kilobytes)."""
+    found = topology_plan(configs)
+    if found is None:
+        return None
+    found["routes_count"] = sum(len(r) for r in found.pop("routes").values())
+    del found["addresses"]
+    return found
 
 
 def make_plan(loaded: LoadedScenario, max_configurations: int = MAX_CONFIGURATIONS) -> Plan:

@@ -34,6 +34,7 @@ from vnetbench.runner.bench import DumbbellBench, TrialOutcome
 from vnetbench.runner.machine_load import LoadMonitor
 from vnetbench.runner.places import Place
 from vnetbench.runner.places.lab import LabPlace, check_root, workload_tools
+from vnetbench.runner.preview import topology_record
 from vnetbench.scenario import MAX_CONFIGURATIONS
 from vnetbench.scenario.load import LoadedScenario, load_text
 from vnetbench.scenario.model import RepeatSpec
@@ -95,6 +96,9 @@ def execute(loaded: LoadedScenario, store: Store, *, resume_run_id: str | None =
                 fp["left_out"] = left_out
             if loaded.scale_note:
                 fp["scale"] = loaded.scale_note
+            drawn = topology_record(configs)
+            if drawn is not None:  # a declared topology: what `show` and the report draw
+                fp["topology"] = drawn
             fp.update(place.facts())
             store.create_run(run_id, loaded.scenario.name, loaded.source, loaded.text, loaded.text_hash,
                              list(loaded.overrides), rep.seed, fp)

@@ -560,6 +560,11 @@ class Scenario(Strict):
         """A declared topology: its graph holds together, its endpoints are its hosts, every [lab.link.NAME] is
         one of its links, and the lab's bottleneck short-hands have a link named "bottleneck" to apply to."""
         if self.topology is None:
+            own = [n for n, w in self.workload.items() if w.own_endpoints]
+            if own:
+                raise ValueError(f"workload.{own[0]}: clients and server name hosts of a [topology]; without one, "
+                                 "every workload runs from the dumbbell's senders to its receiver (remove them, or "
+                                 "declare the topology)")
             return self
         try:
             graph = self.topology.graph(self.lab.mtu)
@@ -568,6 +573,13 @@ class Scenario(Strict):
         problems = graph.problems()
         if problems:
             raise ValueError("topology: " + "; ".join(problems))
+        for name, w in self.workload.items():
+            if w.own_endpoints:
+                try:
+                    self.topology.endpoints(graph, required=False, clients=w.clients, server=w.server,
+                                            where=f"workload.{name}")
+                except ScenarioError as e:
+                    raise ValueError(str(e)) from None
         try:
             self.topology.endpoints(graph, required=False)  # a matrix may name them: each configuration must
         except ScenarioError as e:
@@ -622,14 +634,13 @@ class Scenario(Strict):
                         what = "runs during another itself" if w.during in self.workload else "is no workload"
                     raise ValueError(f"workload.{name}.during = {units.brief(w.during)} {what}; it must name a workload "
                                      f"that runs on its own ({', '.join(leaders) or 'none'})")
-        tools: dict[str, str] = {}
-        for name, w in active.items():
-            if w.tool in tools:
-                raise ValueError(f"workload.{tools[w.tool]} and workload.{name} both run {w.tool}: their metrics "
-                                 "would have the same names; sweep the option that differs in [matrix] "
-                                 f"(e.g. proto = [\"udp\", \"tcp\"]) instead")
-            tools[w.tool] = name
         return self
+
+    def qualifies(self, workload: str) -> bool:
+        """Whether workload `workload`'s metrics are named after it (``throughput.rx_mbps@long``): when another
+        workload of the trial runs the same tool, the names alone would not say whose a value is."""
+        tool = self.active[workload].tool
+        return sum(1 for w in self.active.values() if w.tool == tool) > 1
 
     @property
     def active(self) -> dict[str, Workload]:

@@ -27,6 +27,8 @@ from vnetbench.scenario.load import LoadedScenario, format_validation_error
 from vnetbench.impair.model import SCHEDULE_MARGIN_S, LinkSpec, base_rtt, lab_links
 from vnetbench.lab import environments
 from vnetbench.scenario.model import LabSpec, Scenario, StreamWorkload
+from vnetbench.metrics import qualified
+from vnetbench.topology.fairness import max_min_shares
 from vnetbench.topology.spec import TopologySpec
 from vnetbench.workloads import registry
 from vnetbench import units
@@ -40,6 +42,9 @@ class Configuration:
     active_senders: int
     offered_bps: float | None  # per sender; None = unlimited
     expected: dict[str, float] = field(default_factory=dict)  # theory, for reports and tests
+    # Per sender, of each iperf3 workload besides the scenario's first (whose is offered_bps): a cross flow's
+    # own `offered`, with `senders` its own clients. None = unlimited.
+    offered_by: dict[str, float | None] = field(default_factory=dict)
     # From a matrix entry marked `if_available = true`: run where this machine can build its environment,
     # otherwise left out of the run, which says so (runner.places.lab.leave_out_unavailable).
     if_available: bool = False
@@ -359,7 +364,9 @@ def _configuration(source: str, labels: dict[str, Any], scenario: Scenario, if_a
     found = scenario.stream
     stream = found[1] if found else None
     ratio = stream.ratio if stream else None
+    pairs: dict[str, tuple[list[str], str]] = {}
     if scenario.topology is not None:  # the declared topology's clients
+        pairs = _workload_endpoints(source, where, scenario)
         senders = len(scenario.topology.endpoints(scenario.topology.graph(lab.mtu))[0])
     elif lab.senders != "auto":
         senders = lab.senders
@@ -374,6 +381,16 @@ def _configuration(source: str, labels: dict[str, Any], scenario: Scenario, if_a
             offered = evaluate_offered(stream.offered, variables)
         except ValueError as e:
             raise ScenarioError(f"{source}: workload: {e}") from None
+    _one_client_at_a_time(f"{source}{f' [configuration {where}]' if where else ''}", scenario, pairs)
+    offered_by: dict[str, float | None] = {}
+    for name, w in scenario.active.items():
+        if isinstance(w, StreamWorkload) and w is not stream:
+            own = len(pairs[name][0]) if name in pairs else senders
+            try:
+                offered_by[name] = evaluate_offered(w.offered, {"ratio": w.ratio, "bottleneck": lab.bottleneck,
+                                                                "senders": float(own)})
+            except ValueError as e:
+                raise ScenarioError(f"{source}: workload.{name}: {e}") from None
     if offered is not None:
         total = offered * senders * stream.parallel
         expected["throughput.offered_mbps"] = total / 1e6
@@ -391,10 +408,86 @@ def _configuration(source: str, labels: dict[str, Any], scenario: Scenario, if_a
             # probe's median RTT is the links' fixed delay plus one or the other. TCP's standing queue
             # depends on its congestion control: no closed form.
             expected["rtt.p50_ms"] = base_rtt(lab) * 1e3 + (full if load > 1 else 0.0)
+    if pairs:
+        expected.update(_fair_shares(scenario, pairs, offered, offered_by))
     return Configuration(
         key=config_key(labels), labels=labels, scenario=scenario,
         active_senders=senders, offered_bps=offered, expected=expected, if_available=if_available,
+        offered_by=offered_by,
     )
+
+
+def _workload_endpoints(source: str, where: str, scenario: Scenario) -> dict[str, tuple[list[str], str]]:
+    """Each active workload's (clients, server) on the declared topology: its own, else the topology's. Raises
+    ScenarioError when they are not hosts of it."""
+    topology = scenario.topology
+    assert topology is not None
+    graph = topology.graph(scenario.lab.mtu)
+    at = f"{source}{f' [configuration {where}]' if where else ''}"
+    out = {}
+    for name, w in scenario.active.items():
+        try:
+            out[name] = topology.endpoints(graph, clients=w.clients, server=w.server,
+                                           where=f"workload.{name}" if w.own_endpoints else "topology")
+        except ScenarioError as e:
+            raise ScenarioError(f"{at}: {e}") from None
+    return out
+
+
+def _fair_shares(scenario: Scenario, pairs: dict[str, tuple[list[str], str]], offered: float | None,
+                 offered_by: dict[str, float | None]) -> dict[str, float]:
+    """On a declared topology, each stream workload's received throughput in theory (Mbit/s): the sum of its
+    flows' max-min fair shares of the links' rates (topology/fairness.py), each flow asking for its offered
+    rate. Of a schedule's or a trace's changing rate there is no one number: none then."""
+    streams = {n: w for n, w in scenario.active.items() if isinstance(w, StreamWorkload)}
+    links = {name: spec for name, spec in lab_links(scenario.lab).items()
+             if name in (scenario.lab.link or {}) or name == "bottleneck"}
+    if not streams or not any(c.rate for spec in links.values() for c in (spec.forward, spec.reverse)) \
+            or any(spec.schedule is not None for spec in links.values()):
+        return {}
+    graph = scenario.topology.graph(scenario.lab.mtu)  # type: ignore[union-attr]
+    plan = graph.plan()
+    capacity = {(name, forward): rate for name, spec in links.items() for forward in (True, False)
+                if (rate := spec.direction("forward" if forward else "reverse").rate)}
+    demands: dict[tuple[str, str, int], float] = {}
+    paths: dict[tuple[str, str, int], list[tuple[str, bool]]] = {}
+    for name, w in streams.items():
+        clients, server = pairs[name]
+        rate = offered_by.get(name, offered)
+        for client in clients:
+            src, dst = (server, client) if w.reverse else (client, server)
+            route = graph.path(plan, src, dst, scenario.lab.ip_version)
+            for k in range(w.parallel):
+                demands[(name, client, k)] = rate / w.parallel if rate else math.inf
+                paths[(name, client, k)] = route
+    shares = max_min_shares(demands, paths, capacity)
+    out = {}
+    for name in streams:
+        got = [v for (n, _, _), v in shares.items() if n == name]
+        if all(v is not None for v in got):
+            key = qualified("throughput.rx_mbps", name) if scenario.qualifies(name) else "throughput.rx_mbps"
+            out[key] = sum(got) / 1e6  # type: ignore[arg-type]
+    return out
+
+
+def _one_client_at_a_time(at: str, scenario: Scenario, pairs: dict[str, tuple[list[str], str]]) -> None:
+    """Raises ScenarioError when two workloads of a tool whose server serves one client at a time (iperf3) run
+    at once between the same client and server. `pairs`: each workload's (clients, server) on a declared
+    topology; without one, every workload runs from the dumbbell's senders to its receiver."""
+    for lead, companions in scenario.phases():
+        seen: dict[tuple[str, str, str], str] = {}
+        for name in (lead, *companions):
+            w = scenario.active[name]
+            if not registry.of(w).one_client_at_a_time:
+                continue
+            clients, server = pairs.get(name, (["the senders"], "the receiver"))
+            for client in clients:
+                other = seen.setdefault((w.tool, client, server), name)
+                if other != name:
+                    raise ScenarioError(
+                        f"{at}: workload.{other} and workload.{name} both run {w.tool} from {client} to {server} at "
+                        f"once, and a {w.tool} server serves one client at a time: give one of them other clients "
+                        "or another server (or one workload with parallel = 2)")
 
 
 def trial_seconds(scenario: Scenario) -> float:

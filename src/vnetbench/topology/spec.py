@@ -138,18 +138,21 @@ class TopologySpec(BaseModel):
         return Graph([Node(n, kind) for n, kind in (self.nodes or {}).items()],
                      [Link(x.name, x.a, x.b, mtu=x.mtu or mtu) for x in self.links or []])
 
-    def endpoints(self, graph: Graph, required: bool = True) -> tuple[list[str], str]:
-        """(clients, server): as given, else the template's usual pair. Raises ScenarioError when they are not
-        hosts of `graph`, or (`required`) when the graph has no usual pair and they are not given; not required,
-        what is given is checked (a matrix may give the rest)."""
+    def endpoints(self, graph: Graph, required: bool = True, clients: list[str] | None = None,
+                  server: str | None = None, where: str = "topology") -> tuple[list[str], str]:
+        """(clients, server): `clients` and `server` when given (a workload's own, said in messages as `where`),
+        else the table's, else the template's usual pair. Raises ScenarioError when they are not hosts of
+        `graph`, or (`required`) when the graph has no usual pair and they are not given; not required, what is
+        given is checked (a matrix may give the rest)."""
         hosts = graph.hosts()
-        clients, server = self.clients, self.server
+        clients = clients if clients is not None else self.clients
+        server = server if server is not None else self.server
         if clients is None or server is None:
             default = _default_endpoints(self.template, hosts)
             if default is None and not required:
                 default = ([h for h in hosts if h != server][:1], server or hosts[-1])
             if default is None:
-                raise ScenarioError(f"topology: a {'containerlab' if self.containerlab else 'written-out'} graph with "
+                raise ScenarioError(f"{where}: a {'containerlab' if self.containerlab else 'written-out'} graph with "
                                     "more than two hosts needs its endpoints: "
                                     f"clients = [...] and server = \"...\" (hosts: {', '.join(hosts[:8])}"
                                     f"{', ...' if len(hosts) > 8 else ''})")
@@ -165,7 +168,7 @@ class TopologySpec(BaseModel):
         if not clients:
             problems.append("no client is left once the server is taken out: name the clients")
         if problems:
-            raise ScenarioError("topology: " + "; ".join(problems) + f" (hosts: {', '.join(hosts[:8])}"
+            raise ScenarioError(f"{where}: " + "; ".join(problems) + f" (hosts: {', '.join(hosts[:8])}"
                                 f"{', ...' if len(hosts) > 8 else ''})")
         return list(clients), server
 

@@ -29,10 +29,11 @@ from pathlib import Path
 from typing import Any, Callable, ClassVar, Iterator, Sequence
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from vnetbench.tools import Tool  # every tool is declared in vnetbench.tools
 from vnetbench.metrics import Metric, metric
+from vnetbench.scenario.names import require_name
 from vnetbench.store.db import SampleRecord, SeriesRecord
 
 
@@ -90,6 +91,29 @@ class WorkloadOptions(BaseModel):
     # an optional workload of a built-in: --set workload.NAME.enabled=true
     enabled: bool = Field(default=True, description="false: offered but not run unless asked "
                           "(--set workload.NAME.enabled=true)")
+    # On a declared topology, several workloads of one trial may run between different hosts (a parking lot's
+    # long flow and its cross flows): each names its own, else it runs between the topology's.
+    clients: list[str] | None = Field(default=None, max_length=64, description="with a [topology]: the hosts "
+                                      "this workload's clients run on; default: topology.clients")
+    server: str | None = Field(default=None, description="with a [topology]: the host its server runs on; "
+                               "default: topology.server")
+
+    @field_validator("clients")
+    @classmethod
+    def _client_names(cls, v: list[str] | None) -> list[str] | None:
+        for name in v or []:
+            require_name(name, "client")
+        return v
+
+    @field_validator("server")
+    @classmethod
+    def _server_name(cls, v: str | None) -> str | None:
+        return None if v is None else require_name(v, "server")
+
+    @property
+    def own_endpoints(self) -> bool:
+        """Whether it names its own clients or server (else it runs between the trial's)."""
+        return self.clients is not None or self.server is not None
 
 
 @dataclass(frozen=True)
@@ -109,6 +133,12 @@ class TrialHosts:
 
     receiver: Any
     senders: list[Any]
+    # Per sender, the number a server keeps for it (a port of its own: BASE_PORT + slot), where the run has
+    # several client sets (a declared topology's workloads between different hosts); None: its position.
+    slots: list[int] | None = None
+
+    def slot(self, i: int) -> int:
+        return self.slots[i] if self.slots is not None else i
 
 
 @dataclass
@@ -200,6 +230,9 @@ class Workload:
     can_lead: ClassVar[bool] = True  # may run on its own
     can_accompany: ClassVar[bool] = True  # may run `during` another workload
     from_leader_start: ClassVar[bool] = False  # during another: start with it, not after its warm-up
+    # Its server serves one client at a time (iperf3): two of its workloads running at once need different
+    # (client, server) pairs, each on a port of its own (TrialHosts.slots).
+    one_client_at_a_time: ClassVar[bool] = False
     guest_tools: ClassVar[tuple[str, ...]] = ()  # commands a VM guest must carry (default: requires')
 
     def problems(self, options: WorkloadOptions, lab: Any) -> list[str]:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -183,9 +184,6 @@ class Options(WorkloadOptions):
                                  "it would measure nothing")
         if self.length != "auto" and self.proto == "udp" and not 16 <= self.length <= 65507:
             raise ValueError(f"length {self.length:g} B: a UDP datagram carries 16 to 65507 bytes")
-        if self.during is not None:
-            raise ValueError("an iperf3 stream runs on its own: remove `during` (ping, ss and sockperf can run "
-                             "during it)")
         return self
 
 
@@ -422,19 +420,26 @@ class Iperf3(Workload):
     Options = Options
     requires = (IPERF3,)
     metrics = METRICS
-    can_accompany = False
+    # During another workload (a parking lot's cross flows during its long flow) it starts with it, so that the
+    # flows compete from their first second.
+    from_leader_start = True
+    one_client_at_a_time = True  # an iperf3 server runs one test at a time: a port per client
 
     def timing(self, options: Options, config: Any) -> tuple[float, float]:
         return options.omit, options.span
 
     def servers(self, hosts: TrialHosts, ip_version: int, options: list[Options], workdir: str) -> list[ServerSpec]:
-        return [ServerSpec(hosts.receiver, server_command(BASE_PORT + i), BASE_PORT + i, "tcp", f"iperf3-{BASE_PORT + i}")
-                for i in range(len(hosts.senders))]
+        ports = [BASE_PORT + hosts.slot(i) for i in range(len(hosts.senders))]
+        return [ServerSpec(hosts.receiver, server_command(port), port, "tcp", f"iperf3-{port}") for port in ports]
 
     def start(self, name: str, options: Options, ctx: TrialContext) -> Started:
         config = ctx.config
-        started = Started(name, measured_from=options.omit, measured_s=options.span, ends_by=options.trial_timeout)
+        # During a leader it starts now, on the trial's clock (a leader's times the runner shifts itself).
+        now = time.time() - ctx.t0 if ctx.leader is not None else 0.0
+        started = Started(name, measured_from=now + options.omit, measured_s=options.span,
+                          ends_by=now + options.trial_timeout)
         server = ctx.hosts.receiver.service_address(ctx.ip_version)
+        offered = config.offered_by.get(name, config.offered_bps)
         starts: dict[str, float] = {}
         ends: list[float] = []
         for i, host in enumerate(ctx.hosts.senders):
@@ -442,9 +447,8 @@ class Iperf3(Workload):
             starts[host.name] = start
             ends.append(start + options.omit + duration)
             spec = ClientSpec(
-                server=server, port=BASE_PORT + i, proto=options.proto, duration=duration, omit=options.omit,
-                window=options.window,
-                rate_bps=config.offered_bps / options.parallel if config.offered_bps else None,
+                server=server, port=BASE_PORT + ctx.hosts.slot(i), proto=options.proto, duration=duration,
+                omit=options.omit, window=options.window, rate_bps=offered / options.parallel if offered else None,
                 congestion_control=options.congestion_control if options.proto == "tcp" else None,
                 length=None if options.length == "auto" else options.length, parallel=options.parallel,
                 reverse=options.reverse, ip_version=ctx.ip_version)
@@ -468,7 +472,7 @@ class Iperf3(Workload):
         wrong = {n: cc for n, cc in used.items() if asked not in (None, cc)}
         if wrong:
             raise ToolFailed(f"congestion control {asked!r} was asked but the senders ran {wrong}")
-        offered = ctx.config.offered_bps
+        offered = ctx.config.offered_by.get(started.name, ctx.config.offered_bps)
         m = measure(flows, offered * len(flows) if offered else None, t_offset=options.omit)
         shift_series(m, started.info["starts"])
         started.info["data_ports"] = set().union(*(data_ports(text) for text in outputs.values()))
