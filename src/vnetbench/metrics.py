@@ -71,6 +71,11 @@ LAB_METRICS = (
     Metric("cpu.foreign_pct", "%", LOWER, "CPU time of processes that are not the run's (other users' work on the "
                                           "lab's machine; kernel threads not counted) over the trial, in cores x 100: "
                                           "noise the machine added", noise=0.5),
+    # A trial's streams between different hosts (a declared topology's workloads): runner/bench.py.
+    Metric("flows.maxmin_fairness", "ratio", HIGHER, "Jain's index of the stream workloads' received throughput, "
+                                                     "each relative to its max-min fair share of the links' "
+                                                     "rates (the theory column): 1 = every flow got the same "
+                                                     "part of its share"),
     Metric("cpu.us_per_kb", "us/KB", LOWER, "Service demand of a stream (netperf's): busy CPU microseconds per KB "
                                             "(1024 B) received, over the same window", noise=0.10),
     Metric("cpu.us_per_transaction", "us", LOWER, "Service demand of request/response (RR, HTTP): busy CPU "
@@ -82,7 +87,7 @@ LAB_METRICS = (
 #: request/response latency change?"), in this order: the metrics `show`, `compare`, the report's first
 #: table and the relative-to-bare table use by default, of those a run measured.
 HEADLINE = ("throughput.rx_mbps", "udp.loss_ratio", "rtt.p50_ms", "rtt.p99_ms", "tcp.retransmits",
-            "flows.jain_fairness", "rr.p50_us", "rr.p99_us", "rr.transactions_per_s",
+            "flows.jain_fairness", "flows.maxmin_fairness", "rr.p50_us", "rr.p99_us", "rr.transactions_per_s",
             "irtt.rtt_p50_ms", "irtt.jitter_rfc3550_ms", "irtt.loss_ratio",
             "http.requests_per_s", "http.latency_p99_ms", "http.errors",
             "ab.requests_per_s", "ab.latency_p99_ms", "ab.connect_p99_ms", "ab.failed_requests",

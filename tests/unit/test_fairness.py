@@ -4,14 +4,15 @@ the same tool (metrics.py, runner/bench.py)."""
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
 from vnetbench.metrics import METRICS, base_name, in_order, metric, qualified
-from vnetbench.runner.bench import _named_after
+from vnetbench.runner.bench import _named_after, _share_fairness
 from vnetbench.store.db import SampleRecord, SeriesRecord
-from vnetbench.topology.fairness import max_min_shares
+from vnetbench.topology.fairness import max_min_shares, share_fairness
 from vnetbench.workloads.base import Measurement
 
 INF = math.inf
@@ -78,3 +79,35 @@ def test_a_measurement_is_named_after_its_workload_metrics_series_and_undefined(
     assert [s.name for s in out.series] == ["throughput_mbps/src@long", "rtt_ms/@long"]
     assert out.undefined == ["flows.jain_fairness@long"]
     assert m.samples[0].metric == "throughput.rx_mbps"  # the workload's own measurement is left as it was
+
+
+def test_fairness_relative_to_the_max_min_shares():
+    shares = {"long": 5.0, "cross1": 5.0, "cross2": 25.0}
+    # every flow its share, or the same part of it: fair, though the rates differ fivefold
+    assert share_fairness(shares, shares) == pytest.approx(1.0)
+    assert share_fairness({f: 0.9 * v for f, v in shares.items()}, shares) == pytest.approx(1.0)
+    # one flow everything: 1/n
+    assert share_fairness({"long": 0.0, "cross1": 0.0, "cross2": 30.0}, shares) == pytest.approx(1 / 3)
+    # the parking lot as TCP shares it (2.2, 7.2, 26.4 of 5, 5, 25)
+    x = [2.2 / 5, 7.2 / 5, 26.4 / 25]
+    assert share_fairness({"long": 2.2, "cross1": 7.2, "cross2": 26.4}, shares) == \
+        pytest.approx(sum(x) ** 2 / (3 * sum(v * v for v in x)))
+    assert share_fairness({"long": 2.0}, shares) is None  # one flow: nothing to judge
+    assert share_fairness({"long": 2.0, "cross1": 1.0}, {"long": 5.0, "cross1": 0.0}) is None
+
+
+def test_a_trial_of_streams_between_different_hosts_says_how_fairly_they_shared():
+    config = SimpleNamespace(expected={"throughput.rx_mbps@long": 5.0, "throughput.rx_mbps@cross1": 5.0,
+                                       "rtt.p50_ms": 3.0})
+    m = Measurement()
+    m.add("throughput.rx_mbps@long", 2.5)
+    m.add("throughput.rx_mbps@cross1", 7.5)
+    _share_fairness(config, m)
+    # 2.5 and 7.5 of 5 each: parts 0.5 and 1.5, (0.5 + 1.5)^2 / (2 (0.25 + 2.25)) = 0.8
+    assert m.value("flows.maxmin_fairness") == pytest.approx(0.8)
+    # a dumbbell's single stream: its theory is unqualified, and there is no fairness between workloads
+    config = SimpleNamespace(expected={"throughput.rx_mbps": 100.0})
+    m = Measurement()
+    m.add("throughput.rx_mbps", 95.0)
+    _share_fairness(config, m)
+    assert not m.has("flows.maxmin_fairness")

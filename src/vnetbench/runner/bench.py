@@ -28,12 +28,13 @@ from vnetbench.lab.environments import Variant
 from vnetbench.lab.nodes import Host
 from vnetbench.lab.teardown import Registry, kill_group, stop_groups
 from vnetbench.lab.topology import Group, Lab, build_dumbbell
-from vnetbench.metrics import QUALIFIER, qualified
+from vnetbench.metrics import QUALIFIER, base_name, qualified
 from vnetbench.output import write_bytes
 from vnetbench.runner import pathcheck
 from vnetbench.runner.recorders import (CpuRecorder, EnvironmentRecorder, LinkRecorder, QdiscRecorder, Recorder,
                                         Window)
 from vnetbench.scenario.plan import Configuration
+from vnetbench.topology.fairness import share_fairness
 from vnetbench.workloads import ping, registry
 from vnetbench.workloads.base import Measurement, ServerSpec, Started, ToolFailed, TrialContext, TrialHosts
 
@@ -504,6 +505,8 @@ class DumbbellBench:
                                                self._least_delivery(config), sum(r.dropped() for r in recorders))
             if empty:
                 status, reason = "failed", _with_what_failed_said(empty, runs)
+        if status == "ok":
+            _share_fairness(config, measurement)
         if measurement.undefined:
             raw["undefined_metrics"] = sorted(set(measurement.undefined))
         shutil.rmtree(tmp, ignore_errors=True)
@@ -668,6 +671,17 @@ def _named_after(found: Measurement, workload: str) -> Measurement:
     out.series = [replace(x, name=series(x.name)) for x in found.series]
     out.undefined = [qualified(name, workload) for name in found.undefined]
     return out
+
+
+def _share_fairness(config: Configuration, measurement: Measurement) -> None:
+    """flows.maxmin_fairness of a trial whose streams run between different hosts: how evenly they got their
+    max-min fair shares (the configuration's theory of each throughput.rx_mbps@WORKLOAD)."""
+    shares = {name: v for name, v in config.expected.items()
+              if name != "throughput.rx_mbps" and base_name(name) == "throughput.rx_mbps"}
+    measured = {name: v for name in shares if (v := measurement.value(name)) is not None}
+    found = share_fairness(measured, shares)
+    if found is not None:
+        measurement.add("flows.maxmin_fairness", found)
 
 
 def _measured_window(ctx: TrialContext, runs: list[tuple[str, Started]]) -> Window | None:

@@ -40,3 +40,15 @@ def max_min_shares(demands: Mapping[str, float], paths: Mapping[str, Sequence[Ha
         full = {link for link, left in rest.items() if left <= FULL * max(capacity[link], 1.0)}
         growing = {f for f in growing if rate[f] < demands[f] * (1 - FULL) and not full.intersection(bounded[f])}
     return {f: None if f in growing else rate[f] for f in demands}
+
+
+def share_fairness(measured: Mapping[str, float], shares: Mapping[str, float]) -> float | None:
+    """Jain's fairness index of the flows' rates each relative to its max-min fair share (Jain, Chiu and Hawe
+    1984, the index over x_i / o_i where o_i is the optimal allocation): 1 when every flow got the same part of
+    its share, 1/n when one flow got everything. Flows whose fair share is 0 are left out; None for fewer than
+    two flows (no fairness to judge)."""
+    parts = [measured[f] / shares[f] for f in shares if f in measured and shares[f] > 0]
+    if len(parts) < 2:
+        return None
+    total, squares = sum(parts), sum(x * x for x in parts)
+    return total * total / (len(parts) * squares) if squares > 0 else None
