@@ -1,12 +1,13 @@
 //! The bottleneck queue and its disciplines: drop-tail, drop-head, CoDel
-//! (RFC 8289), RED (Floyd & Jacobson) and PIE (RFC 8033). Pure: time is a
-//! parameter (ns), dropped packets are handed back to the caller.
+//! (RFC 8289), RED (Floyd & Jacobson), PIE (RFC 8033) and fair queueing
+//! (deficit round robin over flows). Pure: time is a parameter (ns), dropped
+//! packets are handed back to the caller.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 
 use crate::config::Qdisc;
 use crate::model::Rng;
-use crate::packet::Packet;
+use crate::packet::{flow_key, Packet};
 
 /// Largest frame, used by CoDel/PIE's "don't drop when less than a packet is queued".
 pub const MAX_FRAME: u64 = 1514;
@@ -56,8 +57,109 @@ pub enum Enq {
     DroppedAqm,
 }
 
+/// Fair queueing's flows: a FIFO each, the active ones served in turn, a
+/// quantum of bytes per turn (deficit round robin). Invariant between calls:
+/// the flow at the front of `active` has the deficit to send its head packet,
+/// so the next packet out is known without serving (`peek`).
+#[derive(Default)]
+struct Flows {
+    index: HashMap<Vec<u8>, usize>,
+    queues: Vec<VecDeque<Packet>>,
+    bytes: Vec<u64>,
+    deficit: Vec<u64>,
+    key: Vec<Vec<u8>>,
+    active: VecDeque<usize>,
+    free: Vec<usize>,
+}
+
+impl Flows {
+    fn slot(&mut self, key: Vec<u8>) -> usize {
+        if let Some(&i) = self.index.get(&key) {
+            return i;
+        }
+        let i = match self.free.pop() {
+            Some(i) => i,
+            None => {
+                self.queues.push(VecDeque::new());
+                self.bytes.push(0);
+                self.deficit.push(0);
+                self.key.push(Vec::new());
+                self.queues.len() - 1
+            }
+        };
+        self.key[i] = key.clone();
+        self.index.insert(key, i);
+        i
+    }
+
+    fn push(&mut self, p: Packet, quantum: u64) {
+        let i = self.slot(flow_key(&p.data));
+        self.bytes[i] += p.wire_len();
+        if self.queues[i].is_empty() {
+            // A flow that was idle joins at the back with one quantum: it does not
+            // keep credit from before (DRR's rule for an emptied queue).
+            self.deficit[i] = quantum;
+            self.active.push_back(i);
+        }
+        self.queues[i].push_back(p);
+        self.settle(quantum);
+    }
+
+    /// Turn the round until the front flow may send its head packet.
+    fn settle(&mut self, quantum: u64) {
+        while let Some(&i) = self.active.front() {
+            let need = self.queues[i].front().map_or(0, |p| p.wire_len());
+            if self.deficit[i] >= need {
+                return;
+            }
+            self.deficit[i] += quantum;
+            self.active.rotate_left(1);
+        }
+    }
+
+    fn peek(&self) -> Option<&Packet> {
+        self.queues[*self.active.front()?].front()
+    }
+
+    fn pop(&mut self, quantum: u64) -> Option<Packet> {
+        let i = *self.active.front()?;
+        let p = self.queues[i].pop_front()?;
+        self.bytes[i] -= p.wire_len();
+        self.deficit[i] = self.deficit[i].saturating_sub(p.wire_len());
+        if self.queues[i].is_empty() {
+            self.active.pop_front();
+            self.release(i);
+        }
+        self.settle(quantum);
+        Some(p)
+    }
+
+    /// The head packet of the flow that holds the most bytes (ties: the
+    /// first in the round), taken out to make room.
+    fn pop_fattest(&mut self, quantum: u64) -> Option<Packet> {
+        let (at, &i) = self.active.iter().enumerate().max_by_key(|(at, &i)| (self.bytes[i], std::cmp::Reverse(*at)))?;
+        let p = self.queues[i].pop_front()?;
+        self.bytes[i] -= p.wire_len();
+        if self.queues[i].is_empty() {
+            self.active.remove(at);
+            self.release(i);
+        }
+        self.settle(quantum);
+        Some(p)
+    }
+
+    fn release(&mut self, i: usize) {
+        self.index.remove(&self.key[i]);
+        self.bytes[i] = 0;
+        self.deficit[i] = 0;
+        self.free.push(i);
+    }
+}
+
 pub struct Queue {
     q: VecDeque<Packet>,
+    /// Of fair queueing: its flows (`q` stays empty).
+    flows: Flows,
     /// Wire bytes and segments queued (an offloaded frame counts each of its segments).
     bytes: u64,
     segs: u64,
@@ -82,6 +184,7 @@ impl Queue {
     pub fn new(kind: Qdisc, limit_bytes: u64, limit_packets: u64) -> Self {
         Queue {
             q: VecDeque::with_capacity(1024),
+            flows: Flows::default(),
             bytes: 0,
             segs: 0,
             limit_bytes,
@@ -98,14 +201,23 @@ impl Queue {
 
     /// Change discipline/limits at run time; the AQM state restarts when the kind changes.
     pub fn reconfigure(&mut self, kind: Qdisc, limit_bytes: u64, limit_packets: u64) {
+        let was_fq = matches!(self.kind, Qdisc::Fq { .. });
         if std::mem::discriminant(&kind) != std::mem::discriminant(&self.kind) {
             self.codel = CodelState::default();
             self.red = RedState::default();
             self.pie = PieState::default();
         }
+        // Into or out of fair queueing, the queued packets move to the other
+        // structure, oldest first (their arrival order across flows).
+        let moving = if was_fq != matches!(kind, Qdisc::Fq { .. }) { self.drain_all() } else { Vec::new() };
         self.kind = kind;
         self.limit_bytes = limit_bytes;
         self.limit_packets = limit_packets;
+        let mut moving = moving;
+        moving.sort_by_key(|p| p.arrival);
+        for p in moving {
+            self.push(p);
+        }
     }
 
     /// Packets queued, each segment of an offloaded frame counted.
@@ -117,7 +229,17 @@ impl Queue {
         self.bytes
     }
     pub fn peek(&self) -> Option<&Packet> {
-        self.q.front()
+        match self.kind {
+            Qdisc::Fq { .. } => self.flows.peek(),
+            _ => self.q.front(),
+        }
+    }
+
+    fn quantum(&self) -> u64 {
+        match self.kind {
+            Qdisc::Fq { quantum } => quantum,
+            _ => MAX_FRAME,
+        }
     }
 
     fn fits(&self, extra_bytes: u64, extra_segs: u64) -> bool {
@@ -134,14 +256,32 @@ impl Queue {
     fn push(&mut self, p: Packet) {
         self.bytes += p.wire_len();
         self.segs += p.segs as u64;
-        self.q.push_back(p);
+        match self.kind {
+            Qdisc::Fq { quantum } => self.flows.push(p, quantum),
+            _ => self.q.push_back(p),
+        }
     }
 
     fn pop(&mut self) -> Option<Packet> {
-        let p = self.q.pop_front()?;
+        let p = match self.kind {
+            Qdisc::Fq { quantum } => self.flows.pop(quantum)?,
+            _ => self.q.pop_front()?,
+        };
         self.bytes -= p.wire_len();
         self.segs -= p.segs as u64;
         Some(p)
+    }
+
+    /// Every packet queued, in no order (a change of discipline re-queues them).
+    fn drain_all(&mut self) -> Vec<Packet> {
+        let mut out: Vec<Packet> = self.q.drain(..).collect();
+        let quantum = self.quantum();
+        while let Some(p) = self.flows.pop(quantum) {
+            out.push(p);
+        }
+        self.bytes = 0;
+        self.segs = 0;
+        out
     }
 
     /// Offer a packet at time `now`. A refused packet is returned in Err.
@@ -193,6 +333,26 @@ impl Queue {
                 if !self.fits(len, segs) {
                     return Err((p, Enq::DroppedFull));
                 }
+            }
+            Qdisc::Fq { quantum } => {
+                // Bigger than the whole buffer: refused. Otherwise in, and the
+                // fattest flow pays for the room (its head goes), which may be
+                // the arriving packet's own flow.
+                if len > self.limit_bytes || segs > self.limit_packets {
+                    return Err((p, Enq::DroppedFull));
+                }
+                self.push(p);
+                while !self.fits(0, 0) {
+                    match self.flows.pop_fattest(quantum) {
+                        Some(v) => {
+                            self.bytes -= v.wire_len();
+                            self.segs -= v.segs as u64;
+                            self.dropped.push(v);
+                        }
+                        None => break,
+                    }
+                }
+                return Ok(());
             }
             Qdisc::Pie { target_ms } => {
                 let target = crate::config::ms_to_ns(target_ms);
@@ -359,6 +519,105 @@ mod tests {
         let mut p = Packet::new(vec![0u8; len]);
         p.arrival = t;
         p
+    }
+
+    /// An IPv4/UDP frame of `len` bytes from port `sport`, arrived at `t`.
+    fn udp(len: usize, sport: u16, t: u64) -> Packet {
+        let mut d = vec![0u8; len];
+        d[12..14].copy_from_slice(&0x0800u16.to_be_bytes());
+        d[14] = 0x45;
+        d[23] = 17;
+        d[26..30].copy_from_slice(&[198, 18, 0, 2]);
+        d[30..34].copy_from_slice(&[198, 18, 0, 3]);
+        d[34..36].copy_from_slice(&sport.to_be_bytes());
+        d[36..38].copy_from_slice(&5201u16.to_be_bytes());
+        let mut p = Packet::new(d);
+        p.arrival = t;
+        p
+    }
+
+    fn sport(p: &Packet) -> u16 {
+        u16::from_be_bytes([p.data[34], p.data[35]])
+    }
+
+    const FQ: Qdisc = Qdisc::Fq { quantum: 1514 };
+
+    #[test]
+    fn fq_serves_the_flows_in_turn() {
+        let mut rng = Rng::new(0, 0, stream::AQM);
+        let mut q = Queue::new(FQ, u64::MAX, u64::MAX);
+        for i in 0..10 {
+            q.enqueue(udp(1500, 1, i), i, &mut rng, 0).unwrap();
+        }
+        q.enqueue(udp(1500, 2, 10), 10, &mut rng, 0).unwrap();
+        q.enqueue(udp(1500, 3, 11), 11, &mut rng, 0).unwrap();
+        // The newcomers do not wait behind the first flow's ten packets.
+        let order: Vec<u16> = (0..6).map(|t| sport(&q.dequeue(100 + t).unwrap())).collect();
+        assert_eq!(order, vec![1, 2, 3, 1, 1, 1]);
+        assert_eq!(q.len(), 6);
+        assert_eq!(sport(q.peek().unwrap()), 1);
+    }
+
+    #[test]
+    fn fq_shares_bytes_not_packets() {
+        // A flow of 1500-byte packets and one of 300-byte packets, both always
+        // backlogged: each gets the same bytes of service, within a quantum.
+        let mut rng = Rng::new(0, 0, stream::AQM);
+        let mut q = Queue::new(FQ, u64::MAX, u64::MAX);
+        let mut served = [0u64; 2];
+        for t in 0..2000u64 {
+            while q.len() < 40 {
+                q.enqueue(udp(1500, 1, t), t, &mut rng, 0).unwrap();
+                for _ in 0..5 {
+                    q.enqueue(udp(300, 2, t), t, &mut rng, 0).unwrap();
+                }
+            }
+            let p = q.dequeue(t).unwrap();
+            served[(sport(&p) - 1) as usize] += p.wire_len();
+        }
+        let (a, b) = (served[0] as f64, served[1] as f64);
+        assert!((a - b).abs() <= 2.0 * 1514.0, "served {a} and {b} bytes");
+    }
+
+    #[test]
+    fn fq_makes_room_from_the_fattest_flow() {
+        let mut rng = Rng::new(0, 0, stream::AQM);
+        let mut q = Queue::new(FQ, 4500, u64::MAX);
+        for i in 0..3 {
+            q.enqueue(udp(1500, 1, i), i, &mut rng, 0).unwrap();
+        }
+        // A second flow's packet is queued; the first flow's oldest makes room.
+        q.enqueue(udp(1500, 2, 3), 3, &mut rng, 0).unwrap();
+        assert_eq!(q.dropped.len(), 1);
+        assert_eq!((sport(&q.dropped[0]), q.dropped[0].arrival), (1, 0));
+        assert_eq!((q.len(), q.bytes()), (3, 4500));
+        // Flow 1 still holds the most: its next arrival pushes its own head out.
+        q.enqueue(udp(1500, 1, 4), 4, &mut rng, 0).unwrap();
+        assert_eq!((sport(&q.dropped[1]), q.dropped[1].arrival), (1, 1));
+        let out: Vec<(u16, u64)> = (0..3).map(|t| q.dequeue(10 + t).map(|p| (sport(&p), p.arrival)).unwrap()).collect();
+        assert_eq!(out, vec![(1, 2), (2, 3), (1, 4)]);
+        assert!(q.dequeue(20).is_none() && q.peek().is_none());
+        // Bigger than the whole buffer: refused.
+        assert_eq!(q.enqueue(udp(5000, 3, 21), 21, &mut rng, 0).unwrap_err().1, Enq::DroppedFull);
+        // An emptied flow's slot is reused, and nothing is left behind.
+        assert!(q.flows.index.is_empty() && q.flows.active.is_empty());
+    }
+
+    #[test]
+    fn fq_to_and_from_fifo_keeps_every_packet() {
+        let mut rng = Rng::new(0, 0, stream::AQM);
+        let mut q = Queue::new(Qdisc::DropTail, u64::MAX, u64::MAX);
+        for (i, port) in [1u16, 1, 2, 1, 2].iter().enumerate() {
+            q.enqueue(udp(1000, *port, i as u64), i as u64, &mut rng, 0).unwrap();
+        }
+        q.reconfigure(FQ, u64::MAX, u64::MAX);
+        assert_eq!((q.len(), q.bytes()), (5, 5000));
+        let first: Vec<u64> = (0..2).map(|t| q.dequeue(t).unwrap().arrival).collect();
+        assert_eq!(first, vec![0, 2]); // flow 1's head, then flow 2's
+        q.reconfigure(Qdisc::DropTail, u64::MAX, u64::MAX);
+        let rest: Vec<u64> = (0..3).map(|t| q.dequeue(t).unwrap().arrival).collect();
+        assert_eq!(rest, vec![1, 3, 4]); // oldest first again
+        assert_eq!((q.len(), q.bytes()), (0, 0));
     }
 
     #[test]

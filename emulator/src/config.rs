@@ -36,6 +36,14 @@ pub enum Qdisc {
         #[serde(default = "default_pie_target")]
         target_ms: f64,
     },
+    /// Fair queueing: a FIFO per flow (its 5-tuple), served by deficit round
+    /// robin (Shreedhar & Varghese 1995) a quantum of bytes at a time; the buffer
+    /// limit is shared, and a full buffer drops from the head of the flow that
+    /// holds the most bytes (as fq_codel does).
+    Fq {
+        #[serde(default = "default_fq_quantum")]
+        quantum: u64,
+    },
 }
 
 fn default_codel_target() -> f64 {
@@ -49,6 +57,9 @@ fn default_red_pmax() -> f64 {
 }
 fn default_pie_target() -> f64 {
     15.0
+}
+fn default_fq_quantum() -> u64 {
+    1514
 }
 
 /// Jitter distribution (netem's names).
@@ -353,6 +364,11 @@ impl LinkSettings {
             Qdisc::Pie { target_ms } => {
                 if !(target_ms.is_finite() && *target_ms > 0.0) {
                     return Err(format!("qdisc.target_ms must be > 0, got {target_ms}"));
+                }
+            }
+            Qdisc::Fq { quantum } => {
+                if !(64..=65536).contains(quantum) {
+                    return Err(format!("qdisc.quantum must be 64 to 65536 bytes, got {quantum}"));
                 }
             }
         }

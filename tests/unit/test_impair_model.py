@@ -31,7 +31,9 @@ def test_units_and_probabilities_are_parsed():
     ({"rate": "unlimited", "buffer": "20ms"}, "give the buffer in bytes"),
     ({"queue": {"kind": "red", "min": "30kB"}}, "needs min and max"),
     ({"queue": {"kind": "codel", "min": "30kB"}}, "takes no min"),
-    ({"queue": "fq"}, "queue.kind"),
+    ({"queue": "sfq"}, "queue.kind"),
+    ({"queue": {"kind": "fq", "quantum": "10B"}}, "give 64 B to 64 KiB"),
+    ({"queue": {"kind": "fq", "target": "1ms"}}, "takes no target (its parameters: quantum)"),
     ({"loss": {"model": "gilbert_elliott", "p": "1%"}}, "needs r"),
     ({"loss": {"model": "bernoulli", "p": "1%", "r": "10%"}}, "belong to model"),
     ({"rate": "1Mbit", "speed": 3}, "speed"),
@@ -225,3 +227,13 @@ def test_builtin_scenarios_expand():
     ten = P.expand(L.load("static-congestion", ["scale.to=10Gbit"]))
     assert {c.scenario.lab.bottleneck for c in ten} == {5e9, 2.5e9, 1.25e9} and ten[0].offered_bps == 10e9
     assert ten[0].stream.window == 4e6
+
+
+def test_a_fair_queue_is_the_emulators_with_its_quantum():
+    from vnetbench.impair.userspace import queue_settings
+
+    c = LinkConditions.model_validate({"rate": "10Mbit", "queue": "FQ"})
+    assert c.queue.kind == "fq" and c.needs() == {"rate", "queue:fq"} and "queue fq" in c.describe()
+    assert queue_settings(c) == {"kind": "fq", "quantum": 1514}
+    c = LinkConditions.model_validate({"rate": "10Mbit", "queue": {"kind": "fq", "quantum": "3kB"}})
+    assert queue_settings(c) == {"kind": "fq", "quantum": 3000}

@@ -188,7 +188,7 @@ class LinkBuffer(_Partial):
         return units.format_size(self.bytes) if self.bytes is not None else units.format_duration(self.seconds)
 
 
-QUEUE_KINDS = ("drop_tail", "drop_head", "codel", "red", "pie")
+QUEUE_KINDS = ("drop_tail", "drop_head", "codel", "red", "pie", "fq")
 
 
 class QueueSpec(_Partial):
@@ -196,7 +196,10 @@ class QueueSpec(_Partial):
 
     ``"drop_tail"`` (default), ``"drop_head"``, ``"codel"`` (target 5 ms,
     interval 100 ms), ``"red"`` (min, max in bytes, p_max 0.1), ``"pie"``
-    (target 15 ms). A string names the kind with its defaults; a table sets
+    (target 15 ms), ``"fq"`` (fair queueing: a FIFO per flow, served by
+    deficit round robin a quantum of 1514 bytes at a time, the buffer shared,
+    a full buffer dropping from the head of the flow that holds the most; the
+    userspace emulator). A string names the kind with its defaults; a table sets
     parameters: ``queue = {kind = "codel", target = "2ms"}``.
     """
 
@@ -204,14 +207,16 @@ class QueueSpec(_Partial):
         quantities.text_schema(units.any_case(*QUEUE_KINDS, "droptail", "drophead")),
         spelled={"kind": units.any_case(*QUEUE_KINDS, "droptail", "drophead")}))
 
-    kind: Literal["drop_tail", "drop_head", "codel", "red", "pie"] = Field(default="drop_tail",
-                                                                            description="the discipline")
+    kind: Literal["drop_tail", "drop_head", "codel", "red", "pie", "fq"] = Field(default="drop_tail",
+                                                                                  description="the discipline")
     target: Duration | None = Field(default=None, description="codel (5 ms) and pie (15 ms): the target delay")
     interval: Duration | None = Field(default=None, description="codel: its interval (100 ms)")
     min: _Bytes = Field(default=None, description="red: the average queue (bytes) where dropping starts (required)")
     max: _Bytes = Field(default=None, description="red: the average queue (bytes) where dropping reaches p_max "
                         "(required)")
     p_max: Probability | None = Field(default=None, description="red: the drop probability at max (0.1)")
+    quantum: _Bytes = Field(default=None, description="fq: the bytes a flow may send in its turn (1514: a "
+                            "full frame), 64 B to 64 KiB")
 
     @model_validator(mode="before")
     @classmethod
@@ -226,8 +231,8 @@ class QueueSpec(_Partial):
     @model_validator(mode="after")
     def _params_fit_kind(self) -> "QueueSpec":
         allowed = {"drop_tail": set(), "drop_head": set(), "codel": {"target", "interval"},
-                   "red": {"min", "max", "p_max"}, "pie": {"target"}}[self.kind]
-        extra = sorted(k for k in ("target", "interval", "min", "max", "p_max")
+                   "red": {"min", "max", "p_max"}, "pie": {"target"}, "fq": {"quantum"}}[self.kind]
+        extra = sorted(k for k in ("target", "interval", "min", "max", "p_max", "quantum")
                        if getattr(self, k) is not None and k not in allowed)
         if extra:
             raise ValueError(f"queue kind {self.kind!r} takes no {', '.join(extra)}"
@@ -241,6 +246,8 @@ class QueueSpec(_Partial):
         for k in ("target", "interval"):
             if getattr(self, k) is not None and getattr(self, k) <= 0:
                 raise ValueError(f"queue {k} must be positive")
+        if self.quantum is not None and not 64 <= self.quantum <= 65536:
+            raise ValueError(f"fq quantum {self.quantum:g} B: give 64 B to 64 KiB (a full frame, 1514 B, is usual)")
         return self
 
 
@@ -368,6 +375,7 @@ CAPABILITY_TEXT = {
     "queue:codel": "a CoDel queue",
     "queue:red": "a RED queue",
     "queue:pie": "a PIE queue",
+    "queue:fq": "a fair queue (a FIFO per flow, round robin)",
     "schedule": "a schedule (conditions that change during a trial)",
     "trace": "a Mahimahi rate trace",
 }

@@ -60,6 +60,8 @@ def queue_settings(cond: LinkConditions) -> dict[str, Any]:
     elif q.kind == "red":
         out.update({"min_bytes": int(q.min), "max_bytes": int(q.max),
                     "p_max": q.p_max if q.p_max is not None else 0.1})
+    elif q.kind == "fq":
+        out["quantum"] = int(q.quantum) if q.quantum is not None else 1514
     return out
 
 
