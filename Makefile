@@ -63,9 +63,11 @@ demo: setup
 	mkdir -p demo
 	$(VENV)/bin/vnetbench run quick --db demo/vnetbench.db --report demo/report.html
 
+# The lab tests one at a time (they measure), then the unit tests on every core (they do not).
 test: setup
 	@if [ -f emulator/Cargo.toml ]; then cargo test --release --locked --manifest-path emulator/Cargo.toml; fi
-	$(VENV)/bin/pytest -q --durations=25 tests
+	$(VENV)/bin/pytest -q --durations=25 tests/integration
+	$(VENV)/bin/pytest -q --durations=10 -n auto tests/unit
 	$(VENV)/bin/vnetbench clean --check
 
 # The edit-test loop: every unit test, then the lab tests marked `quick` (each one short run of one
