@@ -216,12 +216,75 @@ def test_in_a_parking_lot_each_bottleneck_is_shared_by_the_flows_that_cross_it(t
     assert theory["throughput.rx_mbps@cross2"] == 25.0, theory
     assert all(0.1 * 5 <= x <= 5 * 1.05 for x in long), long
     assert all(x > y for x, y in zip(cross2, cross1)), (cross1, cross2)
+    # how evenly the flows got their shares, each trial: Jain's index over measured / max-min share
+    parts = np.array([long / 5, cross1 / 5, cross2 / 25])
+    jain = parts.sum(axis=0) ** 2 / (3 * (parts ** 2).sum(axis=0))
+    assert np.allclose(v["flows.maxmin_fairness"], jain, rtol=1e-9), (v["flows.maxmin_fairness"], jain)
+    assert all(1 / 3 < x <= 1 for x in jain), jain
     # the probe ran between its own hosts, c1s to dst, through both queues: more than b1's full 40 ms (50 kB at
     # 10 Mbit/s) alone, less than it and b2's 26.7 ms together (measured: 54.6-56.2 ms)
     assert all(40 < x <= 40 + 26.7 + 3 for x in v["rtt.p50_ms"]), v["rtt.p50_ms"]
     assert "rtt.p50_ms@probe" not in v, sorted(v)  # the only ping: its metrics keep their names
     for t in trials:
         assert set(t["raw"]["cores"]["endpoints"]) >= {"src", "dst", "c1s", "c1r", "c2s", "c2r"}, t["raw"]["cores"]
+    _nothing_left(run_id)
+
+
+def test_with_fair_queues_a_parking_lots_flows_get_their_max_min_shares(tmp_path):
+    """The same parking lot with fair queueing on both bottlenecks (the userspace emulator's "fq"): each link
+    serves its flows in turn, and the flows converge to their max-min fair shares, 5 / 5 / 25 Mbit/s of frames."""
+    fair = PARKING.replace('buffer = "50kB"}', 'buffer = "50kB", queue = "fq"}').replace(
+        'buffer = "100kB"}', 'buffer = "100kB", queue = "fq"}')
+    run_id, db = run_scenario(tmp_path, fair)
+    with Store(db) as store:
+        trials = store.trials(run_id, with_raw=True)
+        assert all(t["status"] == "ok" for t in trials), [t["reason"] for t in trials]
+        (v,) = store.values(run_id).values()
+    long, cross1, cross2 = (np.array(v[f"throughput.rx_mbps@{w}"]) for w in ("long", "cross1", "cross2"))
+    # Through drop-tail queues the long flow got 1.0-3.1 (the test above); here max-min within noise: each flow within 10 % of its share of the payload rate (measured: ...)
+    assert all(abs(x - 5 * GOODPUT) <= 0.1 * 5 * GOODPUT for x in long), long
+    assert all(abs(x - 5 * GOODPUT) <= 0.1 * 5 * GOODPUT for x in cross1), cross1
+    assert all(abs(x - 25 * GOODPUT) <= 0.1 * 25 * GOODPUT for x in cross2), cross2
+    assert all(x >= 0.95 for x in v["flows.maxmin_fairness"]), v["flows.maxmin_fairness"]
+    _nothing_left(run_id)
+
+
+# A matrix over the graph itself: chains of 1, 2 and 4 hops, each a graph of its own built side by side, with an
+# emulator on l1 in every one (1 ms each way).
+HOPS = """
+name = "hops"
+[topology]
+template = "linear"
+[lab.link.l1]
+both = {delay = "1ms"}
+[matrix]
+"topology.hops" = [1, 2, 4]
+[workload.probe]
+tool = "ping"
+interval = "20ms"
+duration = "2s"
+[repeat]
+repetitions = 2
+warmup = 0
+"""
+
+
+def test_a_matrix_over_the_graph_measures_each_graph_with_the_others_idle(tmp_path):
+    run_id, db = run_scenario(tmp_path, HOPS)
+    with Store(db) as store:
+        trials = store.trials(run_id, with_raw=True)
+        assert all(t["status"] == "ok" for t in trials), [t["reason"] for t in trials]
+        by_hops = _by_label(store, run_id, "topology.hops")
+        fp = store.run(run_id)["fingerprint"]
+    assert sorted(by_hops) == ["1", "2", "4"]
+    for hops, v in by_hops.items():
+        # l1's 2 ms round trip, whatever the routers add (measured: ...)
+        assert all(2.0 - 0.05 <= x <= 2.0 + 1.0 for x in v["rtt.min_ms"]), (hops, v["rtt.min_ms"])
+        # one emulator spins (this graph's); the other graphs' are idle, or two or three cores would be busy
+        # (measured: ...)
+        assert all(x < 150 for x in v["cpu.util_pct"]), (hops, v["cpu.util_pct"])
+    assert [len(g["links"]) for g in fp["topology"]["graphs"]] == [1, 2, 4]
+    assert len(fp["endpoints"]) == 3  # each graph's hosts
     _nothing_left(run_id)
 
 

@@ -212,3 +212,33 @@ def test_the_report_draws_a_declared_topology_in_layers_from_the_server():
     assert "h900" in texts and "h1" in texts and "srv" in texts and "h500" not in texts
     assert f"+{MAX_DRAWN + 700 - 15:,} more" in texts
     assert any(t.startswith(f"17 of {MAX_DRAWN + 702:,} nodes drawn") for t in texts), texts[-1]
+
+
+def test_a_matrix_over_the_graph_builds_one_graph_per_value_under_a_prefix_of_its_own():
+    import shutil
+
+    from vnetbench.runner.graph_bench import GraphBench, GraphsBench
+    from vnetbench.runner.preview import topology_plan
+
+    configs = expand(_load('[topology]\ntemplate = "linear"\n[lab.link.l1]\nboth = {delay = "1ms"}\n'
+                           '[matrix]\n"topology.hops" = [1, 2, 4]\n"link.l1.both.delay" = ["1ms", "2ms"]\n'))
+    assert len(configs) == 6
+    bench = GraphBench.for_configs("vnb-abc123", configs)
+    try:
+        assert isinstance(bench, GraphsBench)
+        # the first graph under the run's prefix, the others under <prefix>-g<k>+ (no node name has a "+")
+        assert [b.run_prefix for b in bench.benches.values()] == ["vnb-abc123", "vnb-abc123-g1+", "vnb-abc123-g2+"]
+        assert [len(b.configs) for b in bench.benches.values()] == [2, 2, 2]
+        for c in configs:
+            assert c in bench.of(c).configs and bench.of(c).topology.hops == c.scenario.topology.hops
+    finally:
+        for b in bench.benches.values():
+            shutil.rmtree(b.workdir, ignore_errors=True)
+    topo = topology_plan(configs)
+    assert [len(g["links"]) for g in topo["graphs"]] == [1, 2, 4]
+    assert topo["graphs"][2]["configurations"] == [{"topology.hops": 4, "link.l1.both.delay": "1ms"},
+                                                   {"topology.hops": 4, "link.l1.both.delay": "2ms"}]
+    assert topo["graphs"][1]["endpoints"][0]["paths"] == {"h1": ["l1", "l2"]}
+    one = GraphBench.for_configs("vnb-abc123", configs[:2])  # one graph: one bench, as before
+    shutil.rmtree(one.workdir, ignore_errors=True)
+    assert isinstance(one, GraphBench)

@@ -276,6 +276,12 @@ class LinkManager:
         qdiscs = [q for h in self._active for q in self.backends[h].qdiscs()]
         return {"qdiscs": qdiscs, "links": links}
 
+    def idle(self) -> None:
+        """Idle every link's backend (no emulator spins): another graph of the run measures meanwhile. The next
+        apply() makes this lab's paths what their configuration declares, whatever was idled."""
+        for backend in self.backends.values():
+            backend.idle()
+
     def check(self) -> list[str]:
         """What the links of the current configuration's path hold, read back from the kernel and the
         emulators, against what :meth:`targets` declared: one line per difference (none: all as declared)."""

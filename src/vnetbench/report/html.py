@@ -246,8 +246,16 @@ def _what_ran(m: ReportModel) -> str:
                        + "</p>")
         params = [c["params"] for c in r.configurations]
         declared = (rec.get("fingerprint") or {}).get("topology")
-        drawing = topology.graph_svg(declared) if isinstance(declared, dict) else \
-            topology.svg(params, _run_probe_text(rec))
+        if isinstance(declared, dict) and declared.get("graphs"):  # a matrix over the topology: each graph
+            drawing = "".join(f'<figure class="graph"><figcaption>Graph {k}: '
+                              + e("; ".join(", ".join(f"{a}={b}" for a, b in labels.items())
+                                            for labels in graph.get("configurations", [])[:6]))
+                              + "</figcaption>" + topology.graph_svg(graph) + "</figure>"
+                              for k, graph in enumerate(declared["graphs"], start=1))
+        elif isinstance(declared, dict):
+            drawing = topology.graph_svg(declared)
+        else:
+            drawing = topology.svg(params, _run_probe_text(rec))
         out.append('<div class="topo">' + drawing + "</div>")
         out.append(_collapsible(f"Scenario file <code>{e(rec.get('scenario_source') or '')}</code>",
                                 f'<pre class="code">{e(rec.get("scenario_text") or "")}</pre>', 0,

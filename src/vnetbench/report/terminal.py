@@ -631,7 +631,20 @@ def _routes_count(topology: dict[str, Any]) -> int:
 
 def topology_view(topology: dict[str, Any], console: Console, rows: int = 24) -> None:
     """A declared topology in a few lines: what it holds, its conditioned links (all of them while they fit),
-    and each configuration's endpoints with the links between them. `plan --json` has every address and route."""
+    and each configuration's endpoints with the links between them. `plan --json` has every address and route.
+    Several graphs (a matrix over the topology): each, under the configurations that run on it."""
+    graphs = topology.get("graphs")
+    if graphs:
+        for k, graph in enumerate(graphs, start=1):
+            on = "; ".join(", ".join(f"{a}={b}" for a, b in labels.items()) for labels in graph["configurations"][:4])
+            console.print(f"graph {k} of {len(graphs)} ({escape(on)}{', ...' if len(graph['configurations']) > 4 else ''}):",
+                          soft_wrap=True, highlight=False)
+            _one_topology_view(graph, console, rows)
+        return
+    _one_topology_view(topology, console, rows)
+
+
+def _one_topology_view(topology: dict[str, Any], console: Console, rows: int) -> None:
     kinds = list(topology["nodes"].values())
     shape = (f"template {topology['template']}" if topology["template"] else
              f"containerlab file {escape(topology['containerlab'])}" if topology.get("containerlab") else "written out")

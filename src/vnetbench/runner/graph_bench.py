@@ -123,13 +123,20 @@ class GraphBench(DumbbellBench):
     topology: TopologySpec | None = None
 
     @classmethod
-    def for_configs(cls, run_prefix: str, configs: list[Configuration], pin_cpus: bool = True) -> "GraphBench":
-        graphs = {_graph_key(c) for c in configs}
+    def for_configs(cls, run_prefix: str, configs: list[Configuration],
+                    pin_cpus: bool = True) -> "GraphBench | GraphsBench":
+        """The bench of these configurations' graph; where they declare several (a matrix over the topology's
+        template, its numbers, nodes or links), one bench per graph, side by side (GraphsBench)."""
+        graphs: dict[str, list[Configuration]] = {}
+        for c in configs:
+            graphs.setdefault(_graph_key(c), []).append(c)
         if len(graphs) > 1:
-            raise ScenarioError("the configurations of this run declare different graphs (a matrix over the "
-                                "topology's template, its parameters, nodes or links): one run builds one graph for "
-                                "now; run each in its own (a matrix over topology.clients and topology.server is "
-                                "fine)")
+            # Each graph's namespaces and emulators under a prefix of its own: <run prefix>-g<k>+-<node> (no
+            # node's name holds a "+", so no graph's name can be another's); `vnetbench clean` finds them by the
+            # run's prefix.
+            return GraphsBench({key: cls.for_configs(run_prefix if k == 0 else f"{run_prefix}-g{k}+", group,
+                                                     pin_cpus)  # type: ignore[misc]
+                                for k, (key, group) in enumerate(graphs.items())})
         first = configs[0]
         return cls(run_prefix, senders=max(c.active_senders for c in configs), mtu=first.scenario.lab.mtu,
                    pin_cpus=pin_cpus, variants=[(variant_of(first), first.active_senders)], configs=list(configs),
@@ -262,3 +269,78 @@ def _pairs(config: Configuration, graph: Graph) -> tuple[Pair, dict[str, Pair]]:
         cs, sv = topology.endpoints(graph, clients=w.clients, server=w.server)
         own[name] = (tuple(cs), sv)
     return (tuple(clients), server), own
+
+
+class GraphsBench:
+    """A run over several graphs (``"topology.hops" = [1, 2, 4, 8]``): one GraphBench per graph, all built at
+    setup as a dumbbell's environment variants are, each configuration measured on its own graph's. Before a
+    configuration's trials every other graph's links are idled, so no emulator of another graph spins beside
+    them. The runner sees one bench."""
+
+    def __init__(self, benches: dict[str, GraphBench]):
+        self.benches = benches
+        self._current: GraphBench | None = None
+
+    def of(self, config: Configuration) -> GraphBench:
+        return self.benches[_graph_key(config)]
+
+    @property
+    def keep_dir(self) -> Any:
+        return next(iter(self.benches.values())).keep_dir
+
+    @keep_dir.setter
+    def keep_dir(self, where: Any) -> None:
+        for bench in self.benches.values():
+            bench.keep_dir = where
+
+    @property
+    def cpu_wake_latency(self) -> str:
+        return next(iter(self.benches.values())).cpu_wake_latency
+
+    def setup(self) -> None:
+        done: list[GraphBench] = []
+        try:
+            for bench in self.benches.values():
+                bench.setup()
+                done.append(bench)
+                bench.links.idle()  # type: ignore[union-attr]  # until its configurations run
+        except BaseException:
+            for bench in reversed(done):
+                bench.teardown()
+            raise
+
+    def teardown(self) -> list[str]:
+        return [problem for bench in reversed(list(self.benches.values())) for problem in bench.teardown()]
+
+    def endpoints(self) -> dict[str, dict[str, dict[str, Any]]]:
+        """Each graph's endpoints, under its variant's name and the graph's number."""
+        out: dict[str, dict[str, dict[str, Any]]] = {}
+        for k, bench in enumerate(self.benches.values(), start=1):
+            for variant, mapping in bench.endpoints().items():
+                out[f"{variant}, graph {k}"] = mapping
+        return out
+
+    def prepare(self, config: Configuration) -> list[dict[str, Any]]:
+        bench = self.of(config)
+        if bench is not self._current:
+            for other in self.benches.values():
+                if other is not bench and other.links is not None:
+                    other.links.idle()
+            self._current = bench
+        return bench.prepare(config)
+
+    def unavailable(self, config: Configuration) -> tuple[str, dict[str, Any]] | None:
+        return self.of(config).unavailable(config)
+
+    def run_trial(self, config: Configuration, trial_tag: str) -> Any:
+        return self.of(config).run_trial(config, trial_tag)
+
+    def environment_state(self, config: Configuration) -> dict[str, Any]:
+        return self.of(config).environment_state(config)
+
+    def link_state(self, config: Configuration) -> dict[str, Any]:
+        return self.of(config).link_state(config)
+
+    def after_trial(self, outcome: Any) -> None:
+        if self._current is not None:
+            self._current.after_trial(outcome)

@@ -161,9 +161,24 @@ def _congestion_controls(configs: list[Configuration]) -> list[str]:
 def topology_plan(configs: list[Configuration]) -> dict[str, Any] | None:
     """A declared topology as the run would build it: its nodes, its links with the conditions each
     configuration gives them, every IP node's addresses and routes, and each configuration's endpoints with the
-    links between them (None: the dumbbell)."""
+    links between them (None: the dumbbell). Where the configurations declare several graphs (a matrix over
+    the topology), the first graph's, with "graphs": each graph's, with its configurations' labels."""
     if not configs or configs[0].scenario.topology is None:
         return None
+    from vnetbench.runner.graph_bench import _graph_key
+
+    graphs: dict[str, list[Configuration]] = {}
+    for c in configs:
+        graphs.setdefault(_graph_key(c), []).append(c)
+    plans = [dict(_graph_plan(group), configurations=[dict(c.labels) for c in group]) for group in graphs.values()]
+    if len(plans) == 1:
+        del plans[0]["configurations"]
+        return plans[0]
+    return dict(plans[0], graphs=plans)
+
+
+def _graph_plan(configs: list[Configuration]) -> dict[str, Any]:
+    """topology_plan of configurations that share one graph."""
     first = configs[0].scenario
     graph = first.topology.graph(first.lab.mtu)  # type: ignore[union-attr]
     plan = graph.plan()
@@ -210,8 +225,10 @@ def topology_record(configs: list[Configuration]) -> dict[str, Any] | None:
     found = topology_plan(configs)
     if found is None:
         return None
-    found["routes_count"] = sum(len(r) for r in found.pop("routes").values())
-    del found["addresses"]
+    for graph in [found, *found.get("graphs", [])]:
+        if "routes" in graph:
+            graph["routes_count"] = sum(len(r) for r in graph.pop("routes").values())
+        graph.pop("addresses", None)
     return found
 
 
