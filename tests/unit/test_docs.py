@@ -31,6 +31,18 @@ MINIMAL = 'name = "example"\n[workload.stream]\ntool = "iperf3"\n'
 MARK = re.compile(r"<!--\s*example:\s*(?P<what>.*?)\s*-->")
 
 
+def test_every_test_the_threat_model_names_exists():
+    # the page says which tests hold each guarantee: a renamed or deleted test must not leave it naming nothing
+    page = (ROOT / "docs" / "explanation" / "threat-model.md").read_text()
+    named = re.findall(r"`(tests/[\w/]+\.py)::(\w+)`", page)
+    assert len(named) >= 20, named
+    missing = [f"{f}::{t}" for f, t in named
+               if not re.search(rf"^\s*def {t}\(", (ROOT / f).read_text(), re.M)]
+    assert not missing, f"docs/explanation/threat-model.md names tests that do not exist: {missing}"
+    sections = page.split("## What tests each guarantee")[1].split("\n- ")[1:]
+    assert len(sections) >= 10 and all("::test_" in section for section in sections), sections
+
+
 def test_generated_pages_are_current():
     stale = docsgen.stale(ROOT)
     assert not stale, f"out of date: {', '.join(stale)}; run `python -m vnetbench.docsgen` and commit the pages"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import shlex
 
 import pytest
 
@@ -49,6 +50,17 @@ def test_the_command_line_chooses_the_place(tmp_path, command):
     assert chosen.clean_command() == f"vnetbench clean --hosts {inventory}"
     with pytest.raises(VnetbenchError, match="go with --hosts"):
         places.from_args(parser.parse_args([command, *extra, "--accept-new-host-keys"]))
+
+
+def test_the_commands_printed_for_an_inventory_anywhere_are_quoted(tmp_path):
+    # a fix command the user copies must name the inventory it names, whatever its path holds
+    odd = tmp_path / "my lab; rm -rf ~ $(x) 'q'"
+    odd.mkdir()
+    inventory = odd / "inv.yml"
+    inventory.write_text(INVENTORY)
+    chosen = places.from_args(cli.build_parser().parse_args(["run", "quick", "--hosts", str(inventory)]))
+    assert shlex.split(chosen.resume_args()) == ["--hosts", str(inventory)]
+    assert shlex.split(chosen.clean_command()) == ["vnetbench", "clean", "--hosts", str(inventory)]
 
 
 def test_a_run_of_the_lab_is_not_resumed_on_hosts_and_back():
