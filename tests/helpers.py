@@ -64,8 +64,12 @@ def check_unshaped_streams(store, run_id: str, trials: int) -> tuple[dict, dict]
     return tcp, udp
 
 
-def cli(*args: str, check: bool = True, timeout: float = 600, env: dict | None = None) -> subprocess.CompletedProcess:
-    """`vnetbench ARGS` in a subprocess, like a user at a shell."""
+def cli(*args: str, check: bool = True, timeout: float = 600, env: dict | None = None,
+        calibrate: bool = False) -> subprocess.CompletedProcess:
+    """`vnetbench ARGS` in a subprocess, like a user at a shell. A run skips the machine's calibration (about 6 s
+    a run) unless `calibrate`: the tests that are about it ask for it."""
+    if args and args[0] == "run" and not calibrate:
+        args = (*args, "--no-calibration")
     proc = subprocess.run([sys.executable, "-m", "vnetbench", *args], capture_output=True, text=True,
                           timeout=timeout, env=env, cwd=ROOT)
     if check and proc.returncode != 0:

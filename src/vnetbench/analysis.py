@@ -56,6 +56,7 @@ from vnetbench.stats import (
     summarize,
 )
 from vnetbench.metrics import HEADLINE, in_order
+from vnetbench.runner import calibration
 from vnetbench.stats.compare import DEFAULT_ALPHA, DEFAULT_N_BOOT, DEFAULT_NOISE
 from vnetbench.store.db import Store
 
@@ -520,6 +521,10 @@ def compare_runs(
         matched, values_a, values_b, recorded, metrics, all_metrics, alpha, seed, noise_overrides,
         noise_default, n_boot, f"runs {run_a} and {run_b}")
     notes += _mark(pairs, store.marked_trials(run_a), store.marked_trials(run_b))
+    machine = calibration.differences(store.run(run_a)["fingerprint"].get("calibration"),
+                                      store.run(run_b)["fingerprint"].get("calibration"))
+    notes += [f"the machine itself measured differently in B: {line}; a change found here may be the machine's"
+              for line in machine]
     if info_a["scenario"] != info_b["scenario"]:
         notes.insert(0, f"different scenarios: {info_a['scenario']} (A) and {info_b['scenario']} (B); "
                         "configurations are still matched by their labels")

@@ -80,7 +80,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         runner.check_root()
         with open_store(args) as store:
             summary = runner.resume(store, args.resume, console=err, progress=not args.no_progress,
-                                    allow_concurrent=args.allow_concurrent, place=places.from_args(args))
+                                    allow_concurrent=args.allow_concurrent, place=places.from_args(args),
+                                    calibrate=not args.no_calibration)
             return _after_run(args, store, summary)
     if not args.scenario:
         raise VnetbenchError("vnetbench run: give a SCENARIO (a built-in name or a .toml file), or --resume RUN")
@@ -91,7 +92,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     with open_store(args, create=True) as store:
         summary = runner.execute(loaded, store, console=err, progress=not args.no_progress,
                                  max_configurations=args.max_configurations, allow_concurrent=args.allow_concurrent,
-                                 place=places.from_args(args))
+                                 place=places.from_args(args), calibrate=not args.no_calibration)
         return _after_run(args, store, summary)
 
 
@@ -255,6 +256,10 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--allow-concurrent", action="store_true",
                     help="measure even while another vnetbench run measures on this machine (refused by "
                          "default: both would load the same cores); recorded in the run and its report")
+    sp.add_argument("--no-calibration", action="store_true",
+                    help="skip the machine's calibration before and after the run (a fixed CPU loop and a bare veth "
+                         "stream, about 3 s each time), which `show` and `compare` use to tell a changed machine "
+                         "from a changed result")
     places.add_arguments(sp, "run")
     sp.set_defaults(func=cmd_run)
 

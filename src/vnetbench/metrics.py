@@ -17,7 +17,7 @@ workload; ``--metric`` and ``repeat.key_metrics`` take them by that name.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 HIGHER = "higher"
@@ -63,7 +63,12 @@ LAB_METRICS = (
     # The CPU of the machine the lab runs on, over the first workload's measured window (runner/recorders.py).
     Metric("cpu.util_pct", "%", LOWER, "Busy CPU of the lab's machine (user, system, irq, softirq) over the first "
                                        "workload's measured window, in cores x 100 (200 = two cores busy): the "
-                                       "endpoints, the link emulator and whatever else ran", noise=0.10),
+                                       "endpoints, the link emulator and whatever else ran, less the instruments' "
+                                       "own processes (cpu.probe_pct)", noise=0.10),
+    Metric("cpu.probe_pct", "%", LOWER, "CPU the instruments beside the traffic (ping, irtt, sockperf, ss running "
+                                        "during another workload) used in their own processes over the same window, "
+                                        "in cores x 100; not in cpu.util_pct (ping below a 10 ms interval spins a "
+                                        "core)", noise=0.25),
     Metric("cpu.softirq_pct", "%", LOWER, "Of cpu.util_pct, the time in softirq (packet processing outside any "
                                           "process), in cores x 100", noise=0.25),
     Metric("cpu.steal_pct", "%", LOWER, "Time the hypervisor gave the lab machine's vCPUs to others over the "
@@ -76,10 +81,12 @@ LAB_METRICS = (
                                                      "each relative to its max-min fair share of the links' "
                                                      "rates (the theory column): 1 = every flow got the same "
                                                      "part of its share"),
-    Metric("cpu.us_per_kb", "us/KB", LOWER, "Service demand of a stream (netperf's): busy CPU microseconds per KB "
-                                            "(1024 B) received, over the same window", noise=0.10),
+    Metric("cpu.us_per_kb", "us/KB", LOWER, "Service demand of a stream (netperf's): busy CPU microseconds "
+                                            "(cpu.util_pct's, the instruments' not counted) per KB (1024 B) "
+                                            "received, over the same window", noise=0.10),
     Metric("cpu.us_per_transaction", "us", LOWER, "Service demand of request/response (RR, HTTP): busy CPU "
-                                                  "microseconds per transaction, over the same window", noise=0.10),
+                                                  "microseconds (cpu.util_pct's) per transaction, over the same "
+                                                  "window", noise=0.10),
 )
 
 
@@ -96,7 +103,7 @@ HEADLINE = ("throughput.rx_mbps", "udp.loss_ratio", "rtt.p50_ms", "rtt.p99_ms", 
 
 #: What a trial cost in CPU (runner/recorders.CpuRecorder): shown after the headline by `show`, not judged by
 #: compare's default (the machine's other work moves it; `compare --metric cpu.us_per_kb` judges it).
-COST = ("cpu.util_pct", "cpu.us_per_kb", "cpu.us_per_transaction")
+COST = ("cpu.util_pct", "cpu.us_per_kb", "cpu.us_per_transaction", "cpu.probe_pct")
 
 #: The machine's own noise: a trial is marked (kept in the statistics, counted apart by `show`, the report and
 #: `compare`) when over it the hypervisor took, or processes that are not the run's used, more than this much
@@ -127,14 +134,20 @@ def base_name(name: str) -> str:
     return name.partition(QUALIFIER)[0]
 
 
-def in_order(preferred: Iterable[str], present: Iterable[str]) -> list[str]:
+def in_order(preferred: Iterable[str], present: Iterable[str], workloads: Sequence[str] = ()) -> list[str]:
     """The `present` metrics that `preferred` names, in its order, each followed by its qualified forms (one per
-    workload that measured it, by name): what `show`, `compare` and the report take by default."""
+    workload that measured it), in the order of `workloads` (the scenario's; others after, by name): what
+    `show`, `compare` and the report take by default."""
     present = set(present)
+    rank = {w: i for i, w in enumerate(workloads)}
+
+    def by_workload(m: str) -> tuple[int, str]:
+        return rank.get(m.partition(QUALIFIER)[2], len(rank)), m
+
     out: list[str] = []
     for name in preferred:
         out += [name] if name in present else []
-        out += sorted(m for m in present if m != name and base_name(m) == name)
+        out += sorted((m for m in present if m != name and base_name(m) == name), key=by_workload)
     return list(dict.fromkeys(out))
 
 

@@ -141,7 +141,7 @@ def test_adaptive_run_stops_each_configuration_between_min_and_max(tmp_path, no_
 @pytest.mark.lab
 def test_killed_adaptive_run_resumes_where_it_stopped(tmp_path, no_leftovers):
     db = tmp_path / "r.db"
-    proc = subprocess.Popen([sys.executable, "-m", "vnetbench", "run", "quick", "--db", str(db), *ADAPTIVE],
+    proc = subprocess.Popen([sys.executable, "-m", "vnetbench", "run", "--no-calibration", "quick", "--db", str(db), *ADAPTIVE],
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 90
     while stored_trials(db) < 3:

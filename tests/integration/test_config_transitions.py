@@ -143,7 +143,8 @@ def test_a_path_that_cannot_be_made_right_fails_its_trials_with_the_reason(tmp_p
                                  "  drop\n }\n}\n")
             blocked.append(receiver)
 
-    summary = execute(load_text(text, str(tmp_path / "f.toml"), []), store, progress=False, on_trial=block)
+    summary = execute(load_text(text, str(tmp_path / "f.toml"), []), store, progress=False, on_trial=block,
+                      calibrate=False)
     trials = store.trials(summary.run_id, with_raw=True)
     assert trials[0]["status"] == "ok"
     later = trials[1:]

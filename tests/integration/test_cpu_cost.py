@@ -152,3 +152,50 @@ def test_a_trial_run_while_someone_elses_busy_loop_holds_a_core_is_marked(tmp_pa
     assert sum(len(v) for v in marked.values()) == len(trials), marked
     shown = cli("show", run_id, "--db", str(db)).stdout
     assert f"marked: {len(trials)} of {len(trials)} ok trials" in shown, shown
+
+
+PROBE = """
+name = "probe-cpu"
+[lab]
+senders = 1
+bottleneck = "unlimited"
+[matrix]
+"workload.probe.interval" = ["2ms", "20ms"]
+[workload.stream]
+tool = "iperf3"
+proto = "udp"
+offered = "20Mbit"
+duration = "4s"
+omit = "1s"
+[workload.probe]
+tool = "ping"
+size = 56
+during = "stream"
+[repeat]
+repetitions = 3
+"""
+
+
+def test_a_probe_that_spins_a_core_is_its_own_cost_not_the_traffics(tmp_path):
+    # iputils ping below a 10 ms interval polls without sleeping whenever no reply is outstanding: over a bare
+    # veth (replies within microseconds) that is nearly all the time
+    run_id, db = run_scenario(tmp_path, PROBE)
+    with Store(db) as store:
+        trials = store.trials(run_id, with_raw=True)
+        assert all(t["status"] == "ok" for t in trials), [t["reason"] for t in trials if t["status"] != "ok"]
+        values = store.values(run_id)
+        key = {c["labels"]["workload.probe.interval"]: c["key"] for c in store.configurations(run_id)}
+    fast, slow = values[key["2ms"]], values[key["20ms"]]
+    print("probe", fast["cpu.probe_pct"], slow["cpu.probe_pct"], "util", fast["cpu.util_pct"], slow["cpu.util_pct"])
+    for t in trials:
+        processes = t["raw"]["process_cpu_pct"]
+        assert set(processes) == {"stream/s1", "probe/s1"}, processes
+        # one thread cannot use more than a core over its life (rusage and the clock: within 2 %)
+        assert 0 <= processes["probe/s1"] <= 102, processes
+        whole, net = t["raw"]["cpu"]["busy_pct"], t["raw"]["cpu"]["per_cpu_pct"]
+        assert whole <= 100 * CORES + 1, net
+    assert all(p >= 40 for p in fast["cpu.probe_pct"]), fast["cpu.probe_pct"]
+    assert all(p <= 5 for p in slow["cpu.probe_pct"]), slow["cpu.probe_pct"]
+    # what is left is the traffic's: the spin is gone from it (the fast probe's own packets stay, in softirq)
+    spin = np.mean(fast["cpu.probe_pct"])
+    assert np.mean(fast["cpu.util_pct"]) - np.mean(slow["cpu.util_pct"]) < 0.5 * spin, (fast, slow)

@@ -217,7 +217,7 @@ def test_emulator_killed_mid_trial_fails_the_trial_and_leaves_nothing(tmp_path):
     scenario.write_text(KILL_SCENARIO)
     db = tmp_path / "r.db"
     before = set(leftovers())
-    proc = subprocess.Popen([sys.executable, "-m", "vnetbench", "run", str(scenario), "--db", str(db),
+    proc = subprocess.Popen([sys.executable, "-m", "vnetbench", "run", "--no-calibration", str(scenario), "--db", str(db),
                              "--no-progress"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 60

@@ -315,7 +315,7 @@ def test_clean_removes_what_a_killed_container_run_left(tmp_path, no_leftovers):
     from helpers import ROOT, stored_run_id
 
     db = tmp_path / "r.db"
-    proc = subprocess.Popen([sys.executable, "-m", "vnetbench", "run", "virt-compare", "--db", str(db), "--no-progress",
+    proc = subprocess.Popen([sys.executable, "-m", "vnetbench", "run", "--no-calibration", "virt-compare", "--db", str(db), "--no-progress",
                              "--set", 'env=[{env="bare"},{env="container",cpu_quota="50%",memory_limit="256MiB"}]',
                              "--set", 'load=[{proto="tcp",parallel=1}]', "--set", "duration=5s",
                              "--set", "repetitions=5"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)

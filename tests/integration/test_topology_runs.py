@@ -297,7 +297,7 @@ def test_a_killed_topology_run_is_cleaned_and_resumed(tmp_path, no_leftovers):
     scenario = tmp_path / "chain.toml"
     scenario.write_text(CHAIN)
     db = tmp_path / "r.db"
-    proc = subprocess.Popen([sys.executable, "-m", "vnetbench", "run", str(scenario), "--db", str(db),
+    proc = subprocess.Popen([sys.executable, "-m", "vnetbench", "run", "--no-calibration", str(scenario), "--db", str(db),
                              "--no-progress"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 120

@@ -20,8 +20,8 @@ import pytest
 from vnetbench.lab.clean import leftovers
 from vnetbench.lab.environments.vm import VmOptions, attach_vm, check_vm_available
 from vnetbench.lab.guest.qemu import GuestBootError
-from vnetbench.lab.nodes import Host, Link, Namespace
-from vnetbench.lab.teardown import Registry
+from vnetbench.lab.nodes import Host, Link, Namespace, without_cpu_time
+from vnetbench.lab.teardown import Registry, wait_metered
 from vnetbench.workloads import iperf3, ping
 from vnetbench.workloads.base import ToolFailed
 
@@ -158,6 +158,16 @@ def test_guest_boots_and_carries_traffic(lab, nic, tmp_path):
     # The guest runs commands like a local process: output, error and exit status are the remote ones.
     r = vm.run(["sh", "-c", "echo out; echo err >&2; exit 3"])
     assert (r.returncode, r.stdout, r.stderr) == (3, "out\n", "err\n")
+    # A timed command says its CPU time after it (vnb-run -t, the guest shell's `times`): a shell loop is CPU
+    # all along, so what it used is more than nothing and at most its life (one 10 ms tick of rounding).
+    loop = vm.popen(["sh", "-c", "i=0; while [ $i -lt 100000 ]; do i=$((i+1)); done; echo looped >&2"],
+                    tmp_path / "loop.out", tmp_path / "loop.err", timed=True)
+    wait_metered(loop, timeout=120)
+    cpu = vm.cpu_seconds(loop, tmp_path / "loop.err")
+    life = loop.ended_at - loop.started_at
+    print(f"[{nic}] a shell loop in the guest: {cpu} s of CPU in {life:.2f} s")
+    assert cpu is not None and 0 < cpu <= life + 0.01, (cpu, life)
+    assert without_cpu_time((tmp_path / "loop.err").read_text()).strip() == "looped"
     # The workload tools are the host's (iputils ping, not busybox's).
     assert "iputils" in vm.run(["ping", "-V"]).stdout
     # Its NIC is the model asked for.

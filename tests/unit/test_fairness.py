@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from vnetbench.metrics import METRICS, base_name, in_order, metric, qualified
+from vnetbench.scenario.load import workload_order
 from vnetbench.runner.bench import _named_after, _share_fairness
 from vnetbench.store.db import SampleRecord, SeriesRecord
 from vnetbench.topology.fairness import max_min_shares, share_fairness
@@ -65,6 +66,11 @@ def test_a_metric_named_after_its_workload_is_the_registered_one():
     present = {"rtt.p50_ms", "throughput.rx_mbps@long", "throughput.rx_mbps@cross1", "cpu.util_pct"}
     assert in_order(["throughput.rx_mbps", "rtt.p50_ms", "cpu.util_pct"], present) == [
         "throughput.rx_mbps@cross1", "throughput.rx_mbps@long", "rtt.p50_ms", "cpu.util_pct"]
+    # ... in the scenario's order of its workloads where it is known (the stored scenario text's), others after
+    text = '[workload.long]\ntool = "iperf3"\n[workload.cross1]\ntool = "iperf3"\n'
+    assert workload_order(text) == ["long", "cross1"] and workload_order("not = [toml") == []
+    assert in_order(["throughput.rx_mbps"], present | {"throughput.rx_mbps@a"}, workload_order(text)) == [
+        "throughput.rx_mbps@long", "throughput.rx_mbps@cross1", "throughput.rx_mbps@a"]
 
 
 def test_a_measurement_is_named_after_its_workload_metrics_series_and_undefined():

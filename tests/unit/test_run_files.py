@@ -33,7 +33,7 @@ class LocalNode(RunsCommands):
     def __init__(self) -> None:
         self.registry = Registry()
 
-    def command(self, argv, pin=True):
+    def command(self, argv, pin=True, timed=False):
         return list(argv)
 
 

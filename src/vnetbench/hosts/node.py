@@ -51,6 +51,7 @@ STAMP = "vnb-start "
 
 class SshNode(RunsCommands):
     stdin_of_started = subprocess.PIPE
+    timed_by_wrapper = True
     output_limit = REMOTE_OUTPUT_BYTES.value  # a host's answers are kilobytes: more is refused, not held
 
     def __init__(self, name: str, conn: SshConnection, registry: Registry, ipv4: str = "", ipv6: str = "",
@@ -82,10 +83,10 @@ class SshNode(RunsCommands):
         return placement_entry(f"host {self.name} (ssh {login}{port})", self.ipv4, self.ipv6,
                                self.interface, None)
 
-    def command(self, argv: Sequence[str], pin: bool = True) -> list[str]:
+    def command(self, argv: Sequence[str], pin: bool = True, timed: bool = False) -> list[str]:
         """The local argv that starts ``argv`` on the host and ends it when this argv's process ends."""
         if self.start_at is not None:
             at = f"{self.start_at + self.offset_s:.6f}"
             argv = ["sh", "-c", START_WITH, START_AT_BASH, START_AT_SH, at, *map(str, argv)]
-        return self.conn.command(["sh", "-c", WRAPPER, "vnb-exec", *map(str, argv)])
+        return self.conn.command(["sh", "-c", WRAPPER, "vnb-exec", *(["-t"] if timed else []), *map(str, argv)])
 

@@ -402,9 +402,11 @@ class LinkManager:
         import subprocess
         import time
 
+        from vnetbench.lab.teardown import wait_metered
+
         while True:
             try:
-                proc.wait(timeout=max(0.0, min(poll, end_by - time.time())))
+                wait_metered(proc, timeout=max(0.0, min(poll, end_by - time.time())))
                 return
             except subprocess.TimeoutExpired:
                 reason = self.failure()

@@ -222,11 +222,13 @@ def _probe(kind: str, url: str) -> tuple[Engine | None, str]:
                f"{d['cgroup_driver']})")
 
 
-def exec_argv(engine: Engine, container: str, argv: Iterable[str], cpus: str | None = None) -> list[str]:
-    """The argv that runs `argv` inside `container` (on `cpus`, when given) and ends it when this client
-    process ends; its standard input must be a pipe held open for as long as the command should run."""
+def exec_argv(engine: Engine, container: str, argv: Iterable[str], cpus: str | None = None,
+              timed: bool = False) -> list[str]:
+    """The argv that runs `argv` inside `container` (on `cpus`, when given; `timed`: saying its CPU time,
+    nodes.exec_wrapper) and ends it when this client process ends; its standard input must be a pipe held
+    open for as long as the command should run."""
     pin = ["-c", cpus] if cpus is not None else []
-    return [*engine.cli, "exec", "-i", container, "/bin/vnb-exec", *pin, *map(str, argv)]
+    return [*engine.cli, "exec", "-i", container, "/bin/vnb-exec", *(["-t"] if timed else []), *pin, *map(str, argv)]
 
 
 # ---------------------------------------------------------------- the tools image

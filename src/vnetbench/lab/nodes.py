@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import re
 import subprocess
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Sequence
@@ -119,12 +121,18 @@ class Link:
 
 # A command started on a node whose command channel does not stop it when the channel goes (`docker exec`,
 # moby issue 9098; an SSH session without a terminal) runs through this script, given as `sh -c SCRIPT
-# NAME [-c CPUS] ARGV...` or installed as a file. The client's standard input is held open for the command's
+# NAME [-t] [-c CPUS] ARGV...` or installed as a file. The client's standard input is held open for the command's
 # life, and the script ends the command's process group when it closes (the tool itself gets /dev/null; the
 # input is kept on fd 3 because an asynchronous list's standard input is /dev/null), SIGKILL 2 s after
-# SIGTERM. The tool's exit status is the script's. `bin_dir` is where setsid, taskset and sh are ("/bin/" in
-# a busybox image; "" to look them up on PATH), `where` ends the message of a command not found.
+# SIGTERM. The tool's exit status is the script's. With -t, the command's CPU time follows on standard error
+# once it has ended: a marker line, then the shell's `times` (its own line, then its reaped children's: the
+# command's user and system time with what the command reaped), read by :func:`wrapper_cpu_seconds`. A trial's
+# processes are timed so that an instrument's own CPU can be told from the traffic's (a ping below 10 ms
+# spins a core). `bin_dir` is where setsid, taskset and sh are ("/bin/" in a busybox image; "" to look them up
+# on PATH), `where` ends the message of a command not found.
 _EXEC_WRAPPER = r"""#!/bin/sh
+timed=
+[ "$1" = -t ] && { timed=1; shift; }
 cpus=
 [ "$1" = -c ] && { cpus=$2; shift 2; }
 case "$1" in
@@ -146,13 +154,37 @@ exec 3<&-
 wait "$child"
 status=$?
 kill -TERM -"$watcher" 2>/dev/null
+# `times` in this shell itself (a pipe or $(...) would time a subshell): the group is not a subshell
+[ -n "$timed" ] && { echo "@MARK@"; times; } >&2
 exit $status
 """
+# The line after which a timed command's CPU time follows on its standard error (see above).
+CPU_MARK = "vnb-exec: the command's CPU time (user, system):"
+_TIMES = re.compile(r"(\d+)m\s*([\d.]+)s")
 
 
 def exec_wrapper(bin_dir: str, where: str) -> str:
     """The wrapper above for a node whose tools are in `bin_dir`; `where` names the node in its messages."""
-    return _EXEC_WRAPPER.replace("@BIN@", bin_dir).replace("@WHERE@", where)
+    return _EXEC_WRAPPER.replace("@BIN@", bin_dir).replace("@WHERE@", where).replace("@MARK@", CPU_MARK)
+
+
+def wrapper_cpu_seconds(stderr: str) -> float | None:
+    """The CPU seconds (user + system) a command run through the wrapper with -t used, from what it wrote on
+    standard error (None: the wrapper did not say, as when it was killed itself)."""
+    head, mark, tail = stderr.rpartition(CPU_MARK)
+    lines = tail.strip().splitlines() if mark else []
+    if len(lines) < 2:
+        return None
+    times = _TIMES.findall(lines[1])  # the second line of `times`: the children's user and system time
+    if len(times) != 2:
+        return None
+    return sum(60 * int(m) + float(s) for m, s in times)
+
+
+def without_cpu_time(stderr: str) -> str:
+    """What a command wrote on standard error, without the CPU time the wrapper added after it."""
+    head, mark, _ = stderr.rpartition(CPU_MARK)
+    return head.rstrip("\n") if mark else stderr
 
 
 class RunsCommands:
@@ -167,8 +199,23 @@ class RunsCommands:
     # configurations then holds from the next command on.
     pins_each_command: ClassVar[bool] = True
 
-    def command(self, argv: Sequence[str], pin: bool = True) -> list[str]:
+    # Whether its commands run through the exec wrapper (exec_wrapper), which says a timed command's CPU time;
+    # otherwise a started process is this machine's own child, and reaping it (teardown.wait_metered) does.
+    timed_by_wrapper: ClassVar[bool] = False
+
+    def command(self, argv: Sequence[str], pin: bool = True, timed: bool = False) -> list[str]:
+        """The argv that runs `argv` here (`timed`: through the exec wrapper, with -t)."""
         raise NotImplementedError
+
+    def cpu_seconds(self, proc: subprocess.Popen, stderr: Path) -> float | None:
+        """The CPU seconds (user + system, with what it reaped) a process started here with ``timed`` used,
+        once it has ended (None: not known, as for a process something else reaped)."""
+        if self.timed_by_wrapper:
+            try:
+                return wrapper_cpu_seconds(stderr.read_text(errors="replace"))
+            except OSError:
+                return None
+        return getattr(proc, "cpu_s", None)
 
     def placement(self) -> dict[str, Any]:
         """Where this endpoint runs, as the run records it (the endpoint -> node mapping): the node, its
@@ -181,13 +228,16 @@ class RunsCommands:
         return self.service_address(ip_version)  # type: ignore[attr-defined]
 
     def popen(self, argv: Sequence[str], stdout: Path, stderr: Path, pin: bool = True,
-              within: Path | None = None) -> subprocess.Popen:
+              within: Path | None = None, timed: bool = False) -> subprocess.Popen:
         """Start a process in this host; its output goes to files (no pipe can fill and stall it), made new
-        in the run's directory `within` (default: their own) by :func:`vnetbench.runfiles.create`."""
+        in the run's directory `within` (default: their own) by :func:`vnetbench.runfiles.create`. `timed`:
+        its CPU time is wanted (:meth:`cpu_seconds`); ``started_at`` on the process is when it started."""
+        command = self.command(argv, pin, timed=True) if timed else self.command(argv, pin)
         with runfiles.create(stdout, within) as out, runfiles.create(stderr, within) as err, atomic():
-            proc = start_process(self.command(argv, pin), stdout=out, stderr=err, stdin=self.stdin_of_started,
+            proc = start_process(command, stdout=out, stderr=err, stdin=self.stdin_of_started,
                                  start_new_session=True)
             self.registry.add_process(proc)
+        proc.started_at = time.time()  # type: ignore[attr-defined]
         return proc
 
     # The most run() takes of a command's stdout or of its stderr (None: no bound, for this machine's own tools);
@@ -309,7 +359,7 @@ class Host(RunsCommands):
         return placement_entry(f"namespace {self.ns.name}", self.ipv4, self.ipv6, self.iface.name if self.iface else None,
                           self.cpu, public=" ".join(a for a in (self.public_ipv4, self.public_ipv6) if a) or None)
 
-    def command(self, argv: Sequence[str], pin: bool = True) -> list[str]:
+    def command(self, argv: Sequence[str], pin: bool = True, timed: bool = False) -> list[str]:
         prefix = [*self.wrapper, "ip", "netns", "exec", self.ns.name]
         if pin and self.cpu is not None:
             prefix += ["taskset", "-c", str(self.cpu)]

@@ -255,23 +255,57 @@ class Registry:
         return self.errors
 
 
+def wait_metered(p: subprocess.Popen, timeout: float | None = None) -> int:
+    """``p.wait(timeout)``, reaping with wait4 so that what the process used is kept on it: ``cpu_s``, its
+    user + system CPU seconds with its reaped descendants' (getrusage's RUSAGE_CHILDREN share of it; ``ip
+    netns exec`` and taskset exec the tool, so it is the tool's), and ``ended_at`` (time.time() when reaped,
+    within 50 ms of its end). Subprocess's own wait throws the rusage away."""
+    if p.returncode is not None or not isinstance(p, subprocess.Popen):
+        return p.wait(timeout=timeout)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    delay = 0.0005
+    while True:
+        try:
+            pid, status, usage = os.wait4(p.pid, os.WNOHANG)
+        except ChildProcessError:  # reaped meanwhile by another thread's poll(): its status is there
+            return p.wait(0)
+        if pid:
+            p.returncode = os.waitstatus_to_exitcode(status)
+            p.cpu_s = usage.ru_utime + usage.ru_stime  # type: ignore[attr-defined]
+            p.ended_at = time.time()  # type: ignore[attr-defined]
+            return p.returncode
+        left = None if deadline is None else deadline - time.monotonic()
+        if left is not None and left <= 0:
+            raise subprocess.TimeoutExpired(p.args, timeout or 0.0)
+        time.sleep(delay if left is None else min(delay, left))
+        delay = min(2 * delay, 0.05)
+
+
+def poll_metered(p: subprocess.Popen) -> int | None:
+    """``p.poll()`` that keeps what the process used, as :func:`wait_metered` does."""
+    try:
+        return wait_metered(p, timeout=0.0)
+    except subprocess.TimeoutExpired:
+        return None
+
+
 def stop_groups(procs: Iterable[subprocess.Popen], grace: float = 2.0,
                 kill_wait: float = 5.0) -> list[subprocess.Popen]:
     """Stop started processes the one way vnetbench stops them: SIGTERM to each one's process group (a tool
     writes its final numbers, the emulator its stats), SIGKILL to a group whose leader has not ended `grace`
     seconds later (one deadline for all); returns those that outlived even that (`kill_wait` more seconds)."""
-    live = [p for p in procs if p.poll() is None]
+    live = [p for p in procs if poll_metered(p) is None]
     for p in live:
         _signal_group(p, signal.SIGTERM)
     deadline = time.monotonic() + grace
     stubborn = []
     for p in live:
         try:
-            p.wait(timeout=max(0.0, deadline - time.monotonic()))
+            wait_metered(p, timeout=max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             _signal_group(p, signal.SIGKILL)
             try:
-                p.wait(timeout=kill_wait)
+                wait_metered(p, timeout=kill_wait)
             except subprocess.TimeoutExpired:
                 stubborn.append(p)
     return stubborn

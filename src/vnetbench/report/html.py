@@ -62,6 +62,7 @@ from vnetbench.report.relative import software_guest_note
 from vnetbench.report.terminal import endpoint_places
 from vnetbench.runner.machine_load import describe as describe_machine_load, machine_note
 from vnetbench.runner.fingerprint import run_notes
+from vnetbench.scenario.load import workload_order
 from vnetbench.units import utc_text
 
 __all__ = ["write_report", "render_report"]
@@ -515,7 +516,8 @@ def _glance(m: ReportModel, summ: dict[str, dict[int, Any]], cmp: compare.Compar
         c = compare.counts(cmp.rows)
         out.append('<p><a href="#comparison">Comparison</a>: '
                    + " ".join(compare.verdict_badge(v, c[v]) for v in compare.VERDICT_RANK) + "</p>")
-    metrics = metrics_mod.in_order(HEADLINE, summ)[:MAX_GLANCE_METRICS] or m.metrics[:MAX_GLANCE_METRICS]
+    metrics = (metrics_mod.in_order(HEADLINE, summ, _workload_order(m))[:MAX_GLANCE_METRICS]
+               or m.metrics[:MAX_GLANCE_METRICS])
     if not metrics:
         out.append('<p class="note warn">No trial produced a metric: see the failed trials under '
                    '<a href="#what-ran">What ran</a>.</p></section>')
@@ -647,7 +649,13 @@ def key_metric(m: ReportModel) -> str | None:
         first = _declared_key_metric(r.record)
         if first in m.metrics:
             return first
-    return next(iter(metrics_mod.in_order(HEADLINE, m.metrics)), m.metrics[0] if m.metrics else None)
+    return next(iter(metrics_mod.in_order(HEADLINE, m.metrics, _workload_order(m))),
+                m.metrics[0] if m.metrics else None)
+
+
+def _workload_order(m: Any) -> list[str]:
+    """The workloads in the order the report's first run declares them."""
+    return workload_order(m.runs[0].record.get("scenario_text") or "") if m.runs else []
 
 
 def _declared_key_metric(rec: dict[str, Any]) -> str | None:

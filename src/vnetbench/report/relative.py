@@ -19,6 +19,7 @@ from rich.table import Table
 from vnetbench.lab.environments import option_owners
 from vnetbench.metrics import HEADLINE, METRICS, in_order
 from vnetbench.report.terminal import Col, compact_table, print_stacked, stacked_tables
+from vnetbench.scenario.load import workload_order
 from vnetbench.store.db import Store
 
 # Labels that say which environment a configuration ran in (LabSpec.env and its options).
@@ -109,7 +110,8 @@ def relative_tables(store: Store, run_id: str, configs: list[dict[str, Any]], co
     one line per configuration, or with `detail` each median under its ratio."""
     values = store.values(run_id)
     present = {m for per in values.values() for m in per}
-    metrics = [m for m in metrics if m in present] if metrics else in_order(HEADLINE, present)
+    order = workload_order(store.run(run_id).get("scenario_text") or "")
+    metrics = [m for m in metrics if m in present] if metrics else in_order(HEADLINE, present, order)
     rows = relative_rows(configs, values, metrics)
     if not rows or not metrics:
         return []

@@ -19,7 +19,9 @@ from rich.text import Text
 from vnetbench.metrics import COST, HEADLINE, METRICS, NOISE_MARKS, in_order
 from vnetbench.report import sender
 from vnetbench.runner.machine_load import machine_note
+from vnetbench.runner import calibration
 from vnetbench.runner.fingerprint import run_notes
+from vnetbench.scenario.load import workload_order
 from vnetbench.units import utc_text
 from vnetbench.stats import IMPROVED, INCONCLUSIVE, REGRESSED, UNCHANGED, summarize
 from vnetbench.stats.summary import UNSTABLE_CV, min_n_for_median_ci
@@ -315,7 +317,7 @@ def show(store: Store, run_id: str, console: Console, metrics: list[str] | None 
     fp = run["fingerprint"]
     tools = "  ".join(f"{name} {_short_version(v)}" for name, v in (fp.get("tools") or {}).items() if v)
     console.print(escape(f"kernel {fp.get('kernel')}  cpu {fp.get('cpu_model')} x{fp.get('cpus')}  {tools}"))
-    for line in (*host_lines(fp), *endpoint_lines(fp)):
+    for line in (*host_lines(fp), *endpoint_lines(fp), *calibration.lines(fp.get("calibration"))):
         console.print(escape(line), highlight=False)
     if isinstance(fp.get("topology"), dict):
         topology_view(fp["topology"], console, rows=12)
@@ -324,7 +326,7 @@ def show(store: Store, run_id: str, console: Console, metrics: list[str] | None 
     for line in marked_lines(store.marked_trials(run_id), len(trials) - len(failed)):
         console.print(escape(line), highlight=False)
     present = sorted({m for per in values.values() for m in per})
-    wanted = metrics or in_order(PREFERRED, present)
+    wanted = metrics or in_order(PREFERRED, present, workload_order(run.get("scenario_text") or ""))
     label_keys = _label_keys(configs)
     rows = []  # (configuration, n, its values)
     for c in configs:
@@ -680,7 +682,8 @@ def plan_view(plan: Any, console: Console, rows: int = 20) -> None:
     when = _span(wall[0]) if trials[0] == trials[1] else f"{_span(wall[0])}..{_span(wall[1])}"
     console.print(f"[bold]{escape(plan.scenario)}[/] ({escape(plan.source)}): {n:,} configuration"
                   f"{'s' if n != 1 else ''} x {reps}{' + 1 warm-up' if plan.warmup else ''} = {count} trials")
-    console.print(f"estimated time: [bold]{when}[/] (environments built once: {_span(plan.setup_s)}; each trial "
+    console.print(f"estimated time: [bold]{when}[/] (environments built once and the machine calibrated: "
+                  f"{_span(plan.setup_s)}; each trial "
                   f"its workloads' seconds + {plan.as_json()['estimated_s']['per_trial_overhead']:g} s)")
     labels = list(dict.fromkeys(k for c in plan.configurations for k in c.labels))
     t = Table(box=None, pad_edge=False, header_style="bold")

@@ -25,8 +25,8 @@ from typing import Any, Iterator
 from vnetbench.errors import EnvironmentUnavailable, LabError, PathNotAsDeclared
 from vnetbench.impair.links import LinkFailed, LinkManager
 from vnetbench.lab.environments import Variant
-from vnetbench.lab.nodes import Host
-from vnetbench.lab.teardown import Registry, kill_group, stop_groups
+from vnetbench.lab.nodes import Host, without_cpu_time
+from vnetbench.lab.teardown import Registry, kill_group, poll_metered, stop_groups, wait_metered
 from vnetbench.lab.topology import Group, Lab, build_dumbbell
 from vnetbench.metrics import QUALIFIER, base_name, qualified
 from vnetbench.output import write_bytes
@@ -496,6 +496,9 @@ class DumbbellBench:
             except ToolFailed as e:
                 status, reason = "failed", _with_what_failed_said(str(e), runs)
         window = _measured_window(ctx, runs)
+        probe_pct = instruments_cpu(ctx, runs, window, ended, raw)
+        if status == "ok" and probe_pct is not None:
+            measurement.add("cpu.probe_pct", probe_pct)
         for recorder in recorders:  # after the workloads: service demand divides by what they moved
             recorder.collect(measurement if status == "ok" else None, raw, window)
         if status == "ok":
@@ -539,7 +542,7 @@ class DumbbellBench:
             for label, proc in s.procs.items():
                 raw["command"][f"{name}/{label}"] = " ".join(map(str, proc.args))
         for f in ctx.tmp.glob("*.err"):
-            text = f.read_text(errors="replace").strip()
+            text = without_cpu_time(f.read_text(errors="replace")).strip()
             if text:
                 raw["stderr"][ctx.labels.get(f.stem, f.stem)] = text[-4000:]
         return raw
@@ -693,6 +696,37 @@ def _measured_window(ctx: TrialContext, runs: list[tuple[str, Started]]) -> Wind
     return ctx.t0 + first.measured_from, ctx.t0 + first.measured_from + first.measured_s
 
 
+def instruments_cpu(ctx: TrialContext, runs: list[tuple[str, Started]], window: Window | None, ended: float,
+                    raw: dict[str, Any]) -> float | None:
+    """What the trial's instruments (a workload whose tool watches the path, running during another) used in
+    CPU over `window`, in cores x 100 (None: the trial ran none, or one's time is not known). Each process's
+    CPU seconds (its node's ``cpu_seconds``: rusage on reaping here, the exec wrapper's ``times`` in a
+    container or guest) are spread evenly over its life and the part inside the window counted. Every
+    process's own share of a core over its life goes with the trial's raw record ("process_cpu_pct")."""
+    workloads = ctx.config.scenario.workload
+    leaders = {lead for lead, _ in ctx.config.scenario.phases()}
+    per_process: dict[str, float] = {}
+    inside, unknown, any_instrument = 0.0, False, False
+    for name, s in runs:
+        instrument = name not in leaders and registry.of(workloads[name]).instrument
+        any_instrument |= instrument
+        for label, proc in s.procs.items():
+            cpu = ctx.cpu_seconds(proc)
+            start, end = getattr(proc, "started_at", None), getattr(proc, "ended_at", None) or ended
+            if cpu is None or start is None:
+                unknown |= instrument
+                continue
+            life = max(end - start, 1e-3)
+            per_process[f"{name}/{label}"] = round(100 * cpu / life, 1)
+            if instrument and window is not None:
+                inside += cpu * max(0.0, min(end, window[1]) - max(start, window[0])) / life
+    if per_process:
+        raw["process_cpu_pct"] = per_process
+    if not any_instrument or unknown or window is None or window[1] <= window[0]:
+        return None
+    return 100 * inside / (window[1] - window[0])
+
+
 def _shift(s: Started, seconds: float) -> None:
     """Put a leader's times (relative to its own start) on the trial's clock: it started `seconds` after
     the trial did (the phases before it)."""
@@ -702,7 +736,19 @@ def _shift(s: Started, seconds: float) -> None:
 
 def _stop(s: Started) -> None:
     """Stop a workload that runs until told (a sampler): SIGTERM to its process group (it writes what it
-    sampled), SIGKILL when it has not ended 2 s later."""
+    sampled), SIGKILL when it has not ended 2 s later. A command whose node ends it when its input closes (a
+    container's, a guest's: nodes.exec_wrapper) is stopped that way instead: the wrapper there signals the
+    tool alike and lives to say its CPU time."""
+    deadline = time.monotonic() + 2.0
+    for proc in s.procs.values():
+        if proc.stdin is not None and poll_metered(proc) is None:
+            proc.stdin.close()
+    for proc in s.procs.values():
+        if proc.stdin is not None:
+            try:
+                wait_metered(proc, timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
     stop_groups(s.procs.values(), grace=2.0)
 
 

@@ -20,6 +20,7 @@ from typing import Any
 from vnetbench.errors import EnvironmentProblem, VnetbenchError
 from vnetbench.impair.model import lab_links
 from vnetbench.lab import environments
+from vnetbench.runner import calibration
 from vnetbench.runner.bench import variant_of
 from vnetbench.runner.places.lab import (leave_out_unavailable, tools_by_variant, wanted_congestion_controls,
                                          workload_tools)
@@ -248,6 +249,8 @@ def make_plan(loaded: LoadedScenario, max_configurations: int = MAX_CONFIGURATIO
     repetitions = (rep.repetitions, rep.repetitions) if not rep.adaptive else (rep.n_min, rep.n_max)
     tools = _tools(configs)
     envs, setup = _environments(configs, probe=root)
+    if loaded.scenario.hosts is None:  # the local lab calibrates its machine before and after (runner/calibration)
+        setup += calibration.SECONDS
     link_info = _links(configs, root)
     problems = [f"missing tool: {t['command']} -> apt-get install {t['package']}" for t in tools if not t["path"]]
     problems += [p for e in envs for p in e["problems"]]

@@ -153,7 +153,9 @@ class CpuRecorder(Recorder):
     """The CPUs of the machine the endpoints run on, sampled from /proc/stat every CPU_SAMPLE_S while the trial
     runs, judged over the window its first workload measured (counters interpolated at its edges):
 
-    - ``cpu.util_pct``: busy CPU (user, nice, system, irq, softirq) in cores x 100 (200 = two cores busy);
+    - ``cpu.util_pct``: busy CPU (user, nice, system, irq, softirq) in cores x 100 (200 = two cores busy), less
+      what the trial's instruments' own processes used (``cpu.probe_pct``, measured by the bench, collected
+      before this recorder);
     - ``cpu.softirq_pct``, ``cpu.steal_pct``: the share of it in softirq, and the time the hypervisor took;
     - ``cpu.us_per_kb`` (streams) and ``cpu.us_per_transaction`` (RR, HTTP): netperf's service demand, the busy
       CPU time over what the workload moved in the same window.
@@ -234,11 +236,15 @@ class CpuRecorder(Recorder):
         if self._foreign is not None:
             raw["cpu"]["foreign"] = {"pct": round(self._foreign.pct, 2),
                                      "top": [{"command": c, "pid": pid, "pct": pct} for c, pid, pct in self._foreign.top]}
+        machine = sum(shares[f] for shares in per_cpu.values() for f in BUSY_FIELDS)
+        raw["cpu"]["busy_pct"] = round(machine, 2)  # the instruments' own included
         if measurement is None:
             return
         if self._foreign is not None:
             measurement.add("cpu.foreign_pct", self._foreign.pct)
-        busy = sum(shares[f] for shares in per_cpu.values() for f in BUSY_FIELDS)
+        # The instruments' processes (runner/bench.instruments_cpu) are not the traffic's cost: a ping below a
+        # 10 ms interval spins a core while it waits for nothing.
+        busy = max(0.0, machine - (measurement.value("cpu.probe_pct") or 0.0))
         measurement.add("cpu.util_pct", busy)
         measurement.add("cpu.softirq_pct", sum(shares["softirq"] for shares in per_cpu.values()))
         measurement.add("cpu.steal_pct", sum(shares["steal"] for shares in per_cpu.values()))

@@ -64,9 +64,11 @@ def execute(loaded: LoadedScenario, store: Store, *, resume_run_id: str | None =
             console: Console | None = None, progress: bool = True,
             on_trial: Callable[[TrialSlot, str], None] | None = None,
             max_configurations: int = MAX_CONFIGURATIONS, allow_concurrent: bool = False,
-            place: Place | None = None) -> RunSummary:
+            place: Place | None = None, calibrate: bool = True) -> RunSummary:
     """Run (or, with `resume_run_id`, finish) a scenario at `place` (default: the local lab); see the module
-    docstring for the order of business. Nothing here depends on which place it is (runner/places)."""
+    docstring for the order of business. Nothing here depends on which place it is (runner/places).
+    `calibrate`: measure the place's machine the same way before the lab is built and after it is gone
+    (runner/calibration.py), stored in the fingerprint's "calibration", a session a resumed run."""
     console = console or SafeConsole(stderr=True)
     place = place or LabPlace()
     configs = expand(loaded, max_configurations)
@@ -129,6 +131,9 @@ def execute(loaded: LoadedScenario, store: Store, *, resume_run_id: str | None =
     status, reason = "completed", None
     try:
         with interruptible():
+            session = place.calibrate(run_prefix(run_id)) if calibrate else None
+            if session is not None:
+                fp["calibration"] = [*fp.get("calibration", []), {"before": session}]
             bench.setup()
             fp["endpoints"] = bench.endpoints()  # as this session built them (a resumed run's are new ones)
             store.update_fingerprint(run_id, fp)
@@ -155,6 +160,12 @@ def execute(loaded: LoadedScenario, store: Store, *, resume_run_id: str | None =
         if errors:
             console.print("[red]teardown problems:[/] "
                           + escape("; ".join(errors) + f" (run `{place.clean_command()}`)"))
+        if status == "completed" and fp.get("calibration") and "after" not in fp["calibration"][-1]:
+            try:
+                with interruptible():  # after the lab: its emulators no longer spin a core
+                    fp["calibration"][-1]["after"] = place.calibrate(run_prefix(run_id))
+            except BaseException as e:  # a stop meanwhile ends the calibration only: the results are complete
+                fp["calibration"][-1]["after"] = {"error": f"{type(e).__name__}: {e}"[:300]}
         fp["machine_load"] = [*fp.get("machine_load", []), monitor.stop()]  # one entry per session (resumes)
         fp["cpu_wake_latency"] = bench.cpu_wake_latency
         _store_end(store, run_id, status, reason, fp, console)

@@ -80,6 +80,16 @@ def read_source(name_or_path: str) -> tuple[str, str]:
     )
 
 
+def workload_order(text: str) -> list[str]:
+    """The workloads of a stored scenario's text in the order it declares them (empty where the text does not
+    parse): the order `show` and the report give a metric's per-workload forms."""
+    try:
+        workloads = tomllib.loads(text).get("workload")
+    except tomllib.TOMLDecodeError:
+        return []
+    return list(workloads) if isinstance(workloads, dict) else []
+
+
 def load(name_or_path: str, overrides: list[str] | tuple[str, ...] = ()) -> LoadedScenario:
     source, text = read_source(name_or_path)
     return load_text(text, source, overrides)

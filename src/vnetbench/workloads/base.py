@@ -164,8 +164,10 @@ class Started:
 
     def error_text(self, label: str, limit: int = 300) -> str:
         """The end of what `label`'s process printed on standard error (to quote in a failure)."""
+        from vnetbench.lab.nodes import without_cpu_time
+
         try:
-            return self.outputs[label].with_suffix(".err").read_text(errors="replace").strip()[-limit:]
+            return without_cpu_time(self.outputs[label].with_suffix(".err").read_text(errors="replace")).strip()[-limit:]
         except (KeyError, OSError):
             return ""
 
@@ -194,6 +196,8 @@ class TrialContext:
     leader: Started | None = None  # for a workload `during` another: what the leader started
     leader_options: WorkloadOptions | None = None
     labels: dict[str, str] = field(default_factory=dict)  # output file stem ("0") -> label of its process
+    # every process started, with the host it runs on and its stderr file: what each used in CPU (cpu_seconds)
+    launched: list[tuple[subprocess.Popen, Any, Path]] = field(default_factory=list)
 
     def window(self, own_seconds: float, whole: bool = True) -> tuple[float, float]:
         """(trial-clock second it begins, seconds it lasts) for a workload that runs `own_seconds` on its
@@ -217,7 +221,13 @@ class TrialContext:
         stem = str(len(self.labels))
         self.labels[stem] = label
         out = self.tmp / f"{stem}.out"
-        return host.popen(argv, out, out.with_suffix(".err"), pin=pin, within=self.tmp.parent), out
+        proc = host.popen(argv, out, out.with_suffix(".err"), pin=pin, within=self.tmp.parent, timed=True)
+        self.launched.append((proc, host, out.with_suffix(".err")))
+        return proc, out
+
+    def cpu_seconds(self, proc: subprocess.Popen) -> float | None:
+        """The CPU seconds a process this trial started used (None: not known), once it has ended."""
+        return next((host.cpu_seconds(p, err) for p, host, err in self.launched if p is proc), None)
 
 
 class Workload:
@@ -234,6 +244,9 @@ class Workload:
     # (client, server) pairs, each on a port of its own (TrialHosts.slots).
     one_client_at_a_time: ClassVar[bool] = False
     guest_tools: ClassVar[tuple[str, ...]] = ()  # commands a VM guest must carry (default: requires')
+    # It watches the path rather than loads it (a latency probe, a sampler): beside a leader, the CPU its own
+    # processes use is the instruments' (cpu.probe_pct), and the trial's CPU cost is counted without it.
+    instrument: ClassVar[bool] = False
 
     def problems(self, options: WorkloadOptions, lab: Any) -> list[str]:
         """What makes these options impossible in this lab (checked for every configuration before

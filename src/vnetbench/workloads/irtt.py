@@ -214,6 +214,7 @@ def measure_result(r: Result, t_offset: float = 0.0) -> Measurement:
 @register
 class Irtt(Workload):
     tool = "irtt"
+    instrument = True
     Options = Options
     requires = (IRTT,)
     metrics = METRICS

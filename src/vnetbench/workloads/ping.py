@@ -233,6 +233,7 @@ METRICS = (
 @register
 class Ping(Workload):
     tool = "ping"
+    instrument = True
     Options = Options
     requires = (PING,)
     metrics = METRICS

@@ -219,6 +219,7 @@ def _errors(stderr: str) -> str:
 @register
 class Sockperf(Workload):
     tool = "sockperf"
+    instrument = True
     Options = Options
     requires = (SOCKPERF,)
     metrics = METRICS

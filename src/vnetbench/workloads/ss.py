@@ -288,6 +288,7 @@ class Ss(Workload):
     has no TCP state to sample: nothing is started."""
 
     tool = "ss"
+    instrument = True
     Options = Options
     requires = (SS,)
     metrics = METRICS

@@ -55,6 +55,7 @@ class EngineHost(RunsCommands):
     killed, which ends the command inside the container too (engines.EXEC_WRAPPER)."""
 
     stdin_of_started = subprocess.PIPE
+    timed_by_wrapper = True  # the container's vnb-exec says a timed command's CPU time
 
     def __init__(self, name: str, engine: engines.Engine, container: Any, ns: Namespace, registry: Registry,
                  ipv4: str, ipv6: str, cpu: int | None, facts: dict[str, Any], iface: Interface,
@@ -85,9 +86,9 @@ class EngineHost(RunsCommands):
         return placement_entry(f"{self.engine.kind} container {self.container.name} (namespace {self.ns.name})",
                                self.ipv4, self.ipv6, self.iface.name, self.cpu, published=published)
 
-    def command(self, argv: Sequence[str], pin: bool = True) -> list[str]:
+    def command(self, argv: Sequence[str], pin: bool = True, timed: bool = False) -> list[str]:
         cpus = str(self.cpu) if pin and self.cpu is not None else None
-        return engines.exec_argv(self.engine, self.container.name, argv, cpus)
+        return engines.exec_argv(self.engine, self.container.name, argv, cpus, timed)
 
 
 class EngineOptions(ContainerLimits):

@@ -118,6 +118,7 @@ class VmHost(RunsCommands):
 
     stdin_of_started: ClassVar[int] = subprocess.PIPE  # the guest's commands end when their input closes
     pins_each_command: ClassVar[bool] = False  # QEMU's threads keep the cores they were started on
+    timed_by_wrapper: ClassVar[bool] = True  # vnb-run in the guest says a timed command's CPU time
 
     name: str
     ns: Namespace  # the host namespace QEMU runs in
@@ -143,9 +144,9 @@ class VmHost(RunsCommands):
     def service_address(self, ip_version: int) -> str:
         return self.address(ip_version)
 
-    def command(self, argv: Sequence[str], pin: bool = True) -> list[str]:
+    def command(self, argv: Sequence[str], pin: bool = True, timed: bool = False) -> list[str]:
         vcpus = self.guest.config.vcpus
-        return self.guest.command(argv, cpus=str(vcpus - 1) if pin and vcpus > 1 else None)
+        return self.guest.command(argv, cpus=str(vcpus - 1) if pin and vcpus > 1 else None, timed=timed)
 
     def facts(self) -> dict[str, Any]:
         return {**self.env_facts, **self.guest.facts()}

@@ -308,13 +308,15 @@ class Guest:
 
     # ------------------------------------------------------------ commands
 
-    def command(self, argv: Sequence[str], cpus: str | None = None, remote_wrapper: bool = True) -> list[str]:
+    def command(self, argv: Sequence[str], cpus: str | None = None, remote_wrapper: bool = True,
+                timed: bool = False) -> list[str]:
         """An argv that runs `argv` in the guest, for subprocess: the remote command's output and exit status.
         Through vnb-run (``remote_wrapper``) the command ends when the local process's input closes, as when
-        that process ends: give it a pipe held open meanwhile (:func:`vnetbench.lab.nodes.run_holding_input`)."""
+        that process ends: give it a pipe held open meanwhile (:func:`vnetbench.lab.nodes.run_holding_input`).
+        `timed`: vnb-run says the command's CPU time after it (nodes.exec_wrapper's -t)."""
         words = [str(a) for a in argv]
         if remote_wrapper:
-            words = ["/bin/vnb-run", *(["-c", cpus] if cpus is not None else []), *words]
+            words = ["/bin/vnb-run", *(["-t"] if timed else []), *(["-c", cpus] if cpus is not None else []), *words]
         return self._connection().command(words)
 
     def _connection(self) -> SshConnection:

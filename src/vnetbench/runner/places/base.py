@@ -64,6 +64,11 @@ class Place(ABC):
         """What the run's fingerprint records of the place, beside the controller's own."""
         return {}
 
+    def calibrate(self, run_prefix: str) -> dict[str, Any] | None:
+        """The place's machine measured the same way every time (runner/calibration.py), before the run's lab
+        is built and after it is gone; None where the place has no calibration yet."""
+        return None
+
     def check_resume(self, fingerprint: dict[str, Any], run_id: str) -> None:
         """A stored run is taken up here: raise when it ran at another place."""
 

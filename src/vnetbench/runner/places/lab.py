@@ -60,6 +60,11 @@ class LabPlace(Place):
             raise ScenarioError(f"run {run_id} ran on the hosts of {fingerprint.get('inventory')}: resume it with "
                                 f"--hosts INVENTORY")
 
+    def calibrate(self, run_prefix: str) -> dict[str, Any] | None:
+        from vnetbench.runner import calibration
+
+        return calibration.measure(run_prefix)
+
     def bench(self, run_prefix: str, configs: list[Configuration]) -> DumbbellBench:
         bench = GraphBench if configs[0].scenario.topology is not None else DumbbellBench
         return bench.for_configs(run_prefix, configs, pin_cpus=configs[0].scenario.lab.pin_cpus)

@@ -1,0 +1,181 @@
+"""What a trial's own processes used in CPU (issue 36): iputils ping below a 10 ms interval spins a core while
+it waits for nothing, and a trial's CPU cost counted that spin as the traffic's. Each process a trial starts is
+now metered where it runs (rusage when this machine reaps it; the exec wrapper's `times` in a container, a
+guest or on an SSH host), and the instruments' share (cpu.probe_pct) is left out of cpu.util_pct.
+
+The busy children below stop at a fixed CPU time (time.process_time), not a wall time: their CPU is known
+whatever else the machine does."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from vnetbench.lab.nodes import (CPU_MARK, RunsCommands, exec_wrapper, run_holding_input, without_cpu_time,
+                                 wrapper_cpu_seconds)
+from vnetbench.lab.teardown import Registry, poll_metered, stop_groups, wait_metered
+from vnetbench.runner.bench import instruments_cpu
+from vnetbench.runner.recorders import CpuRecorder
+from vnetbench.workloads.base import Measurement, Started, TrialContext, TrialHosts
+
+BUSY_S = 0.3
+# A child that computes until it has used BUSY_S of CPU, then says so on standard error.
+BUSY = [sys.executable, "-c", f"import sys, time\nwhile time.process_time() < {BUSY_S}: pass\n"
+                              "print('busy done', file=sys.stderr)"]
+
+
+# ------------------------------------------------------------------ reaping here keeps the rusage
+
+
+def test_a_reaped_child_keeps_its_cpu_time_and_when_it_ended():
+    proc = subprocess.Popen(BUSY, stderr=subprocess.DEVNULL)
+    assert wait_metered(proc, timeout=30) == 0 and proc.returncode == 0
+    assert BUSY_S <= proc.cpu_s < BUSY_S + 0.5  # the interpreter's start-up on top
+    assert abs(proc.ended_at - time.time()) < 5
+
+
+def test_a_timeout_leaves_the_child_running_and_a_later_wait_reaps_it():
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.5)"])
+    with pytest.raises(subprocess.TimeoutExpired):
+        wait_metered(proc, timeout=0.05)
+    assert poll_metered(proc) is None and proc.returncode is None
+    assert wait_metered(proc, timeout=30) == 0 and proc.cpu_s < 0.5
+
+
+def test_exit_statuses_and_signals_come_back_as_subprocess_gives_them():
+    proc = subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
+    assert wait_metered(proc, timeout=30) == 3
+    proc = subprocess.Popen(["sleep", "30"], start_new_session=True)
+    assert stop_groups([proc], grace=5) == [] and proc.returncode == -15 and hasattr(proc, "cpu_s")
+
+
+def test_a_child_reaped_elsewhere_is_not_metered():
+    proc = subprocess.Popen(["true"])
+    proc.wait(timeout=30)
+    assert wait_metered(proc, timeout=1) == 0 and not hasattr(proc, "cpu_s")
+
+
+# ------------------------------------------------------------------ the wrapper's -t
+
+
+@pytest.mark.parametrize("shell", ["sh", "busybox"])
+def test_the_wrapper_says_the_commands_cpu_time_after_its_own_output(shell):
+    if shell == "busybox" and subprocess.run(["which", "busybox"], capture_output=True).returncode:
+        pytest.skip("busybox is not installed (the containers' and guests' shell)")
+    argv = [*(["busybox", "sh"] if shell == "busybox" else ["sh"]), "-c", exec_wrapper("", "here"), "vnb-exec"]
+    # its input held open while it runs, as a container's or a guest's command channel holds it
+    done = run_holding_input([*argv, "-t", *BUSY], 60)
+    assert done.returncode == 0
+    seconds = wrapper_cpu_seconds(done.stderr)
+    assert seconds is not None and BUSY_S - 0.02 <= seconds < BUSY_S + 0.5, done.stderr  # `times` counts 10 ms ticks
+    assert without_cpu_time(done.stderr) == "busy done"
+    untimed = run_holding_input([*argv, *BUSY], 60)
+    assert untimed.stderr == "busy done\n" and wrapper_cpu_seconds(untimed.stderr) is None
+    failing = run_holding_input([*argv, "-t", "sh", "-c", "exit 4"], 60)
+    assert failing.returncode == 4 and wrapper_cpu_seconds(failing.stderr) is not None
+
+
+def test_the_wrappers_lines_are_read_from_the_end():
+    text = f"ping: warning\n{CPU_MARK}\n0m0.010000s 0m0.020000s\n1m2.500000s 0m0.250000s\n"
+    assert wrapper_cpu_seconds(text) == pytest.approx(62.75)
+    assert without_cpu_time(text) == "ping: warning"
+    assert wrapper_cpu_seconds("ping: warning\n") is None
+    assert wrapper_cpu_seconds(f"{CPU_MARK}\n0m 0.01s 0m 0.02s\n0m 1.50s 0m 0.25s\n") == pytest.approx(1.75)  # busybox
+    assert wrapper_cpu_seconds(f"{CPU_MARK}\n0m0.01s 0m0.02s\n") is None  # cut short
+
+
+# ------------------------------------------------------------------ a trial's instruments
+
+
+class Here(RunsCommands):
+    """A node whose commands run on this machine, as the lab's namespaces' do."""
+
+    def __init__(self, name: str, wrapped: bool = False) -> None:
+        self.name, self.registry = name, Registry()
+        self.timed_by_wrapper = wrapped
+        # the wrapper ends its command when its input closes: a pipe held open, as a container's exec's
+        self.stdin_of_started = subprocess.PIPE if wrapped else subprocess.DEVNULL
+
+    def command(self, argv, pin=True, timed=False):
+        if self.timed_by_wrapper:
+            return ["sh", "-c", exec_wrapper("", "here"), "vnb-exec", *(["-t"] if timed else []), *argv]
+        return list(argv)
+
+
+def _scenario(probe_tool: str = "ping"):
+    workloads = {"stream": SimpleNamespace(tool="iperf3"), "probe": SimpleNamespace(tool=probe_tool)}
+    return SimpleNamespace(workload=workloads, phases=lambda: [("stream", ["probe"])])
+
+
+def _trial(tmp_path: Path, wrapped: bool) -> TrialContext:
+    trial = tmp_path / "run" / "p0-r0"
+    trial.mkdir(parents=True)
+    node = Here("s1", wrapped)
+    return TrialContext(config=SimpleNamespace(scenario=_scenario()), hosts=TrialHosts(node, [node]), ip_version=4,
+                        tmp=trial, t0=time.time())
+
+
+@pytest.mark.parametrize("wrapped", [False, True], ids=["reaped here", "through the wrapper"])
+def test_an_instruments_cpu_inside_the_window_is_counted_and_the_leaders_is_not(tmp_path, monkeypatch, wrapped):
+    ctx = _trial(tmp_path, wrapped)
+    monkeypatch.setattr("vnetbench.runner.bench.registry.of",
+                        lambda options: SimpleNamespace(instrument=options.tool == "ping"))
+    node = ctx.hosts.receiver
+    leader, probe = Started("stream"), Started("probe")
+    leader.procs["s1"], _ = ctx.popen(node, "s1", BUSY)
+    probe.procs["s1"], _ = ctx.popen(node, "s1", BUSY)
+    for p in (*leader.procs.values(), *probe.procs.values()):
+        wait_metered(p, timeout=60)
+    started, ended = probe.procs["s1"].started_at, probe.procs["s1"].ended_at
+    raw: dict = {}
+    runs = [("stream", leader), ("probe", probe)]
+    # A window that holds the probe's whole life: all of its CPU, over the window's length.
+    window = (started - 1.0, ended + 1.0)
+    pct = instruments_cpu(ctx, runs, window, ended, raw)
+    cpu = ctx.cpu_seconds(probe.procs["s1"])
+    assert cpu is not None and BUSY_S - 0.02 <= cpu < BUSY_S + 0.5
+    assert pct == pytest.approx(100 * cpu / (window[1] - window[0]))
+    assert set(raw["process_cpu_pct"]) == {"stream/s1", "probe/s1"}
+    # The window's second half of the probe's life: half of it.
+    half = instruments_cpu(ctx, runs, ((started + ended) / 2, ended + 1.0), ended, {})
+    assert half == pytest.approx(100 * cpu / 2 / (ended + 1.0 - (started + ended) / 2))
+    # No instrument ran: nothing to say.
+    monkeypatch.setattr("vnetbench.runner.bench.registry.of", lambda options: SimpleNamespace(instrument=False))
+    assert instruments_cpu(ctx, runs, window, ended, {}) is None
+
+
+def test_an_instrument_whose_cpu_is_not_known_leaves_the_trials_cost_whole(tmp_path, monkeypatch):
+    ctx = _trial(tmp_path, wrapped=False)
+    monkeypatch.setattr("vnetbench.runner.bench.registry.of", lambda options: SimpleNamespace(instrument=True))
+    probe = Started("probe")
+    probe.procs["s1"], _ = ctx.popen(ctx.hosts.receiver, "s1", ["true"])
+    probe.procs["s1"].wait(timeout=30)  # reaped without its rusage
+    assert instruments_cpu(ctx, [("stream", Started("stream")), ("probe", probe)], (0, time.time()), time.time(),
+                           {}) is None
+
+
+def test_the_trials_cpu_cost_is_counted_without_its_instruments():
+    stat = iter([
+        "cpu0 0 0 0 1000 0 0 0 0\ncpu1 0 0 0 1000 0 0 0 0\n",
+        # over 10 s (1000 ticks a CPU): cpu0 busy all along (80 user, 20 system), cpu1 a quarter in softirq
+        "cpu0 800 0 200 1000 0 0 0 0\ncpu1 0 0 0 1750 0 0 250 0\n",
+    ])
+    recorder = CpuRecorder("here", read=lambda: next(stat), interval=3600, processes=None)
+    recorder.start(10)
+    recorder.stop()
+    t0 = recorder.samples[0][0]
+    recorder.samples = [(t0, recorder.samples[0][1]), (t0 + 10, recorder.samples[1][1])]
+    m = Measurement()
+    m.add("throughput.rx_mbps", 8.192)  # 1000 KB/s
+    m.add("cpu.probe_pct", 90.0)  # a spinning ping's
+    raw: dict = {}
+    recorder.collect(m, raw, (t0, t0 + 10))
+    assert raw["cpu"]["busy_pct"] == pytest.approx(125.0)
+    assert m.value("cpu.util_pct") == pytest.approx(35.0)
+    assert m.value("cpu.us_per_kb") == pytest.approx(350.0)  # 0.35 s of CPU a second over 1000 KB
+    assert m.value("cpu.softirq_pct") == pytest.approx(25.0)
