@@ -5,12 +5,17 @@ of someone else's on the core the calibration loop runs on) is named by `compare
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
+import sys
+import time
 
 import pytest
 
+from helpers import ROOT, cli, run_id_of
+from vnetbench.lab.clean import leftovers
+from vnetbench.lab.netns import run_prefix
 from vnetbench.store.db import Store
-from helpers import cli, run_id_of
 
 pytestmark = pytest.mark.lab
 
@@ -65,3 +70,27 @@ def test_a_run_is_calibrated_before_and_after_and_a_slower_machine_is_named(tmp_
     assert "calibration (before then after the run): one core's loop" in show, show
     compared = cli("compare", quiet, loaded, "--db", str(db)).stdout
     assert "the machine itself measured differently in B: one core's loop" in compared, compared
+
+
+@pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGINT])
+def test_a_stop_during_the_calibration_stops_the_run_and_leaves_nothing(tmp_path, no_leftovers, how):
+    db = tmp_path / "r.db"
+    scenario = tmp_path / "calibrated.toml"
+    scenario.write_text(SCENARIO)
+    proc = subprocess.Popen([sys.executable, "-m", "vnetbench", "run", str(scenario), "--db", str(db),
+                             "--no-progress"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    calibrating: list[str] = []
+    while not calibrating and time.monotonic() < deadline and proc.poll() is None:
+        runs = Store(db).runs() if db.exists() else []
+        # the calibration's own namespaces, "<run prefix>-cal-...", exist only while it measures the veth stream
+        calibrating = leftovers(f"{run_prefix(runs[-1]['id'])}-cal-") if runs else []
+        time.sleep(0.02)
+    assert calibrating, "the calibration's namespaces never appeared"
+    proc.send_signal(how)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and "Traceback" not in err, err[-2000:]
+    with Store(db) as store:
+        run = store.runs()[-1]
+        assert run["status"] == "interrupted" and store.trials(run["id"]) == []
+    assert leftovers(run_prefix(run["id"])) == []  # nothing of the calibration's or the lab's

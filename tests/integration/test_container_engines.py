@@ -255,9 +255,10 @@ def test_an_engine_beside_bare_through_the_cli(engine_host, tmp_path, no_leftove
     for c in store.configurations(run_id):
         assert len(values[c["key"]]["cpu.probe_pct"]) == 2, c["labels"]
     for t in store.trials(run_id, with_raw=True):
-        used = t["raw"]["process_cpu_pct"]
+        used = t["raw"]["process_cpu_pct"]  # "workload/host": the hosts are named after their group (b-s1, p-s1)
         assert {k.partition("/")[0] for k in used} == {"stream", "probe"}, used
-        assert 0 <= used["probe/s1"] <= 102, used  # one thread: at most a core over its life
+        # ping is one thread: at most a core over its life (at 10 ms it used under a tick: `times` says 0.00)
+        assert all(0 <= v <= 102 for k, v in used.items() if k.startswith("probe/")), used
     store.close()
     assert not ours_in_engine(engine_host)
 

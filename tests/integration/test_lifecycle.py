@@ -24,9 +24,13 @@ pytestmark = pytest.mark.lab
 SHORT = ["--set", "duration=2s", "--set", "workload.stream.omit=0s", "--set", "repeat.warmup=false"]
 
 
-def start_run(db: Path, *extra: str) -> subprocess.Popen:
+def start_run(db: Path, *extra: str, calibrate: bool = False) -> subprocess.Popen:
+    """`vnetbench run quick` in the background; without the calibration unless asked, so that the first
+    namespaces of the run are its lab's (a stop during a calibration: tests/integration/test_calibration.py)."""
+    calibration = [] if calibrate else ["--no-calibration"]
     return subprocess.Popen([sys.executable, "-m", "vnetbench", "run", "quick", "--db", str(db), "--no-progress",
-                             *SHORT, *extra], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                             *SHORT, *calibration, *extra], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
 
 
 def wait_for(predicate, timeout=30.0, what="condition"):
@@ -257,6 +261,7 @@ def test_a_hung_trial_fails_and_the_run_goes_on_through_the_cli(tmp_path, no_lef
     trials run (servers restarted), the summary says how many failed, and the run still completes."""
     db = tmp_path / "r.db"
     run = subprocess.Popen([sys.executable, "-m", "vnetbench", "run", "quick", "--db", str(db), "--no-progress",
+                            "--no-calibration",  # its iperf3 server would be frozen with the run's
                             "--set", "ratios=[0.6]", "--set", "protos=[udp]", "--set", "repetitions=3",
                             "--set", "workload.stream.timeout=6s", *SHORT],
                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

@@ -90,11 +90,19 @@ class FidelityLab:
     """A one-sender dumbbell whose bottleneck link can be handed to any backend."""
 
     def __init__(self, prefix: str | None = None, settings: Settings | None = None):
-        from vnetbench.lab.topology import build_dumbbell
-
         self.prefix = prefix or f"vnb-fid{os.getpid() % 100000}"
         self.settings = settings or Settings()
         self.registry = Registry()
+        try:
+            self._build()
+        except BaseException:
+            # Half built (a stop or an error while building): nobody holds it to tear it down but this.
+            self.registry.teardown()
+            raise
+
+    def _build(self) -> None:
+        from vnetbench.lab.topology import build_dumbbell
+
         self.workdir = Path(tempfile.mkdtemp(prefix="vnb-fidelity-"))
         self.registry.add(f"work directory {self.workdir}", lambda: shutil.rmtree(self.workdir, ignore_errors=True))
         self.caps = B.capabilities()

@@ -19,6 +19,7 @@ import subprocess
 import time
 from typing import Any
 
+from vnetbench.lab.teardown import interruption_behind
 from vnetbench.units import utc_text
 from vnetbench.workloads import sysbench
 
@@ -42,6 +43,7 @@ def measure(prefix: str) -> dict[str, Any]:
         # the workload's parser reads its own sectioned output: this run is one section of it
         out["cpu_events_per_s"] = round(sysbench.parse(f"=== vnb: sysbench cpu ===\n{done.stdout}", ["cpu"])["cpu"], 1)
     except Exception as e:  # noqa: BLE001 - a calibration that fails is recorded, the run goes on
+        _unless_stopped(e)
         out["cpu_error"] = f"{type(e).__name__}: {e}"[:300]
     try:
         from vnetbench.impair.fidelity import FidelityLab
@@ -49,8 +51,16 @@ def measure(prefix: str) -> dict[str, Any]:
         with FidelityLab(prefix=f"{prefix}-cal") as lab:
             out["veth_tcp_gbps"] = round(lab.tcp(STREAM_S) / 1e9, 2)
     except Exception as e:  # noqa: BLE001
+        _unless_stopped(e)
         out["veth_error"] = f"{type(e).__name__}: {e}"[:300]
     return out
+
+
+def _unless_stopped(e: Exception) -> None:
+    """Re-raise a stop (SIGINT, SIGTERM) that C code handed back as another exception: the run must stop."""
+    stop = interruption_behind(e)
+    if stop is not None:
+        raise stop from e
 
 
 def lines(calibration: list[dict[str, Any]] | None) -> list[str]:
