@@ -71,7 +71,7 @@ test: setup
 	$(VENV)/bin/vnetbench clean --check
 
 # The edit-test loop: every unit test, then the lab tests marked `quick` (each one short run of one
-# configuration: a kernel shaper's physics, a failing tool, a timeout, Ctrl-C's teardown). `make test` stays
+# configuration: a rate qdisc's physics, a failing tool, a timeout, Ctrl-C's teardown). `make test` stays
 # the suite to run before a merge.
 check: setup
 	$(VENV)/bin/pytest -q -n auto tests/unit

@@ -15,7 +15,7 @@ from typing import Any
 from vnetbench.errors import ScenarioError
 from vnetbench.impair.links import LinkManager, lab_links
 from vnetbench.lab import netns
-from vnetbench.lab.nodes import Host, Interface, Namespace, placement_entry
+from vnetbench.lab.nodes import NamespaceNode, Interface, Namespace, placement_entry
 from vnetbench.lab.teardown import Registry
 from vnetbench.lab.topology import Group, Lab
 from vnetbench.runner.bench import DumbbellBench, variant_of
@@ -44,7 +44,7 @@ class OneNamespaceBench(DumbbellBench):
         loopback.add_address(f"{IPV6}/128")
         variant = variant_of(self.configs[0])
         names = ["r", *(f"s{i}" for i in range(1, self.senders + 1))]
-        self.lab.hosts = {n: OneNamespaceHost(n, ns, registry, ipv4=IPV4, ipv6=IPV6, iface=loopback) for n in names}
+        self.lab.endpoints = {n: OneNamespaceNode(n, ns, registry, ipv4=IPV4, ipv6=IPV6, iface=loopback) for n in names}
         self.lab.groups = {variant: Group(variant, "", None, "r", names[1:])}
         self.links = LinkManager(self.lab, registry, self.workdir, self.run_prefix, mtu=self.mtu)
         self.start_servers()
@@ -59,7 +59,7 @@ class OneNamespaceBench(DumbbellBench):
         return {"environment": {"variant": "one-namespace", "env": "bare"}}
 
 
-class OneNamespaceHost(Host):
+class OneNamespaceNode(NamespaceNode):
     def placement(self) -> dict[str, Any]:
         return placement_entry(f"one namespace {self.ns.name}", self.ipv4, self.ipv6, "lo", self.cpu)
 

@@ -122,11 +122,11 @@ class TestTwoContainers:
     @pytest.mark.parametrize("ip_version", [4, 6])
     def test_containers_carry_traffic_both_ways_on_the_engines_network(self, pair, ip_version):
         lab, _ = pair
-        assert_traffic_both_ways(lab.hosts["r"], lab.hosts["s1"], ip_version)
+        assert_traffic_both_ways(lab.endpoints["r"], lab.endpoints["s1"], ip_version)
 
     def test_the_path_is_the_engines_own(self, pair, engine_host):
         lab, bringup = pair
-        r = lab.hosts["r"]
+        r = lab.endpoints["r"]
         facts = r.facts()
         assert facts["env"] == engine_host[0] and facts["image"].startswith(engines.IMAGE_REPOSITORY + ":")
         inspect = json.loads(subprocess.run([*engines.client_argv(*engine_host), "inspect", facts["container"]],
@@ -146,7 +146,7 @@ class TestTwoContainers:
 
     def test_a_command_ends_inside_the_container_when_its_client_is_killed(self, pair):
         lab, _ = pair
-        r = lab.hosts["r"]
+        r = lab.endpoints["r"]
         proc = r.popen(["sleep", "987"], *_scratch("sleep"), pin=False)
         deadline = time.monotonic() + 10
         while "987" not in r.run(["ps"]).stdout:
@@ -169,7 +169,7 @@ def test_containers_on_their_host_network_sit_on_the_labs_switch_as_bare_hosts_d
     prefix = f"vnb-h{os.getpid() % 10000}"
     lab = build_dumbbell(prefix, 1, variants=[(Variant(kind, network="host"), 1)])
     try:
-        r, s = lab.hosts["r"], lab.hosts["s1"]
+        r, s = lab.endpoints["r"], lab.endpoints["s1"]
         assert r.address(4).startswith("198.18.") and r.address(6).startswith("2001:2::")
         assert r.facts()["network"].startswith("host") and r.ns.name == f"{prefix}-r"
         assert sorted(ours_in_engine(engine_host, prefix)) == [f"container {prefix}-r", f"container {prefix}-s1"]
@@ -322,7 +322,7 @@ def test_a_container_the_engine_limits_to_half_a_cpu_gets_half_a_cpu(engine_host
     variant = Variant(engine_host[0], cpu_quota=0.5, memory_limit=256 * 2**20)
     lab = build_dumbbell(prefix, 1, variants=[(variant, 1)])
     try:
-        r = lab.hosts["r"]
+        r = lab.endpoints["r"]
         facts = r.facts()["limits"]
         assert facts["engine"] == {"NanoCpus": 500_000_000, "CpusetCpus": "", "Memory": 256 * 2**20}
         cgroup = facts["cgroup"]  # what the kernel was told, v1 or v2

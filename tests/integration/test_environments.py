@@ -81,7 +81,7 @@ def iperf_pair(server, client, ip_version: int, proto: str = "tcp", port: int = 
 @pytest.mark.parametrize("ip_version", [4, 6])
 def test_traffic_both_ways_measured(pair, ip_version):
     name, lab, _ = pair
-    r, s = lab.hosts["r"], lab.hosts["s1"]
+    r, s = lab.endpoints["r"], lab.endpoints["s1"]
     for a, b in ((s, r), (r, s)):  # sender -> receiver, and back
         out = a.run(["ping", f"-{ip_version}", "-D", "-n", "-i", "0.01", "-c", "20", "-W", "1",
                      b.service_address(ip_version)], timeout=10)
@@ -99,7 +99,7 @@ def test_container_nat_server_sees_the_node_address(pair):
     name, lab, _ = pair
     if name != "container":
         pytest.skip("container only")
-    r, s = lab.hosts["r"], lab.hosts["s1"]
+    r, s = lab.endpoints["r"], lab.endpoints["s1"]
     for v in (4, 6):
         doc, _ = iperf_pair(r, s, v)
         peer = doc["server_output_json"]["start"]["connected"][0]["remote_host"]
@@ -119,7 +119,7 @@ def test_container_cgroup_limits_apply_to_its_processes(pair, tmp_path):
     name, lab, _ = pair
     if name != "container":
         pytest.skip("container only")
-    r = lab.hosts["r"]
+    r = lab.endpoints["r"]
     group = r.extra["cgroup"]
     proc = r.popen(["sleep", "30"], tmp_path / "sleep.out", tmp_path / "sleep.err")
     try:
@@ -158,7 +158,7 @@ def test_overlay_mtu_and_encapsulation(pair):
     name, lab, _ = pair
     if not name.startswith("overlay"):
         pytest.skip("overlay only")
-    r, s = lab.hosts["r"], lab.hosts["s1"]
+    r, s = lab.endpoints["r"], lab.endpoints["s1"]
     mtu = int(s.run(["cat", "/sys/class/net/eth0/mtu"]).stdout)
     vxlan = name == "overlay-vxlan"
     assert mtu == (1450 if vxlan else 1500)

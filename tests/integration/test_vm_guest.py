@@ -20,7 +20,7 @@ import pytest
 from vnetbench.lab.clean import leftovers
 from vnetbench.lab.environments.vm import VmOptions, attach_vm, check_vm_available
 from vnetbench.lab.guest.qemu import GuestBootError
-from vnetbench.lab.nodes import Host, Link, Namespace, without_cpu_time
+from vnetbench.lab.nodes import NamespaceNode, Link, Namespace, without_cpu_time
 from vnetbench.lab.teardown import Registry, wait_metered
 from vnetbench.workloads import iperf3, ping
 from vnetbench.workloads.base import ToolFailed
@@ -51,7 +51,7 @@ class Lab:
             link = self._connect(bare_ns, "b")
             link.b.add_address(f"{BARE_V4}/16")
             link.b.add_address(f"{BARE_V6}/64")
-            self.bare = Host("b", bare_ns, self.registry, BARE_V4, BARE_V6, iface=link.b)
+            self.bare = NamespaceNode("b", bare_ns, self.registry, BARE_V4, BARE_V6, iface=link.b)
             self.vm_ns = Namespace.create(f"{prefix}-v", self.registry)
             self.uplink = self._connect(self.vm_ns, "v").b
         except BaseException:

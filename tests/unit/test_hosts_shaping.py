@@ -149,16 +149,16 @@ def test_the_backend_is_what_the_hosts_kernel_has(tmp_path):
 
 def test_conditions_are_the_lab_kernel_backends_commands_on_the_ifb():
     cond = LinkConditions.model_validate({"rate": "100Mbit", "buffer": "500kB"})
-    assert netem.shaper_commands("", "vnb-0123ab-i", cond, "tbf") == [
+    assert netem.rate_qdisc_commands("", "vnb-0123ab-i", cond, "tbf") == [
         ["tc", "qdisc", "add", "dev", "vnb-0123ab-i", "root", "handle", "1:", "tbf", "rate", "100000000bit",
          "burst", "12500", "limit", "500000"]]
-    htb = netem.shaper_commands("", "x", cond, "htb")
+    htb = netem.rate_qdisc_commands("", "x", cond, "htb")
     assert [c[1:4] for c in htb] == [["qdisc", "add", "dev"], ["class", "add", "dev"], ["qdisc", "add", "dev"]]
     assert htb[1][htb[1].index("classid") + 1] == "1:1" and htb[2][htb[2].index("handle") + 1] == "2:"
     delayed = LinkConditions.model_validate({"rate": "100Mbit", "buffer": "500kB", "delay": "5ms"})
     cmds = netem.commands("", "x", delayed)
     assert cmds[0][:8] == ["tc", "qdisc", "add", "dev", "x", "root", "handle", "1:"] and "netem" in cmds[0]
-    assert cmds[1][5:9] == ["parent", "1:1", "handle", "10:"]  # the shaper under netem, as in the lab
+    assert cmds[1][5:9] == ["parent", "1:1", "handle", "10:"]  # the rate qdisc under netem, as in the lab
 
 
 # `tc -j filter show dev data0 ingress` with one run's steering (tc 6.x), recorded on this machine.

@@ -28,18 +28,18 @@ def spec(**kw):
     return LinkSpec.model_validate(kw)
 
 
-@pytest.mark.parametrize("request_,caps,shaper,expected", [
+@pytest.mark.parametrize("request_,caps,rate_qdisc,expected", [
     (spec(forward={"rate": "100Mbit", "buffer": "500kB"}), NO_NETEM, "tbf", "tbf"),
     (spec(forward={"rate": "100Mbit", "buffer": "500kB"}), ALL, "htb", "htb"),
-    (spec(), NO_NETEM, "tbf", "tbf"),  # a plain link: the shaper clears it
+    (spec(), NO_NETEM, "tbf", "tbf"),  # a plain link: the rate qdisc clears it
     (spec(forward={"rate": "100Mbit", "delay": "10ms"}), ALL, "tbf", "netem"),
     (spec(forward={"rate": "100Mbit", "delay": "10ms"}), NO_NETEM, "tbf", "userspace"),
     (spec(forward={"loss": {"model": "ge", "p": "1%", "r": "10%"}}), ALL, "tbf", "netem"),
     (spec(forward={"rate": "100Mbit", "queue": "codel"}), ALL, "tbf", "userspace"),  # netem has no CoDel here
     (spec(forward={"rate": "100Mbit"}, schedule="100Mbit/1s 10Mbit/1s"), ALL, "tbf", "userspace"),
 ])
-def test_auto(request_, caps, shaper, expected):
-    assert B.choose(request_, "auto", caps=caps, shaper=shaper) == expected
+def test_auto(request_, caps, rate_qdisc, expected):
+    assert B.choose(request_, "auto", caps=caps, rate_qdisc=rate_qdisc) == expected
 
 
 def test_explicit_backend_that_cannot_express_the_request_says_why_and_what_would_work():
@@ -80,7 +80,7 @@ def test_auto_is_chosen_once_over_the_whole_run():
 def test_every_backend_registers_itself_with_what_it_can_do():
     assert list(B.REGISTRY) == ["tbf", "htb", "netem", "userspace"]  # cheapest first
     assert B.backend_class("tbf") is B.backend_class("htb") and B.REGISTRY["netem"].probe_qdisc
-    assert B.REGISTRY["tbf"].can == B.SHAPER_NEEDS < B.REGISTRY["netem"].can < B.REGISTRY["userspace"].can
+    assert B.REGISTRY["tbf"].can == B.RATE_QDISC_NEEDS < B.REGISTRY["netem"].can < B.REGISTRY["userspace"].can
     with pytest.raises(ValueError, match="unknown backend 'cake'; known: tbf, htb, netem, userspace"):
         B.backend_class("cake")
 
@@ -123,7 +123,7 @@ def test_netem_semantics():
     assert ge[ge.index("loss"):] == ["loss", "gemodel", "1%", "30%", "90%", "0%"]
     assert netem.netem_args(cond(delay="300us"))[3:5] == ["delay", "300us"]
     assert netem.commands("n", "d", cond()) == []  # a plain direction: nothing installed
-    htb = netem.commands("n", "d", cond(rate="1Gbit", buffer="1MB", delay="1ms"), shaper="htb")
+    htb = netem.commands("n", "d", cond(rate="1Gbit", buffer="1MB", delay="1ms"), rate_qdisc="htb")
     assert [c[3:7] for c in htb] == [["qdisc", "add", "dev", "d"]] * 2 + [["class", "add", "dev", "d"]] + [
         ["qdisc", "add", "dev", "d"]]
     assert htb[2][-8:] == ["rate", "1000000000bit", "ceil", "1000000000bit", "burst", "125000", "cburst", "125000"]
@@ -281,7 +281,7 @@ def test_hosts_receive_on_the_cores_no_emulator_spins(tmp_path, monkeypatch):
 
     from vnetbench.impair import links as L
 
-    lab = SimpleNamespace(hosts={n: SimpleNamespace(name=n, cpu=None) for n in ("r", "s1")}, groups={})
+    lab = SimpleNamespace(endpoints={n: SimpleNamespace(name=n, cpu=None) for n in ("r", "s1")}, groups={})
     monkeypatch.setattr(L.os, "sched_getaffinity", lambda _pid: {0, 1, 2, 3})
     manager = L.LinkManager(lab, registry=None, workdir=tmp_path, run_prefix="vnb-x")
     manager._place_emulators(["bottleneck", "access1"])
@@ -306,7 +306,7 @@ def test_endpoints_leave_an_emulators_core_only_while_it_is_on_their_path(monkey
 
     hosts = {"r": SimpleNamespace(name="r", cpu=3), "s1": SimpleNamespace(name="s1", cpu=0),
              "s2": SimpleNamespace(name="s2", cpu=1), "vr": Guest(name="vr", cpu=3)}
-    lab = SimpleNamespace(hosts=hosts, groups={})
+    lab = SimpleNamespace(endpoints=hosts, groups={})
     monkeypatch.setattr(L.os, "sched_getaffinity", lambda _pid: {0, 1, 2, 3})
     manager = L.LinkManager(lab, registry=None, workdir=tmp_path, run_prefix="vnb-x")
     manager._place_emulators(["bottleneck", "s1"])

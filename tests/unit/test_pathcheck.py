@@ -48,7 +48,7 @@ def test_expectation_multiplies_delivery_and_adds_delay_over_links_and_direction
     assert exp.rate_bps == 10e6 and exp.burst_bytes == 0  # the emulator realises the sender's link
 
 
-def test_kernel_shaper_burst_is_the_one_of_the_slowest_link():
+def test_a_rate_qdiscs_burst_is_the_one_of_the_slowest_link():
     exp = _exp(_spec(rate="5Mbit"), kernel=True, sender=_spec(rate="50Mbit"))
     assert exp.rate_bps == 5e6 and exp.burst_bytes == 2 * 1514  # at least two full frames
 

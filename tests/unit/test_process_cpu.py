@@ -21,7 +21,7 @@ from vnetbench.lab.nodes import (CPU_MARK, RunsCommands, exec_wrapper, run_holdi
 from vnetbench.lab.teardown import Registry, poll_metered, stop_groups, wait_metered
 from vnetbench.runner.bench import instruments_cpu
 from vnetbench.runner.recorders import CpuRecorder
-from vnetbench.workloads.base import Measurement, Started, TrialContext, TrialHosts
+from vnetbench.workloads.base import Measurement, Started, TrialContext, TrialEndpoints
 
 BUSY_S = 0.3
 # A child that computes until it has used BUSY_S of CPU, then says so on standard error.
@@ -116,8 +116,8 @@ def _trial(tmp_path: Path, wrapped: bool) -> TrialContext:
     trial = tmp_path / "run" / "p0-r0"
     trial.mkdir(parents=True)
     node = Here("s1", wrapped)
-    return TrialContext(config=SimpleNamespace(scenario=_scenario()), hosts=TrialHosts(node, [node]), ip_version=4,
-                        tmp=trial, t0=time.time())
+    return TrialContext(config=SimpleNamespace(scenario=_scenario()), endpoints=TrialEndpoints(node, [node]),
+                        ip_version=4, tmp=trial, t0=time.time())
 
 
 @pytest.mark.parametrize("wrapped", [False, True], ids=["reaped here", "through the wrapper"])
@@ -125,7 +125,7 @@ def test_an_instruments_cpu_inside_the_window_is_counted_and_the_leaders_is_not(
     ctx = _trial(tmp_path, wrapped)
     monkeypatch.setattr("vnetbench.runner.bench.registry.of",
                         lambda options: SimpleNamespace(instrument=options.tool == "ping"))
-    node = ctx.hosts.receiver
+    node = ctx.endpoints.receiver
     leader, probe = Started("stream"), Started("probe")
     leader.procs["s1"], _ = ctx.popen(node, "s1", BUSY)
     probe.procs["s1"], _ = ctx.popen(node, "s1", BUSY)
@@ -153,7 +153,7 @@ def test_an_instrument_whose_cpu_is_not_known_leaves_the_trials_cost_whole(tmp_p
     ctx = _trial(tmp_path, wrapped=False)
     monkeypatch.setattr("vnetbench.runner.bench.registry.of", lambda options: SimpleNamespace(instrument=True))
     probe = Started("probe")
-    probe.procs["s1"], _ = ctx.popen(ctx.hosts.receiver, "s1", ["true"])
+    probe.procs["s1"], _ = ctx.popen(ctx.endpoints.receiver, "s1", ["true"])
     probe.procs["s1"].wait(timeout=30)  # reaped without its rusage
     assert instruments_cpu(ctx, [("stream", Started("stream")), ("probe", probe)], (0, time.time()), time.time(),
                            {}) is None

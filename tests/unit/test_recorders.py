@@ -10,7 +10,7 @@ import pytest
 from vnetbench.impair.backend import TrialCounters
 from vnetbench.runner import recorders
 from vnetbench.runner.recorders import CpuRecorder, EnvironmentRecorder, LinkRecorder, QdiscRecorder
-from vnetbench.workloads.base import Measurement, Started, TrialContext, TrialHosts, WorkloadOptions
+from vnetbench.workloads.base import Measurement, Started, TrialContext, TrialEndpoints, WorkloadOptions
 
 
 class CountingLinks:
@@ -84,7 +84,7 @@ def test_an_environment_records_its_counters_only_when_it_keeps_some(counts, rec
 
 
 def test_a_companion_gets_its_own_context_and_the_trials_stays_as_it_was(tmp_path: Path):
-    ctx = TrialContext(config=None, hosts=TrialHosts(None, []), ip_version=4, tmp=tmp_path, t0=100.0)
+    ctx = TrialContext(config=None, endpoints=TrialEndpoints(None, []), ip_version=4, tmp=tmp_path, t0=100.0)
     leader = Started("stream", measured_from=2.0, measured_s=10.0, ends_by=13.0)
     options = WorkloadOptions(tool="iperf3")
     during = ctx.during(leader, options)

@@ -22,7 +22,7 @@ from vnetbench.errors import LabError
 from vnetbench.lab.nodes import RunsCommands
 from vnetbench.lab.teardown import Registry
 from vnetbench.runner.bench import DumbbellBench
-from vnetbench.workloads.base import TrialContext, TrialHosts
+from vnetbench.workloads.base import TrialContext, TrialEndpoints
 
 
 class LocalNode(RunsCommands):
@@ -45,12 +45,12 @@ def _trial(tmp_path: Path) -> tuple[TrialContext, Path, Path]:
     (victim / "x.out").write_text("precious\n")  # a file the attack would have truncated
     trial = tmp_path / "vnetbench-vnb-1234-abc" / "p0-r0"
     trial.mkdir(parents=True)
-    ctx = TrialContext(config=None, hosts=TrialHosts(LocalNode(), []), ip_version=4, tmp=trial, t0=0.0)
+    ctx = TrialContext(config=None, endpoints=TrialEndpoints(LocalNode(), []), ip_version=4, tmp=trial, t0=0.0)
     return ctx, trial, victim
 
 
 def _run(ctx: TrialContext, label: str) -> tuple[subprocess.Popen, Path]:
-    proc, out = ctx.popen(ctx.hosts.receiver, label, ["sh", "-c", "echo said; echo complained >&2"])
+    proc, out = ctx.popen(ctx.endpoints.receiver, label, ["sh", "-c", "echo said; echo complained >&2"])
     proc.wait(timeout=10)
     return proc, out
 

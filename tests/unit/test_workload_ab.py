@@ -26,7 +26,7 @@ from vnetbench.errors import ScenarioError
 from vnetbench.scenario import load as L
 from vnetbench.scenario.plan import expand
 from vnetbench.workloads import ab as A, registry, wrk as W
-from vnetbench.workloads.base import Started, ToolFailed, TrialHosts
+from vnetbench.workloads.base import Started, ToolFailed, TrialEndpoints
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 
@@ -196,7 +196,7 @@ def test_its_own_nginx_on_its_own_port():
         def address(self, ip_version):
             return "198.18.0.2"
 
-    spec, = registry.driver("ab").servers(TrialHosts(Receiver(), []), 4, [A.Options(file_size="1KiB"),
+    spec, = registry.driver("ab").servers(TrialEndpoints(Receiver(), []), 4, [A.Options(file_size="1KiB"),
                                                                          A.Options(file_size="1MiB", workers=4)], "/w")
     assert (spec.port, spec.label) == (5321, "nginx-ab") and spec.label != "nginx"  # wrk's may run beside it
     assert "worker_processes 4;" in spec.argv[4] and "f1048576" in spec.argv[2]

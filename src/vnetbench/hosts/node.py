@@ -1,4 +1,4 @@
-"""A real host as the lab sees an endpoint: :class:`vnetbench.lab.nodes.Host`'s interface, over SSH.
+"""A real host as the lab sees an endpoint: :class:`vnetbench.lab.nodes.NamespaceNode`'s interface, over SSH.
 
 Workloads start their servers and clients through ``popen`` and ``run`` as on any node; the commands go
 through the host's one multiplexed SSH connection (:mod:`vnetbench.hosts.ssh`). An SSH session without a

@@ -35,7 +35,7 @@ from vnetbench.hosts.inventory import SHAPE_VAR, InventoryHost
 from vnetbench.hosts.ssh import SshConnection, with_sbin
 from vnetbench.impair import backends as B
 from vnetbench.impair import netem
-from vnetbench.impair.backend import SHAPER_NEEDS, Backend, TrialCounters
+from vnetbench.impair.backend import RATE_QDISC_NEEDS, Backend, TrialCounters
 from vnetbench.impair.model import LinkSpec, capability_list, lab_links
 from vnetbench.impair.tc import installed_roots
 from vnetbench.lab import offload
@@ -102,24 +102,24 @@ def opt_in_problem(host: InventoryHost, inventory_path: Any, what: str) -> str |
             "variables; nothing on a host's interfaces is changed without it")
 
 
-def host_backend(name: str, specs: list[LinkSpec], qdiscs: dict[str, str | None], shaper: str,
+def host_backend(name: str, specs: list[LinkSpec], qdiscs: dict[str, str | None], rate_qdisc: str,
                  where: str) -> str | None:
     """On a host whose kernel has `qdiscs` (None: usable, else why not): every explicit backend of the link's
     specs checked, and the one its `auto` specs get, chosen once over all they ask (one instrument for a
-    sweep, as in the lab): the shaper alone for rate and buffer, else netem. None when no spec is auto."""
+    sweep, as in the lab): the rate qdisc alone for rate and buffer, else netem. None when no spec is auto."""
     caps = B.Capabilities(qdiscs=qdiscs, vnb_link=None)
     auto = [spec for spec in specs if spec.backend == "auto"]
     for spec in specs:
         if spec.backend != "auto":
-            B.choose(spec, caps=caps, shaper=shaper, where=where)
+            B.choose(spec, caps=caps, rate_qdisc=rate_qdisc, where=where)
     if not auto:
         return None
     needs = set().union(*(spec.needs() for spec in auto))
-    if needs <= SHAPER_NEEDS and caps.available(shaper):
-        return shaper
+    if needs <= RATE_QDISC_NEEDS and caps.available(rate_qdisc):
+        return rate_qdisc
     if caps.available("netem"):
         return "netem"
-    missing = shaper if needs <= SHAPER_NEEDS else "netem"
+    missing = rate_qdisc if needs <= RATE_QDISC_NEEDS else "netem"
     raise HostError(f"{where}link {name!r} ({capability_list(needs)}) needs the {missing} qdisc: "
                     f"{caps.why_not(missing)}",
                     f"load it on the host (modprobe sch_{missing}), or drop the conditions only netem makes")
@@ -319,10 +319,11 @@ class HostLink:
 
 class HostLinkBackend(Backend):
     """A link's conditions on a host, with the host's kernel qdiscs on the run's IFBs (module docstring).
-    `name` is tbf, htb or netem (the shaper under netem is `shaper`)."""
+    `name` is tbf, htb or netem (the rate qdisc under netem is `rate_qdisc`)."""
 
-    def __init__(self, link: HostLink | None, backend: str, shaper: str = "tbf"):
-        super().__init__(link, link.interface.mtu if link else 1500, backend if backend in ("tbf", "htb") else shaper)
+    def __init__(self, link: HostLink | None, backend: str, rate_qdisc: str = "tbf"):
+        super().__init__(link, link.interface.mtu if link else 1500,
+                         backend if backend in ("tbf", "htb") else rate_qdisc)
         self.name = backend
         self._seed_ok: bool | None = None
         self._conditioned: list[str] = []  # directions with conditions now
@@ -349,9 +350,9 @@ class HostLinkBackend(Backend):
             ifb = self.link.steer(d)
             self.link.run(["tc", "qdisc", "del", "dev", ifb, "root"], check=False)
             if self.name == "netem":
-                cmds = netem.commands("", ifb, cond, self.shaper, self.mtu, self._seed(spec))
+                cmds = netem.commands("", ifb, cond, self.rate_qdisc, self.mtu, self._seed(spec))
             else:
-                cmds = netem.shaper_commands("", ifb, cond, self.name, self.mtu)
+                cmds = netem.rate_qdisc_commands("", ifb, cond, self.name, self.mtu)
             for argv in cmds:
                 self.link.run(argv)
             self._conditioned.append(d)
@@ -363,7 +364,7 @@ class HostLinkBackend(Backend):
         return out
 
     def check(self, spec: LinkSpec) -> list[str]:
-        """The IFB of each conditioned direction holds the layout apply() made (netem, or the shaper alone), and
+        """The IFB of each conditioned direction holds the layout apply() made (netem, or the rate qdisc alone), and
         the IFB of a plain one nothing, as the host's kernel reports them."""
         if self.link is None:
             return []
@@ -375,7 +376,7 @@ class HostLinkBackend(Backend):
             ifb = self.link.ifb(d)
             shown = self.link.show(ifb)
             if self.name == "netem":
-                problem = netem.layout_problem(shown, cond, self.shaper)
+                problem = netem.layout_problem(shown, cond, self.rate_qdisc)
             else:
                 roots = [q.get("kind") for q in installed_roots(shown)]
                 problem = (None if roots == ([] if cond.is_plain() else [self.name])

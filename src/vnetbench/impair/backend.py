@@ -26,8 +26,8 @@ from vnetbench.impair.model import BACKENDS, LinkSpec
 if TYPE_CHECKING:
     from vnetbench.lab.nodes import Interface
 
-# What a kernel shaper (tbf, htb) can do: the rest of the LinkSpec needs netem or the emulator.
-SHAPER_NEEDS = frozenset({"rate", "buffer"})
+# What a rate qdisc (tbf, htb) can do: the rest of the LinkSpec needs netem or the emulator.
+RATE_QDISC_NEEDS = frozenset({"rate", "buffer"})
 
 VNB_LINK = "vnb-link"
 PROJECT_ROOT = Path(__file__).resolve().parents[3]
@@ -164,14 +164,14 @@ class TrialCounters:
 
 
 class Backend:
-    """Realises a LinkSpec on one LabLink. Subclasses: shaper (tbf/htb), netem, userspace."""
+    """Realises a LinkSpec on one LabLink. Subclasses: rate qdisc (tbf/htb), netem, userspace."""
 
     name = "?"
 
-    def __init__(self, link: LabLink, mtu: int = 1500, shaper: str = "tbf"):
+    def __init__(self, link: LabLink, mtu: int = 1500, rate_qdisc: str = "tbf"):
         self.link = link
         self.mtu = mtu
-        self.shaper = shaper
+        self.rate_qdisc = rate_qdisc
 
     # structure -----------------------------------------------------------
     def install(self) -> None:

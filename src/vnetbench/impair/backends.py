@@ -12,13 +12,13 @@ userspace   everything, plus drop-head/CoDel/RED/PIE queues,       vnb-link (``m
             schedules and Mahimahi traces; any kernel
 ==========  =====================================================  ==========================
 
-``auto`` takes the kernel shaper when only rate and buffer are asked, netem
+``auto`` takes the rate qdisc when only rate and buffer are asked, netem
 when the kernel has it and netem can express the request, else the userspace
 emulator. An explicit backend that cannot express the request is an error that
 says why and what would work, raised before anything is built.
 
 Each backend is a module that registers itself (:mod:`vnetbench.impair.backend`):
-``tbf``/``htb`` in :mod:`~vnetbench.impair.shaper`, ``netem`` in
+``tbf``/``htb`` in :mod:`~vnetbench.impair.rate_qdisc`, ``netem`` in
 :mod:`~vnetbench.impair.netem`, ``userspace`` in :mod:`~vnetbench.impair.userspace`.
 This module imports them and holds the policy that picks one.
 
@@ -32,17 +32,17 @@ import importlib
 from typing import Iterable
 
 from vnetbench.errors import EnvironmentProblem, ScenarioError
-from vnetbench.impair.backend import (REGISTRY, SHAPER_NEEDS, Backend, BackendKind, Capabilities, LabLink,
+from vnetbench.impair.backend import (REGISTRY, RATE_QDISC_NEEDS, Backend, BackendKind, Capabilities, LabLink,
                                       TrialCounters, capabilities, find_binary, missing_binary_message,
                                       probe_kernel_qdiscs, require_binary)
 from vnetbench.impair.model import LinkSpec, capability_list
 
 # The backend modules; importing one registers it. Cheapest first: `expressible_by` lists them in this order.
-MODULES = ("shaper", "netem", "userspace")
+MODULES = ("rate_qdisc", "netem", "userspace")
 for _module in MODULES:
     importlib.import_module(f"vnetbench.impair.{_module}")
 
-__all__ = ["REGISTRY", "SHAPER_NEEDS", "Backend", "BackendKind", "Capabilities", "LabLink", "TrialCounters",
+__all__ = ["REGISTRY", "RATE_QDISC_NEEDS", "Backend", "BackendKind", "Capabilities", "LabLink", "TrialCounters",
            "auto_choice", "backend_class", "capabilities", "check_expressible", "choose", "expressible_by",
            "find_binary", "missing_binary_message", "probe_kernel_qdiscs", "require_binary", "unable"]
 
@@ -76,11 +76,11 @@ def check_expressible(spec: LinkSpec, where: str = "", caps: Capabilities | None
 
 
 def choose(request: LinkSpec, backend: str | None = None, caps: Capabilities | None = None,
-           shaper: str = "tbf", where: str = "") -> str:
+           rate_qdisc: str = "tbf", where: str = "") -> str:
     """The backend that realises `request`: the explicit one if it can (else an
     error that says why and what would work), or the automatic choice.
 
-    `shaper` is the kernel rate limiter (tbf or htb) `auto` uses when only rate
+    `rate_qdisc` is the kernel rate limiter (tbf or htb) `auto` uses when only rate
     and buffer are asked. Returns the backend's name.
     """
     backend = backend or request.backend
@@ -93,14 +93,14 @@ def choose(request: LinkSpec, backend: str | None = None, caps: Capabilities | N
             raise EnvironmentProblem(f"{where}backend '{backend}' is not available here: {caps.why_not(backend)}; "
                                      f"use {' or '.join(options)}")
         return backend
-    return auto_choice(needs, caps or capabilities(), shaper, f"{where}{request.describe()}")
+    return auto_choice(needs, caps or capabilities(), rate_qdisc, f"{where}{request.describe()}")
 
 
-def auto_choice(needs: set[str], caps: Capabilities, shaper: str, what: str) -> str:
-    """`auto`: the kernel shaper for rate and buffer alone, netem where the kernel has it and it can
+def auto_choice(needs: set[str], caps: Capabilities, rate_qdisc: str, what: str) -> str:
+    """`auto`: the rate qdisc for rate and buffer alone, netem where the kernel has it and it can
     express `needs`, else the userspace emulator (an error naming `what` when it is not built)."""
-    if not needs or (needs <= SHAPER_NEEDS and caps.available(shaper)):
-        return shaper
+    if not needs or (needs <= RATE_QDISC_NEEDS and caps.available(rate_qdisc)):
+        return rate_qdisc
     if caps.available("netem") and needs <= REGISTRY["netem"].can:
         return "netem"
     if caps.vnb_link is None:

@@ -107,7 +107,7 @@ class FidelityLab:
         self.registry.add(f"work directory {self.workdir}", lambda: shutil.rmtree(self.workdir, ignore_errors=True))
         self.caps = B.capabilities()
         self.lab = build_dumbbell(self.prefix, 1, registry=self.registry)
-        self.s1, self.r = self.lab.hosts["s1"], self.lab.hosts["r"]
+        self.s1, self.r = self.lab.endpoints["s1"], self.lab.endpoints["r"]
         self.link = lab_link(self.lab, "bottleneck")
         cpus = sorted(os.sched_getaffinity(0))
         self.emu_cpu = cpus[-1] if len(cpus) > 1 else None
@@ -149,7 +149,7 @@ class FidelityLab:
                                        receive_cpus=self.host_cpus)
                 backend = UserspaceBackend(self.link, context=ctx)
             else:
-                backend = B.backend_class(name)(self.link, shaper="tbf")
+                backend = B.backend_class(name)(self.link, rate_qdisc="tbf")
             self.backends[name] = backend
         if self.current is not None and self.current is not backend:
             self.current.clear()

@@ -105,7 +105,7 @@ def check_configs(configs: list, caps: B.Capabilities | None = None, n_senders: 
     what it is asked and exists here, and `auto` resolves. Returns the run-wide
     choice for each link whose backend is `auto`."""
     needs: dict[str, set[str]] = {}
-    shaper: dict[str, str] = {}
+    rate_qdisc: dict[str, str] = {}
     for c in configs:
         lab = c.scenario.lab
         where = f"[{c.label_text}] " if c.labels else ""
@@ -118,10 +118,10 @@ def check_configs(configs: list, caps: B.Capabilities | None = None, n_senders: 
                                     f"(links: {', '.join(names)})")
             if spec.backend == "auto":
                 needs.setdefault(name, set()).update(spec.needs())
-                shaper[name] = lab.qdisc
+                rate_qdisc[name] = lab.qdisc
             else:
-                B.choose(spec, caps=caps, shaper=lab.qdisc, where=f"{where}lab.link.{name}: ")
-    return {name: B.auto_choice(n, caps or B.capabilities(), shaper[name], f"lab.link.{name}")
+                B.choose(spec, caps=caps, rate_qdisc=lab.qdisc, where=f"{where}lab.link.{name}: ")
+    return {name: B.auto_choice(n, caps or B.capabilities(), rate_qdisc[name], f"lab.link.{name}")
             for name, n in needs.items()}
 
 
@@ -170,7 +170,7 @@ class LinkManager:
             return spec.backend
         if name in self.auto:
             return self.auto[name]
-        return B.choose(spec, "auto", shaper=lab.qdisc, where=f"lab.link.{name}: ")
+        return B.choose(spec, "auto", rate_qdisc=lab.qdisc, where=f"lab.link.{name}: ")
 
     def _place_emulators(self, names: list[str]) -> None:
         """Emulators spin their core: give them the last cores (the hosts keep the others while an emulator is on
@@ -197,7 +197,7 @@ class LinkManager:
         spinning = {self.emulator_cpus.get(t.name) for t in targets.values() if t.backend == "userspace"} - {None}
         cpus = sorted(os.sched_getaffinity(0))
         free = [c for c in cpus if c not in spinning] or cpus
-        hosts = {name: self.lab.hosts[name] for name in sorted(endpoints) if name in self.lab.hosts}
+        hosts = {name: self.lab.endpoints[name] for name in sorted(endpoints) if name in self.lab.endpoints}
         for name, host in hosts.items():
             self._home.setdefault(name, host.cpu)
         # Hosts whose process pinning follows host.cpu; a guest's QEMU threads keep the cores they started on.
@@ -306,7 +306,7 @@ class LinkManager:
 
     def paths(self, receiver: str, senders: list[str]) -> dict[str, list[tuple[LinkSpec, bool]]]:
         """Per sender of the current configuration, the links on its path to `receiver`, each as the conditions
-        it declares in the sender's direction (``forward``: toward the receiver) and whether a kernel shaper
+        it declares in the sender's direction (``forward``: toward the receiver) and whether a rate qdisc
         realises them."""
         def link(key: str, forward: bool) -> tuple[LinkSpec, bool]:
             target = self._targets.get(key)
@@ -346,11 +346,11 @@ class LinkManager:
                 return group.variant.mtu
         return self.mtu
 
-    def _backend(self, name: str, host: str, backend_name: str, shaper: str) -> B.Backend:
+    def _backend(self, name: str, host: str, backend_name: str, rate_qdisc: str) -> B.Backend:
         current = self.backends.get(host)
-        wanted_shaper = backend_name if backend_name in ("tbf", "htb") else shaper
+        wanted_qdisc = backend_name if backend_name in ("tbf", "htb") else rate_qdisc
         if current is not None and current.name == backend_name and (
-                backend_name == "userspace" or current.shaper == wanted_shaper):
+                backend_name == "userspace" or current.rate_qdisc == wanted_qdisc):
             return current
         if current is not None:
             self._remove(host)
@@ -364,9 +364,9 @@ class LinkManager:
             self._place_emulators([name])
             ctx = UserspaceContext(self.registry, self.workdir, self.lab.emulator_namespace(host),
                                    self.emulator_cpus.get(name), receive_cpus=self._host_cpus(name))
-            backend = cls(link, self._mtu(host), shaper, context=ctx)
+            backend = cls(link, self._mtu(host), rate_qdisc, context=ctx)
         else:
-            backend = cls(link, self._mtu(host), wanted_shaper)
+            backend = cls(link, self._mtu(host), wanted_qdisc)
         backend.install()
         if backend_name == "userspace":
             self.rewired.add(host)

@@ -68,7 +68,7 @@ SCHEDULE_MARGIN_S = 5.0
 # --------------------------------------------------------------------- parsing
 
 
-# The kernel's shapers keep a rate in bytes/s and a queue limit in bytes in 32-bit fields (tbf, htb, bfifo,
+# The kernel's rate qdiscs keep a rate in bytes/s and a queue limit in bytes in 32-bit fields (tbf, htb, bfifo,
 # netem's rate): beyond these pyroute2 overflows. The emulator follows the same limits, so that a scenario
 # means the same whatever backend realises it; a delay beyond a minute is no network's.
 MAX_LINK_RATE_BPS = (2**32 - 1) * 8  # 34.36 Gbit/s
@@ -79,7 +79,7 @@ MAX_DELAY_S = 60.0
 def link_rate(value: float, text: Any) -> float:
     if value > MAX_LINK_RATE_BPS:
         raise ValueError(f"{units.brief(text)}: a link's rate is at most {units.format_rate(MAX_LINK_RATE_BPS)} (the kernel's "
-                         "shapers count bytes/s in 32 bits); for no shaping write 'unlimited'")
+                         "rate qdiscs count bytes/s in 32 bits); for no shaping write 'unlimited'")
     return value
 
 

@@ -14,11 +14,11 @@ no Gilbert-Elliott model.
 Layout on the egress of each direction::
 
     root 1: netem  limit L delay D J distribution X loss ... duplicate ... corrupt ... reorder ...
-      └─ 1:1 → 10: tbf rate R burst B limit BUFFER            (shaper = tbf)
-             or 10: htb → class 10:1 rate R → 11: bfifo limit BUFFER   (shaper = htb)
+      └─ 1:1 → 10: tbf rate R burst B limit BUFFER            (rate_qdisc = tbf)
+             or 10: htb → class 10:1 rate R → 11: bfifo limit BUFFER   (rate_qdisc = htb)
 
 So a packet is lost/duplicated/corrupted and delayed by netem, then queued and
-serialised by the shaper (vnb-link queues before it delays: the steady-state
+serialised by the rate qdisc (vnb-link queues before it delays: the steady-state
 RTT, queueing delay and drop behaviour are the same).
 
 Order when jitter must not reorder: netem keeps FIFO order only when its own
@@ -35,12 +35,12 @@ import subprocess
 from typing import Any
 
 from vnetbench.errors import LabError
-from vnetbench.impair.backend import SHAPER_NEEDS, Backend, LabLink, TrialCounters, register
+from vnetbench.impair.backend import RATE_QDISC_NEEDS, Backend, LabLink, TrialCounters, register
 from vnetbench.impair.model import LinkConditions, LinkSpec, default_buffer_bytes
 from vnetbench.impair.tc import burst_bytes, installed_roots
 
 # What a netem qdisc (with a tbf/htb child for rate and buffer) expresses; the rest needs the emulator.
-NETEM_CAN = SHAPER_NEEDS | {"overhead", "delay", "jitter", "jitter:pareto", "jitter:paretonormal", "loss",
+NETEM_CAN = RATE_QDISC_NEEDS | {"overhead", "delay", "jitter", "jitter:pareto", "jitter:paretonormal", "loss",
                             "loss:gilbert_elliott", "loss:correlation", "reorder", "reorder:correlation",
                             "duplicate", "corrupt"}
 
@@ -103,7 +103,7 @@ def tc_prefix(ns: str) -> list[str]:
     return ["tc", "-n", ns] if ns else ["tc"]
 
 
-def commands(ns: str, dev: str, cond: LinkConditions, shaper: str = "tbf", mtu: int = 1500,
+def commands(ns: str, dev: str, cond: LinkConditions, rate_qdisc: str = "tbf", mtu: int = 1500,
              seed: int | None = None) -> list[list[str]]:
     """Every tc command that puts `cond` on the egress of `dev` in namespace `ns`
     (after clear_command). A plain direction gets none."""
@@ -112,11 +112,11 @@ def commands(ns: str, dev: str, cond: LinkConditions, shaper: str = "tbf", mtu: 
     tc = tc_prefix(ns)
     out = [tc + ["qdisc", "add", "dev", dev, "root", "handle", "1:", *netem_args(cond, mtu, seed)]]
     if cond.rate:
-        out += shaper_commands(ns, dev, cond, shaper, mtu, parent=["parent", "1:1"], handle="10:")
+        out += rate_qdisc_commands(ns, dev, cond, rate_qdisc, mtu, parent=["parent", "1:1"], handle="10:")
     return out
 
 
-def shaper_commands(ns: str, dev: str, cond: LinkConditions, shaper: str = "tbf", mtu: int = 1500,
+def rate_qdisc_commands(ns: str, dev: str, cond: LinkConditions, rate_qdisc: str = "tbf", mtu: int = 1500,
                     parent: list[str] | None = None, handle: str = "1:") -> list[list[str]]:
     """The tc commands of a rate and drop-tail buffer on `dev` (tbf, or htb with a bfifo), at `parent`
     (default: the root), from tc-tbf(8) and tc-htb(8): the same qdiscs lab/ installs through netlink
@@ -129,17 +129,17 @@ def shaper_commands(ns: str, dev: str, cond: LinkConditions, shaper: str = "tbf"
     burst = str(burst_bytes(cond.rate, mtu))
     limit = str(int(cond.buffer_bytes() or default_buffer_bytes(mtu)))
     overhead = ["overhead", str(cond.overhead)] if cond.overhead else []
-    if shaper == "tbf":
+    if rate_qdisc == "tbf":
         return [tc + ["qdisc", "add", "dev", dev, *at, "handle", handle, "tbf", "rate", rate, "burst", burst,
                       "limit", limit, *overhead]]
-    if shaper == "htb":
+    if rate_qdisc == "htb":
         major = handle.rstrip(":")
         child = f"{int(major, 16) + 1:x}:"
         return [tc + ["qdisc", "add", "dev", dev, *at, "handle", handle, "htb", "default", "1"],
                 tc + ["class", "add", "dev", dev, "parent", handle, "classid", f"{major}:1", "htb", "rate", rate,
                       "ceil", rate, "burst", burst, "cburst", burst, *overhead],
                 tc + ["qdisc", "add", "dev", dev, "parent", f"{major}:1", "handle", child, "bfifo", "limit", limit]]
-    raise ValueError(f"unknown shaper {shaper!r}; expected tbf or htb")
+    raise ValueError(f"unknown rate qdisc {rate_qdisc!r}; expected tbf or htb")
 
 
 def clear_command(ns: str, dev: str) -> list[str]:
@@ -161,16 +161,16 @@ def parse_show(text: str) -> list[dict[str, Any]]:
     return [q for q in items if q.get("kind") != "noqueue"]
 
 
-def layout_problem(shown: list[dict[str, Any]], cond: LinkConditions, shaper: str) -> str | None:
+def layout_problem(shown: list[dict[str, Any]], cond: LinkConditions, rate_qdisc: str) -> str | None:
     """Whether the qdiscs `tc -j qdisc show` lists on an egress (parse_show) have the layout `commands` makes
-    for `cond`: nothing for a plain direction, netem at the root, and the shaper under it when a rate is set."""
+    for `cond`: nothing for a plain direction, netem at the root, and the rate qdisc under it when a rate is set."""
     kinds = [q.get("kind") for q in installed_roots(shown)]
     below = [q.get("kind") for q in shown if not q.get("root")]
     if cond.is_plain():
         wanted_root, wanted_below = [], []
     else:
         wanted_root = ["netem"]
-        wanted_below = ({"tbf": ["tbf"], "htb": ["htb", "bfifo"]}[shaper]) if cond.rate else []
+        wanted_below = ({"tbf": ["tbf"], "htb": ["htb", "bfifo"]}[rate_qdisc]) if cond.rate else []
     if kinds != wanted_root or sorted(below) != sorted(wanted_below):
         have = ", ".join(str(k) for k in kinds + below) or "none"
         want = ", ".join(wanted_root + wanted_below) or "none"
@@ -186,8 +186,8 @@ def layout_problem(shown: list[dict[str, Any]], cond: LinkConditions, shaper: st
 class NetemBackend(Backend):
     name = "netem"
 
-    def __init__(self, link: LabLink, mtu: int = 1500, shaper: str = "tbf"):
-        super().__init__(link, mtu, shaper)
+    def __init__(self, link: LabLink, mtu: int = 1500, rate_qdisc: str = "tbf"):
+        super().__init__(link, mtu, rate_qdisc)
         self._seed_ok: bool | None = None
         self._before: dict[str, float] = {}
 
@@ -209,7 +209,7 @@ class NetemBackend(Backend):
         for d in ("forward", "reverse"):
             iface = self.link.egress(d)
             self._run(clear_command(iface.ns.name, iface.name), check=False)
-            cmds = commands(iface.ns.name, iface.name, spec.direction(d), self.shaper, self.mtu, seed)
+            cmds = commands(iface.ns.name, iface.name, spec.direction(d), self.rate_qdisc, self.mtu, seed)
             for argv in cmds:
                 self._run(argv)
             out["directions"][d] = {"commands": [" ".join(c[3:]) for c in cmds],
@@ -226,7 +226,7 @@ class NetemBackend(Backend):
         out = []
         for d in ("forward", "reverse"):
             iface = self.link.egress(d)
-            problem = layout_problem(self._show(iface), spec.direction(d), self.shaper)
+            problem = layout_problem(self._show(iface), spec.direction(d), self.rate_qdisc)
             if problem:
                 out.append(f"{d} on {iface.name}: {problem}")
         return out

@@ -35,7 +35,7 @@ class Shaping:
 
 
 def burst_bytes(rate_bps: float, mtu: int) -> int:
-    """A kernel shaper's burst (tbf, htb, and netem's tbf/htb child): one millisecond of tokens, at least
+    """A rate qdisc's burst (tbf, htb, and netem's tbf/htb child): one millisecond of tokens, at least
     two full frames; enough to keep the link busy across timer slack, small enough that the output never
     bursts far above the rate."""
     return int(max(2 * frame_bytes(mtu), rate_bps / 8 * 1e-3))
@@ -112,7 +112,7 @@ def htb_class_rate(iface: Interface) -> float | None:
 
 
 def fifo_limit(iface: Interface) -> int | None:
-    """The byte limit of the bfifo under an htb (the shaper's buffer), as the kernel reports it."""
+    """The byte limit of the bfifo under an htb (the rate qdisc's buffer), as the kernel reports it."""
     for q in iface.ns.ipr.get_qdiscs(index=iface.index):
         if q.get_attr("TCA_KIND") == "bfifo":
             opts = q.get_attr("TCA_OPTIONS")

@@ -359,9 +359,9 @@ class UserspaceContext:
 class UserspaceBackend(Backend):
     name = "userspace"
 
-    def __init__(self, link: LabLink, mtu: int = 1500, shaper: str = "tbf",
+    def __init__(self, link: LabLink, mtu: int = 1500, rate_qdisc: str = "tbf",
                  context: UserspaceContext | None = None):
-        super().__init__(link, mtu, shaper)
+        super().__init__(link, mtu, rate_qdisc)
         if context is None:
             raise ValueError("the userspace backend needs a context (registry, workdir, namespace, cpu)")
         self.ctx = context

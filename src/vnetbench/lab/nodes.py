@@ -319,7 +319,7 @@ def run_holding_input(argv: Sequence[str], timeout: float, limit: int | None = N
 
 
 @dataclass
-class Host(RunsCommands):
+class NamespaceNode(RunsCommands):
     """A namespace that runs workload processes.
 
     Environments (:mod:`vnetbench.lab.environments`) configure a host rather

@@ -20,7 +20,7 @@ from vnetbench.lab.environments import Variant
 from vnetbench.lab.environments.base import (UNDERLAY_V4_PREFIXLEN, UNDERLAY_V6_PREFIXLEN, Endpoint, LabContext,
                                              underlay_addresses)
 from vnetbench.lab.idle import WakeLatency
-from vnetbench.lab.nodes import Host, Namespace
+from vnetbench.lab.nodes import NamespaceNode, Namespace
 from vnetbench.lab.teardown import Registry
 
 IPV4_PREFIXLEN = UNDERLAY_V4_PREFIXLEN
@@ -34,7 +34,7 @@ class Group:
     """One variant's endpoints: a receiver and its senders, all in the same environment."""
 
     variant: Variant
-    tag: str  # name prefix of its hosts ("" when the lab has one variant)
+    tag: str  # name prefix of its endpoints ("" when the lab has one variant)
     env: Any  # the Environment that built them
     receiver: str
     senders: list[str]
@@ -53,11 +53,11 @@ class Group:
 
 @dataclass
 class Lab:
-    """A built testbed: hosts by name plus the interfaces impairments attach to."""
+    """A built testbed: its endpoints by name plus the interfaces impairments attach to."""
 
     run_prefix: str
     registry: Registry
-    hosts: dict[str, Host] = field(default_factory=dict)
+    endpoints: dict[str, NamespaceNode] = field(default_factory=dict)
     switch: Namespace | None = None
     ports: dict[str, Any] = field(default_factory=dict)  # host name -> switch-side Interface
     uplinks: dict[str, Any] = field(default_factory=dict)  # host name -> endpoint-side end of the same link
@@ -87,9 +87,10 @@ class Lab:
 
     def link(self, name: str, key: str) -> LabLink:
         """Link `name` at key `key`: its two ends and which way is forward."""
-        host_end = self.uplinks.get(key) or (self.hosts[key].iface if key in self.hosts else None)
+        host_end = self.uplinks.get(key) or (self.endpoints[key].iface if key in self.endpoints else None)
         if key not in self.ports or host_end is None:
-            raise LabError(f"the lab has no link {name!r} on host {key!r} (hosts: {', '.join(sorted(self.ports))})")
+            raise LabError(f"the lab has no link {name!r} on endpoint {key!r} "
+                           f"(endpoints: {', '.join(sorted(self.ports))})")
         return LabLink(name=name, switch_end=self.ports[key], host_end=host_end, host_upstream=(name != "bottleneck"))
 
     def emulator_namespace(self, key: str) -> str:
@@ -182,7 +183,7 @@ def build_dumbbell(run_prefix: str, senders: int, mtu: int = 1500, pin_cpus: boo
                 number += 1
                 att = env.attach(Endpoint(name=name, number=number, cpu=cpu if pin_cpus else None,
                                           mtu=variant.mtu, receiver=name == names[0]))
-                lab.hosts[name] = att.host
+                lab.endpoints[name] = att.node
                 lab.ports[name] = att.port
                 lab.uplinks[name] = att.uplink
             lab.groups[variant] = Group(variant, tag, env, names[0], names[1:])

@@ -25,7 +25,7 @@ from typing import Any, Iterator
 from vnetbench.errors import EnvironmentUnavailable, LabError, PathNotAsDeclared
 from vnetbench.impair.links import LinkFailed, LinkManager
 from vnetbench.lab.environments import Variant
-from vnetbench.lab.nodes import Host, without_cpu_time
+from vnetbench.lab.nodes import NamespaceNode, without_cpu_time
 from vnetbench.lab.teardown import Registry, kill_group, poll_metered, stop_groups, wait_metered
 from vnetbench.lab.topology import Group, Lab, build_dumbbell
 from vnetbench.metrics import QUALIFIER, base_name, qualified
@@ -36,7 +36,7 @@ from vnetbench.runner.recorders import (CpuRecorder, EnvironmentRecorder, LinkRe
 from vnetbench.scenario.plan import Configuration
 from vnetbench.topology.fairness import share_fairness
 from vnetbench.workloads import ping, registry
-from vnetbench.workloads.base import Measurement, ServerSpec, Started, ToolFailed, TrialContext, TrialHosts
+from vnetbench.workloads.base import Measurement, ServerSpec, Started, ToolFailed, TrialContext, TrialEndpoints
 
 SERVER_READY_TIMEOUT = 5.0
 PATH_CHECK_TIMEOUT = 30.0  # seconds a path probe may take at most (its own deadline is shorter)
@@ -144,9 +144,9 @@ class DumbbellBench:
         return self.lab.cpu_wake_latency if self.lab else "not held: no lab was built"
 
     @property
-    def receiver(self) -> Host:
+    def receiver(self) -> NamespaceNode:
         """The receiver of the only (or first) variant."""
-        return self.lab.hosts[next(iter(self.lab.groups.values())).receiver]
+        return self.lab.endpoints[next(iter(self.lab.groups.values())).receiver]
 
     def group(self, config: Configuration) -> Group:
         return self.lab.group(variant_of(config))
@@ -158,12 +158,12 @@ class DumbbellBench:
         group = self.group(config)
         return [(group.receiver, group.senders[:config.active_senders])]
 
-    def workload_hosts(self, config: Configuration, workload: str) -> TrialHosts:
+    def workload_endpoints(self, config: Configuration, workload: str) -> TrialEndpoints:
         """The endpoints workload `workload` of this configuration runs between (the dumbbell: every workload
         between the configuration's senders and its receiver)."""
         group = self.group(config)
-        return TrialHosts(self.lab.hosts[group.receiver],
-                          [self.lab.hosts[n] for n in group.senders[:config.active_senders]])
+        return TrialEndpoints(self.lab.endpoints[group.receiver],
+                              [self.lab.endpoints[n] for n in group.senders[:config.active_senders]])
 
     def variant_name(self, group: Group) -> str:
         """What a variant's endpoints are called in the run's record: its environment and options
@@ -177,15 +177,15 @@ class DumbbellBench:
         out: dict[str, dict[str, dict[str, Any]]] = {}
         for group in self.lab.groups.values():
             out.setdefault(self.variant_name(group), {}).update(  # a declared topology's groups share one variant
-                {role: self.lab.hosts[name].placement() for role, name in group.roles().items()
-                 if name in self.lab.hosts})  # one that did not come up may lack some
+                {role: self.lab.endpoints[name].placement() for role, name in group.roles().items()
+                 if name in self.lab.endpoints})  # one that did not come up may lack some
         return out
 
     def cores(self, group: Group, config: Configuration) -> dict[str, Any]:
         """Where this trial's processes ran, stored with it: each endpoint's core (None: not pinned; a guest's:
         where its QEMU threads start) and each emulator's on the path. Placement changes between configurations
         (an emulator on the path takes a core), so the run's endpoint record alone cannot say it."""
-        return {"endpoints": {role: getattr(self.lab.hosts[name], "cpu", None)
+        return {"endpoints": {role: getattr(self.lab.endpoints[name], "cpu", None)
                               for role, name in group.roles(config.active_senders).items()},
                 "emulators": self.links.emulator_cores()}
 
@@ -204,31 +204,31 @@ class DumbbellBench:
             per_tool = {"iperf3": [registry.driver("iperf3").Options()]}
         ipv = self.configs[0].scenario.lab.ip_version if self.configs else 4
         # One server per host and label: groups that share a receiver (a declared topology's) share its servers.
-        specs = list({f"{spec.host.name}:{spec.label}": spec
+        specs = list({f"{spec.node.name}:{spec.label}": spec
                       for g in groups for tool, opts in per_tool.items()
-                      for spec in registry.driver(tool).servers(self.group_hosts(g), ipv, opts,
+                      for spec in registry.driver(tool).servers(self.group_endpoints(g), ipv, opts,
                                                                 self.server_workdir)}.values())
         stopped = set()
         for spec in specs:
-            key = f"{spec.host.name}:{spec.label}"
+            key = f"{spec.node.name}:{spec.label}"
             proc = self._servers.pop(key, None)
             if proc is not None and proc.poll() is None:
                 # its whole process group (nginx's workers too), and SIGKILL: a hung or stopped
                 # server would ignore SIGTERM
                 kill_group(proc)
                 proc.wait(timeout=5)
-                stopped.add(spec.host.name)
+                stopped.add(spec.node.name)
         for host in stopped:
-            self._wait_released(host, [s for s in specs if s.host.name == host])
+            self._wait_released(host, [s for s in specs if s.node.name == host])
         for spec in specs:
-            key = f"{spec.host.name}:{spec.label}"
-            self._servers[key] = spec.host.popen(spec.argv, *self._server_files(key))
-        for host in dict.fromkeys(spec.host.name for spec in specs):
-            self._wait_listening(host, [s for s in specs if s.host.name == host])
+            key = f"{spec.node.name}:{spec.label}"
+            self._servers[key] = spec.node.popen(spec.argv, *self._server_files(key))
+        for host in dict.fromkeys(spec.node.name for spec in specs):
+            self._wait_listening(host, [s for s in specs if s.node.name == host])
 
-    def group_hosts(self, group: Group) -> TrialHosts:
+    def group_endpoints(self, group: Group) -> TrialEndpoints:
         """A group's endpoints as its workloads' servers see them: its receiver and every sender."""
-        return TrialHosts(self.lab.hosts[group.receiver], [self.lab.hosts[n] for n in group.senders])
+        return TrialEndpoints(self.lab.endpoints[group.receiver], [self.lab.endpoints[n] for n in group.senders])
 
     def _server_files(self, key: str) -> tuple[Path, Path]:
         """A server's output files, named by its index: its key holds a host name, an inventory's in a run on
@@ -245,7 +245,7 @@ class DumbbellBench:
     def _listening(self, host: str) -> set[tuple[str, int]]:
         """(transport, port) of every socket listening (TCP) or bound (UDP) on `host`."""
         try:
-            out = self.lab.hosts[host].run(["ss", "-Hlntu"], timeout=10).stdout
+            out = self.lab.endpoints[host].run(["ss", "-Hlntu"], timeout=10).stdout
         except subprocess.TimeoutExpired:
             return set()
         ready = set()
@@ -265,10 +265,11 @@ class DumbbellBench:
             time.sleep(0.05)
 
     def _wait_listening(self, host: str, specs: list[ServerSpec]) -> None:
-        node = self.lab.hosts[host]
+        node = self.lab.endpoints[host]
         wanted = {(s.transport, s.port) for s in specs}
         # A guest answers over SSH, slowly under TCG on a busy machine: it gets longer.
-        deadline = time.monotonic() + (SERVER_READY_TIMEOUT if isinstance(node, Host) else GUEST_READY_TIMEOUT)
+        ready_in = SERVER_READY_TIMEOUT if isinstance(node, NamespaceNode) else GUEST_READY_TIMEOUT
+        deadline = time.monotonic() + ready_in
         while True:
             ready = self._listening(host)
             if wanted <= ready:
@@ -375,7 +376,7 @@ class DumbbellBench:
             wait = max(1.0, 3 * (exp.base_rtt_s + exp.jitter_s))
             # No -w: with a deadline, -c counts replies, and ping would send until it has them.
             argv = ["ping", f"-{ipv}", "-D", "-n", "-c", str(count), "-i", f"{interval:g}", "-W", f"{wait:g}",
-                    "-s", str(pathcheck.PROBE_SIZE), self.lab.hosts[receiver].echo_address(ipv)]
+                    "-s", str(pathcheck.PROBE_SIZE), self.lab.endpoints[receiver].echo_address(ipv)]
             started[(name, receiver)] = (exp, count, self._start_probe(name, argv, outdir / f"probe-{i}"))
         for (name, receiver), (exp, count, (proc, out)) in started.items():
             result = self._finish_probe(name, proc, out)
@@ -393,7 +394,7 @@ class DumbbellBench:
             wait = max(1.0, 3 * (exp.base_rtt_s + exp.jitter_s) + 2 * requests * (payload + 62) * 8 / exp.rate_bps)
             # -i: should the preload stop half-way (ENOBUFS), the rest follows within a second, not one a second
             argv = ["ping", f"-{ipv}", "-D", "-n", "-c", str(requests), "-l", str(requests), "-i", "0.002",
-                    "-W", f"{wait:g}", "-s", str(payload), self.lab.hosts[receiver].echo_address(ipv)]
+                    "-W", f"{wait:g}", "-s", str(payload), self.lab.endpoints[receiver].echo_address(ipv)]
             result = self._finish_probe(name, *self._start_probe(name, argv, outdir / f"burst-{i}"))
             if isinstance(result, str):
                 if "preload" not in result:  # ping refuses a preload above 3 to a user without privileges
@@ -410,7 +411,7 @@ class DumbbellBench:
                     for links in self.links.paths(receiver, senders).values()), key=lambda e: e.delivery)
 
     def _start_probe(self, name: str, argv: list[str], out: Path) -> tuple[subprocess.Popen, Path]:
-        return self.lab.hosts[name].popen(argv, out.with_suffix(".out"), out.with_suffix(".err"), pin=False,
+        return self.lab.endpoints[name].popen(argv, out.with_suffix(".out"), out.with_suffix(".err"), pin=False,
                                           within=self.workdir), out
 
     def _finish_probe(self, name: str, proc: subprocess.Popen, out: Path) -> "ping.PingResult | str":
@@ -440,8 +441,9 @@ class DumbbellBench:
             facts.update({
                 "variant": self.variant_name(group),
                 "bringup_s": round(self.lab.bringup_s.get(group.variant, float("nan")), 4),
-                "hosts": {n: _facts(self.lab.hosts[n]) for g in self.lab.groups.values() if g.variant == group.variant
-                          for n in [g.receiver, *g.senders]},
+                # stored under "hosts", as runs before the rename stored it
+                "hosts": {n: _facts(self.lab.endpoints[n]) for g in self.lab.groups.values()
+                          if g.variant == group.variant for n in [g.receiver, *g.senders]},
             })
             self._facts[group.variant] = facts
         facts = dict(self._facts[group.variant])
@@ -460,19 +462,19 @@ class DumbbellBench:
         tmp = self.workdir / trial_tag
         tmp.mkdir(parents=True, exist_ok=True)
         group = self.group(config)
-        hosts = self.workload_hosts(config, config.scenario.phases()[0][0])
+        hosts = self.workload_endpoints(config, config.scenario.phases()[0][0])
         recorders = self.recorders(group)
         phases = config.scenario.phases()
         workloads = config.scenario.workload
         span = sum(sum(registry.of(workloads[lead]).timing(workloads[lead], config)) for lead, _ in phases)
 
-        reason = self._forget_tcp_metrics([self.lab.hosts[h] for h in dict.fromkeys(
+        reason = self._forget_tcp_metrics([self.lab.endpoints[h] for h in dict.fromkeys(
             h for receiver, senders in self.flows(config) for h in (receiver, *senders))])
         status = "ok" if reason is None else "failed"
         for recorder in recorders:
             recorder.start(span)
         started = time.time()
-        ctx = TrialContext(config=config, hosts=hosts, ip_version=config.scenario.lab.ip_version, tmp=tmp,
+        ctx = TrialContext(config=config, endpoints=hosts, ip_version=config.scenario.lab.ip_version, tmp=tmp,
                            t0=started, extra_rtt_s=self.links.extra_rtt(config))
         runs: list[tuple[str, Started]] = []
         for lead, companions in phases if status == "ok" else []:
@@ -590,7 +592,7 @@ class DumbbellBench:
 
     def _own(self, ctx: TrialContext, workload: str) -> TrialContext:
         """The trial's context for `workload`: between its own endpoints."""
-        return replace(ctx, hosts=self.workload_hosts(ctx.config, workload))
+        return replace(ctx, endpoints=self.workload_endpoints(ctx.config, workload))
 
     @contextmanager
     def clients_start_together(self, ctx: TrialContext) -> Iterator[list[float]]:

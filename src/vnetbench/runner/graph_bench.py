@@ -29,11 +29,11 @@ from vnetbench.lab.environments import Variant
 from vnetbench.lab.environments.base import Attached, NamespaceEnvironment
 from vnetbench.lab.graph_lab import GraphLab, build_graph
 from vnetbench.lab.idle import WakeLatency
-from vnetbench.lab.nodes import Host, Interface, Namespace
+from vnetbench.lab.nodes import NamespaceNode, Interface, Namespace
 from vnetbench.lab.teardown import Registry
 from vnetbench.lab.topology import Group, Lab, _cpu_plan
 from vnetbench.runner.bench import DumbbellBench, variant_of
-from vnetbench.workloads.base import TrialHosts
+from vnetbench.workloads.base import TrialEndpoints
 from vnetbench.scenario.plan import Configuration
 from vnetbench.topology.graph import Graph
 from vnetbench.topology.spec import TopologySpec
@@ -100,7 +100,7 @@ class GraphLabView(Lab):
         return f"{self.run_prefix}-e+{key}"[:60]  # no node's name holds a "+"
 
 
-class GraphHosts(NamespaceEnvironment):
+class GraphEndpoints(NamespaceEnvironment):
     """The topology's hosts as an environment: bare namespaces, whose offloads are switched on every interface
     they have."""
 
@@ -164,7 +164,7 @@ class GraphBench(DumbbellBench):
         """Each server the configuration's workloads run to, with their clients: one per distinct pair."""
         return [(server, list(clients)) for clients, server in dict.fromkeys(self._pairs(config)[1].values())]
 
-    def workload_hosts(self, config: Configuration, workload: str) -> TrialHosts:
+    def workload_endpoints(self, config: Configuration, workload: str) -> TrialEndpoints:
         clients, server = self._pairs(config)[1][workload]
         return self._hosts(server, list(clients))
 
@@ -178,27 +178,27 @@ class GraphBench(DumbbellBench):
             found = self._pairs_of[config.key] = _pairs(config, graph)
         return found
 
-    def group_hosts(self, group: Group) -> TrialHosts:
+    def group_endpoints(self, group: Group) -> TrialEndpoints:
         return self._hosts(group.receiver, group.senders)
 
     def cores(self, group: Group, config: Configuration) -> dict[str, Any]:
         """Each host of the configuration's workloads (a node's name is its role) and each emulator: its core."""
         hosts = dict.fromkeys(h for server, clients in self.flows(config) for h in (server, *clients))
-        return {"endpoints": {h: self.lab.hosts[h].cpu for h in hosts},  # type: ignore[union-attr]
+        return {"endpoints": {h: self.lab.endpoints[h].cpu for h in hosts},  # type: ignore[union-attr]
                 "emulators": self.links.emulator_cores()}  # type: ignore[union-attr]
 
-    def _hosts(self, server: str, clients: list[str]) -> TrialHosts:
+    def _hosts(self, server: str, clients: list[str]) -> TrialEndpoints:
         """Endpoints, each client with its slot: its place among every client of the run, so that a server
         keeps a port of its own for each client whatever pair it is in (an iperf3 server runs one test at a
         time)."""
         assert self.lab is not None
-        return TrialHosts(self.lab.hosts[server], [self.lab.hosts[c] for c in clients],
+        return TrialEndpoints(self.lab.endpoints[server], [self.lab.endpoints[c] for c in clients],
                           slots=[self._slots[c] for c in clients])
 
     # Every group's endpoints are hosts of the one graph, on the same devices: the offloads last set are every
     # group's.
     _offload_now: bool | None = None
-    _slots: dict[str, int] = field(default_factory=dict)  # client host -> its slot (TrialHosts.slots)
+    _slots: dict[str, int] = field(default_factory=dict)  # client host -> its slot (TrialEndpoints.slots)
     _pairs_of: dict[str, tuple[Pair, dict[str, Pair]]] = field(default_factory=dict)  # config key -> _pairs()
 
     def _realise(self, config: Configuration) -> bool:
@@ -228,7 +228,7 @@ class GraphBench(DumbbellBench):
         lab.built = build_graph(self.run_prefix, graph, registry)
         variant = self.variants[0][0] if self.variants else Variant(env="bare", mtu=self.mtu)
         kinds = [n.kind for n in graph.nodes.values()]
-        env = GraphHosts(variant, f"namespaces on a declared topology: {kinds.count('host')} hosts, "
+        env = GraphEndpoints(variant, f"namespaces on a declared topology: {kinds.count('host')} hosts, "
                                   f"{kinds.count('switch')} switches, {kinds.count('router')} routers, "
                                   f"{len(graph.links)} links")
         # Servers on the last core, clients spread over the others (a host that is both: a server's core)
@@ -239,11 +239,11 @@ class GraphBench(DumbbellBench):
         for name, cpu in [*((s, rx_cpu) for s in servers), *zip(clients, tx_cpus)]:
             ns = lab.namespace(name)
             interfaces = [Interface(ns, i.ifname) for i in lab.built.plan.interfaces[name]]
-            host = Host(name=name, ns=ns, registry=registry, ipv4=lab.built.plan.address(name, 4),
+            host = NamespaceNode(name=name, ns=ns, registry=registry, ipv4=lab.built.plan.address(name, 4),
                         ipv6=lab.built.plan.address(name, 6), cpu=cpu if self.pin_cpus else None,
                         iface=interfaces[0], env_facts={"env": "bare", "netns": ns.name})
-            lab.hosts[name] = host
-            env.attached.append(Attached(host=host, port=None, uplink=interfaces[0],  # type: ignore[arg-type]
+            lab.endpoints[name] = host
+            env.attached.append(Attached(node=host, port=None, uplink=interfaces[0],  # type: ignore[arg-type]
                                          offload_ifaces=interfaces))
         for key in pairs:
             lab.groups[key] = Group(variant, "", env, key[1], list(key[0]), named_roles=True)  # type: ignore[index]

@@ -183,7 +183,7 @@ def needed_tools(configs: list[Configuration]) -> list[Tool]:
 
 
 def check_hosts(place: Placement, tools: list[Tool], connect: Callable[[InventoryHost], SshConnection],
-                shaper: str = "tbf") -> dict[str, dict[str, str]]:
+                rate_qdisc: str = "tbf") -> dict[str, dict[str, str]]:
     """Preflight of every host at once, before anything starts anywhere: reachable, host key known,
     authenticated, every tool of the scenario present, each address hosts.addresses gives on its host; where
     link conditions go, root and the qdiscs they need
@@ -206,7 +206,7 @@ def check_hosts(place: Placement, tools: list[Tool], connect: Callable[[Inventor
                       ((c.name.split()[1], c.ok, c.detail) for c in r.checks if c.name.startswith("qdisc "))}
             for name, specs in place.shaped[r.host.name].items():
                 try:
-                    choice = shaping.host_backend(name, specs, qdiscs, shaper, f"{r.host.name}: ")
+                    choice = shaping.host_backend(name, specs, qdiscs, rate_qdisc, f"{r.host.name}: ")
                 except (HostError, EnvironmentProblem, ScenarioError) as e:
                     lacking.append(str(e))
                     continue
@@ -327,7 +327,7 @@ class HostsBench(DumbbellBench):
                            interface=iface.name if iface is not None else self.place.named.get(host.name, routed))
             clock = self.host_facts.get(host.name, {}).get("clock") or {}
             node.offset_s = (clock.get("offset_ms") or 0.0) / 1e3
-            self.lab.hosts[host.name] = node
+            self.lab.endpoints[host.name] = node
         self.lab.groups[BARE] = Group(BARE, "", None, self.place.receiver.name, [h.name for h in self.place.senders])
         self.lab.bringup_s[BARE] = 0.0
         self.links = HostLinkManager(self.lab, registry, self.workdir, self.run_prefix, auto=dict(self.place.backends),
@@ -358,10 +358,10 @@ class HostsBench(DumbbellBench):
     def clients_start_together(self, ctx: TrialContext) -> Iterator[list[float]]:
         """With several senders, the leader's clients wait on their hosts for one instant, far enough ahead
         (start_lead) for every ssh session to open, so that none begins late; with one, it begins at once."""
-        if len(ctx.hosts.senders) < 2:
+        if len(ctx.endpoints.senders) < 2:
             yield [0.0]
             return
-        nodes = [ctx.hosts.receiver, *ctx.hosts.senders]
+        nodes = [ctx.endpoints.receiver, *ctx.endpoints.senders]
         lead = self.start_lead(nodes)
         at = time.time() + lead
         for node in nodes:
@@ -396,7 +396,7 @@ class HostsBench(DumbbellBench):
             if not stamps:
                 continue
             err.write_text("".join(ln for ln in lines if not ln.startswith(STAMP)))
-            node = self.lab.hosts.get(label)
+            node = self.lab.endpoints.get(label)
             try:
                 stamp = stamps[0][len(STAMP):].strip().replace(",", ".")  # bash's locale may write a comma
                 starts.append(float(stamp) - (node.offset_s if node else 0.0))
@@ -425,7 +425,7 @@ class HostsBench(DumbbellBench):
     def unreachable(self) -> dict[str, str]:
         """host -> why, for each host that does not answer over ssh now."""
         out = {}
-        for name, node in self.lab.hosts.items():
+        for name, node in self.lab.endpoints.items():
             try:
                 node.conn.run(["true"], timeout=node.conn.connect_timeout + 5)
             except HostError as e:
@@ -451,7 +451,7 @@ class HostsBench(DumbbellBench):
         if self.relock is not None:
             self.relock(sorted(dropped))
         for name in dropped:
-            self._make_workdir(self.lab.hosts[name].conn, self.lab.registry)
+            self._make_workdir(self.lab.endpoints[name].conn, self.lab.registry)
         self.links.forget()  # a host that restarted lost its qdiscs: every link's conditions again
         self._offload_on = None  # and its offloads are its own again, or still off: set them at the next one
         self.start_servers()
@@ -525,10 +525,10 @@ class HostLinkManager(LinkManager):
             link.reset()
         super().forget()
 
-    def _backend(self, name: str, host: str, backend_name: str, shaper: str) -> B.Backend:
+    def _backend(self, name: str, host: str, backend_name: str, rate_qdisc: str) -> B.Backend:
         current = self.backends.get(host)
-        wanted = shaping.HostLinkBackend(self.host_links.get(name), backend_name, shaper)
-        if current is not None and (current.name, current.shaper) == (wanted.name, wanted.shaper):
+        wanted = shaping.HostLinkBackend(self.host_links.get(name), backend_name, rate_qdisc)
+        if current is not None and (current.name, current.rate_qdisc) == (wanted.name, wanted.rate_qdisc):
             return current
         if current is not None:
             current.clear()

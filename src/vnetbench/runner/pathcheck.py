@@ -73,7 +73,7 @@ class Expectation:
     ``delivery``: the probability that a request and its reply both arrive; ``base_rtt_s``: the declared fixed
     delay, both ways; ``jitter_s``: how far below that the declared jitter can take a packet's delay (sum over
     directions); ``rate_bps`` / ``overhead``: the slowest declared rate on the round trip and the bytes it adds
-    per frame; ``burst_bytes``: what the kernel shaper lets through at line rate first; ``dynamic``: a schedule
+    per frame; ``burst_bytes``: what the rate qdisc lets through at line rate first; ``dynamic``: a schedule
     or trace changes the conditions over time (only reachability and the delay floor are judged);
     ``bursty_loss``: loss comes in bursts (Gilbert-Elliott, correlated Bernoulli), so probe counts are not
     binomial; ``skippable_s``: the delay of directions that reorder (netem's reorder sends a packet without
@@ -106,7 +106,7 @@ def _initial(spec: LinkSpec, direction: str) -> LinkConditions:
 
 def expectation(links: Iterable[tuple[LinkSpec, bool]], mtu: int) -> Expectation:
     """The expectation of a path made of `links` (the receiver's and the sender's own), each given as its
-    conditions and whether a kernel shaper (with its burst) realises them."""
+    conditions and whether a rate qdisc (with its burst) realises them."""
     delivery, base, jitter, overhead, burst, skippable = 1.0, 0.0, 0.0, 0, 0, 0.0
     rate: float | None = None
     dynamic = bursty = False
@@ -173,7 +173,7 @@ def burst_plan(exp: Expectation, mtu: int, ip_version: int, env: str) -> tuple[i
     """(requests, payload bytes) of the rate train, or None when the rate is not judged here (none declared,
     too fast to time, times varied on purpose, a guest's emulated clock, too slow for a train in
     BURST_BUDGET_S). The train is long enough that its queued part lasts TRAIN_SPAN_S at the declared rate (a
-    kernel shaper is served by timers, which release packets in batches on a busy core: only a span of tens of
+    rate qdisc is served by timers, which release packets in batches on a busy core: only a span of tens of
     milliseconds averages them out), and at least 2 x RATE_POINTS frames; full-size frames where the rate
     allows, smaller on slow links."""
     if (exp.rate_bps is None or exp.rate_bps > RATE_CHECK_MAX_BPS or exp.dynamic or exp.reordering
@@ -191,19 +191,19 @@ def burst_plan(exp: Expectation, mtu: int, ip_version: int, env: str) -> tuple[i
 
 
 def _line_rate_frames(exp: Expectation, frame: int) -> int:
-    """Frames of a train that may pass before the queue builds: a kernel shaper's burst, counted twice (htb and
+    """Frames of a train that may pass before the queue builds: a rate qdisc's burst, counted twice (htb and
     tbf hold a little more than the burst they are given), and one."""
     return math.ceil(2 * exp.burst_bytes / (frame + exp.overhead)) + 1
 
 
 def judge_burst(exp: Expectation, payload: int, ip_version: int, result: PingResult) -> tuple[float | None, list[str]]:
-    """(the rate measured, what is wrong) from a train's replies. Past the shaper's burst the link is busy
+    """(the rate measured, what is wrong) from a train's replies. Past the rate qdisc's burst the link is busy
     serving the queue, so replies arrive one frame's serialisation apart (a packet train's dispersion). Each
     reply's arrival is its request's send time plus its round trip (timed by the kernel's receive timestamp);
     ping sends the preloaded train in one loop, so request i leaves (i - 1) x (the loop's time / (requests -
     1)) after the first (ping's own "time"). The slope of arrival time over arrival rank, Theil-Sen's over the
     queued replies less their first quarter (the queue's start), is frame / rate: drops from a full buffer
-    and the shaper's timers, which release packets in batches on a busy core, do not bend it."""
+    and the rate qdisc's timers, which release packets in batches on a busy core, do not bend it."""
     headers = (48 if ip_version == 6 else 28) + FRAME_OVERHEAD
     frame_bits = (payload + headers + exp.overhead) * 8
     requests = result.transmitted

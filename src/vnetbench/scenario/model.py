@@ -71,8 +71,8 @@ class _Lab(Strict):
                                                                 "or more)")
     buffer: Buffer = Field(default_factory=lambda: Buffer(bytes=500_000), description="the bottleneck's queue "
                            "limit: bytes (\"500kB\") or a time at its rate (\"40ms\")")
-    qdisc: Literal["tbf", "htb"] = Field(default="tbf", description="the kernel shaper of a rate and buffer: tbf, "
-                                         "or htb with a byte FIFO")
+    qdisc: Literal["tbf", "htb"] = Field(default="tbf", description="the kernel qdisc that holds a link's rate and "
+                                         "buffer (its rate qdisc): tbf, or htb with a byte FIFO")
     shape: Literal["forward", "reverse", "both"] = Field(
         default="forward", description="the direction(s) of the bottleneck link the lab-level short-hands "
         "(bottleneck, buffer, delay, jitter, loss, bottleneck_schedule) apply to; forward = the stream's way")

@@ -120,7 +120,7 @@ class WorkloadOptions(BaseModel):
 class ServerSpec:
     """A long-lived server a workload keeps on an endpoint for the whole run."""
 
-    host: Any  # the Host (or VmHost) it runs on
+    node: Any  # the node it runs on (a RunsCommands)
     argv: list[str]
     port: int
     transport: str = "tcp"  # tcp: ready when listening; udp: ready when bound
@@ -128,7 +128,7 @@ class ServerSpec:
 
 
 @dataclass
-class TrialHosts:
+class TrialEndpoints:
     """The endpoints of one trial: its configuration's environment variant, as many senders as it uses."""
 
     receiver: Any
@@ -188,7 +188,7 @@ class TrialContext:
     """What a workload's ``start`` and ``measure`` get to know about the trial."""
 
     config: Any  # vnetbench.scenario.plan.Configuration
-    hosts: TrialHosts
+    endpoints: TrialEndpoints
     ip_version: int
     tmp: Path  # a directory of this trial, removed after it
     t0: float  # epoch seconds of the trial's clock zero
@@ -241,7 +241,7 @@ class Workload:
     can_accompany: ClassVar[bool] = True  # may run `during` another workload
     from_leader_start: ClassVar[bool] = False  # during another: start with it, not after its warm-up
     # Its server serves one client at a time (iperf3): two of its workloads running at once need different
-    # (client, server) pairs, each on a port of its own (TrialHosts.slots).
+    # (client, server) pairs, each on a port of its own (TrialEndpoints.slots).
     one_client_at_a_time: ClassVar[bool] = False
     guest_tools: ClassVar[tuple[str, ...]] = ()  # commands a VM guest must carry (default: requires')
     # It watches the path rather than loads it (a latency probe, a sampler): beside a leader, the CPU its own
@@ -262,7 +262,7 @@ class Workload:
         guest's memory and a container's limit before anything is built (0: too little to matter)."""
         return 0
 
-    def servers(self, hosts: TrialHosts, ip_version: int, options: list[WorkloadOptions],
+    def servers(self, hosts: TrialEndpoints, ip_version: int, options: list[WorkloadOptions],
                 workdir: str) -> list[ServerSpec]:
         """Servers kept on the endpoints for the whole run (restarted after a failed trial), for every
         distinct `options` of this tool in the run's configurations; `workdir` is a directory of the run's

@@ -31,7 +31,7 @@ from vnetbench.impair.links import staggered
 from vnetbench.metrics import HIGHER, LOSS_EVENT_COUNT_NOISE, LOWER, Metric
 from vnetbench.quantities import Duration, Size
 from vnetbench.tools import IPERF3
-from vnetbench.workloads.base import (Measurement, ServerSpec, Started, ToolFailed, TrialContext, TrialHosts,
+from vnetbench.workloads.base import (Measurement, ServerSpec, Started, ToolFailed, TrialContext, TrialEndpoints,
                                       Workload, WorkloadOptions)
 from vnetbench.workloads.registry import register
 
@@ -428,7 +428,7 @@ class Iperf3(Workload):
     def timing(self, options: Options, config: Any) -> tuple[float, float]:
         return options.omit, options.span
 
-    def servers(self, hosts: TrialHosts, ip_version: int, options: list[Options], workdir: str) -> list[ServerSpec]:
+    def servers(self, hosts: TrialEndpoints, ip_version: int, options: list[Options], workdir: str) -> list[ServerSpec]:
         ports = [BASE_PORT + hosts.slot(i) for i in range(len(hosts.senders))]
         return [ServerSpec(hosts.receiver, server_command(port), port, "tcp", f"iperf3-{port}") for port in ports]
 
@@ -438,16 +438,16 @@ class Iperf3(Workload):
         now = time.time() - ctx.t0 if ctx.leader is not None else 0.0
         started = Started(name, measured_from=now + options.omit, measured_s=options.span,
                           ends_by=now + options.trial_timeout)
-        server = ctx.hosts.receiver.service_address(ctx.ip_version)
+        server = ctx.endpoints.receiver.service_address(ctx.ip_version)
         offered = config.offered_by.get(name, config.offered_bps)
         starts: dict[str, float] = {}
         ends: list[float] = []
-        for i, host in enumerate(ctx.hosts.senders):
+        for i, host in enumerate(ctx.endpoints.senders):
             start, duration = options.timing(i)  # staggered flows: [workload.stream] flows
             starts[host.name] = start
             ends.append(start + options.omit + duration)
             spec = ClientSpec(
-                server=server, port=BASE_PORT + ctx.hosts.slot(i), proto=options.proto, duration=duration,
+                server=server, port=BASE_PORT + ctx.endpoints.slot(i), proto=options.proto, duration=duration,
                 omit=options.omit, window=options.window, rate_bps=offered / options.parallel if offered else None,
                 congestion_control=options.congestion_control if options.proto == "tcp" else None,
                 length=None if options.length == "auto" else options.length, parallel=options.parallel,
@@ -457,7 +457,7 @@ class Iperf3(Workload):
         # What companions need: who sends the data (ss samples there), when each flow ends (the standing
         # queue after the first of staggered flows), on which TCP state (TCP or not).
         started.info.update(starts=starts, flow_ends=ends, proto=options.proto,
-                            data_senders=[ctx.hosts.receiver] if options.reverse else list(ctx.hosts.senders))
+                            data_senders=[ctx.endpoints.receiver] if options.reverse else list(ctx.endpoints.senders))
         return started
 
     def measure(self, started: Started, options: Options, ctx: TrialContext,

@@ -37,7 +37,7 @@ from pydantic import Field, field_validator
 from vnetbench.metrics import LOWER, Metric
 from vnetbench.quantities import Duration, Seconds
 from vnetbench.tools import IRTT
-from vnetbench.workloads.base import (Measurement, ServerSpec, Started, ToolFailed, TrialContext, TrialHosts,
+from vnetbench.workloads.base import (Measurement, ServerSpec, Started, ToolFailed, TrialContext, TrialEndpoints,
                                       Workload, WorkloadOptions)
 from vnetbench.workloads.registry import register
 
@@ -222,15 +222,15 @@ class Irtt(Workload):
     def timing(self, options: Options, config: Any) -> tuple[float, float]:
         return 0.0, float(options.duration)
 
-    def servers(self, hosts: TrialHosts, ip_version: int, options: list[Options], workdir: str) -> list[ServerSpec]:
+    def servers(self, hosts: TrialEndpoints, ip_version: int, options: list[Options], workdir: str) -> list[ServerSpec]:
         receiver = hosts.receiver
         return [ServerSpec(receiver, server_command(receiver.address(ip_version), ip_version), PORT, "udp", "irtt")]
 
     def start(self, name: str, options: Options, ctx: TrialContext) -> Started:
         begins, seconds = ctx.window(options.duration, whole=False)
         started = Started(name, measured_from=begins, measured_s=seconds, ends_by=begins + seconds + OVERHEAD_S)
-        sender = ctx.hosts.senders[0]
-        argv = client_command(options, ctx.hosts.receiver.service_address(ctx.ip_version), ctx.ip_version, seconds)
+        sender = ctx.endpoints.senders[0]
+        argv = client_command(options, ctx.endpoints.receiver.service_address(ctx.ip_version), ctx.ip_version, seconds)
         started.procs[sender.name], started.outputs[sender.name] = ctx.popen(sender, name, argv)
         return started
 

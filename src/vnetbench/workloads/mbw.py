@@ -119,7 +119,7 @@ class Mbw(Workload):
 
     def start(self, name: str, options: Options, ctx: TrialContext) -> Started:
         started = Started(name, measured_s=0.0, ends_by=self._budget(options))
-        host = ctx.hosts.receiver if options.on == "receiver" else ctx.hosts.senders[0]
+        host = ctx.endpoints.receiver if options.on == "receiver" else ctx.endpoints.senders[0]
         started.procs[host.name], started.outputs[host.name] = ctx.popen(host, name, command(options))
         return started
 

@@ -254,13 +254,13 @@ class Ping(Workload):
         else:
             queue_s = 2 * frame / rate if rate else 0.0  # alone and slower than the path: a frame each way
         preload = preload_for(options.interval, queue_s + 0.005 + ctx.extra_rtt_s)
-        argv = command(ctx.hosts.receiver.echo_address(ctx.ip_version), options.interval, options.size, int(deadline),
-                       ctx.ip_version, preload=preload)
+        argv = command(ctx.endpoints.receiver.echo_address(ctx.ip_version), options.interval, options.size,
+                       int(deadline), ctx.ip_version, preload=preload)
         started = Started(name, measured_from=begins, measured_s=deadline, ends_by=begins + deadline + 10.0)
         started.info["preload"] = preload
         # a request's time on the path's slowest link, unless the probe is a load itself (see own_queue_left_out)
         started.info["frame_s"] = frame / rate if rate and frame / options.interval < rate else 0.0
-        sender = ctx.hosts.senders[0]
+        sender = ctx.endpoints.senders[0]
         started.procs[sender.name], started.outputs[sender.name] = ctx.popen(sender, name, argv)
         return started
 

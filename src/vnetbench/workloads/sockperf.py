@@ -43,7 +43,7 @@ from pydantic import Field, field_validator, model_validator
 from vnetbench.metrics import HIGHER, LOWER, Metric
 from vnetbench.quantities import WholeSeconds
 from vnetbench.tools import SOCKPERF
-from vnetbench.workloads.base import (Measurement, ServerSpec, Started, ToolFailed, TrialContext, TrialHosts,
+from vnetbench.workloads.base import (Measurement, ServerSpec, Started, ToolFailed, TrialContext, TrialEndpoints,
                                       Workload, WorkloadOptions)
 from vnetbench.workloads.registry import register
 
@@ -233,7 +233,7 @@ class Sockperf(Workload):
     def timing(self, options: Options, config: Any) -> tuple[float, float]:
         return STARTUP_PAUSE_S + WARMUP_S, float(options.duration) - WARMUP_S
 
-    def servers(self, hosts: TrialHosts, ip_version: int, options: list[Options], workdir: str) -> list[ServerSpec]:
+    def servers(self, hosts: TrialEndpoints, ip_version: int, options: list[Options], workdir: str) -> list[ServerSpec]:
         address = hosts.receiver.address(4)  # its own: a container's node forwards published ports to it
         return [ServerSpec(hosts.receiver, server_command(address, port, proto), port, proto, f"sockperf-{proto}")
                 for proto, port in (("udp", UDP_PORT), ("tcp", TCP_PORT))]
@@ -246,8 +246,8 @@ class Sockperf(Workload):
             seconds = max(1.0, float(int(ctx.leader.measured_s - 0.5 - STARTUP_PAUSE_S)))
         started = Started(name, measured_from=begins + STARTUP_PAUSE_S + WARMUP_S, measured_s=seconds - WARMUP_S,
                           ends_by=begins + STARTUP_PAUSE_S + seconds + OVERHEAD_S)
-        sender = ctx.hosts.senders[0]
-        argv = client_script(options, ctx.hosts.receiver.service_address(4), int(seconds))
+        sender = ctx.endpoints.senders[0]
+        argv = client_script(options, ctx.endpoints.receiver.service_address(4), int(seconds))
         started.procs[sender.name], started.outputs[sender.name] = ctx.popen(sender, name, argv)
         return started
 

@@ -301,7 +301,7 @@ class Ss(Workload):
                           ends_by=leader.ends_by, stopped_by_runner=True)
         if leader.info.get("proto", "tcp") != "tcp":
             return started
-        for host in leader.info.get("data_senders", ctx.hosts.senders):
+        for host in leader.info.get("data_senders", ctx.endpoints.senders):
             label = f"{name}-{host.name}"
             started.procs[host.name], started.outputs[host.name] = ctx.popen(
                 host, label, sampler_command(options.interval), pin=False)

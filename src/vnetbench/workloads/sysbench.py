@@ -110,7 +110,7 @@ class Sysbench(Workload):
     def start(self, name: str, options: Options, ctx: TrialContext) -> Started:
         seconds = options.duration * len(options.tests)
         started = Started(name, measured_s=seconds, ends_by=seconds + OVERHEAD_S * len(options.tests))
-        host = ctx.hosts.receiver if options.on == "receiver" else ctx.hosts.senders[0]
+        host = ctx.endpoints.receiver if options.on == "receiver" else ctx.endpoints.senders[0]
         started.procs[host.name], started.outputs[host.name] = ctx.popen(host, name, command(options),
                                                                          pin=options.threads == 1)
         return started

@@ -40,7 +40,7 @@ from pydantic import Field, field_validator, model_validator
 from vnetbench.metrics import HIGHER, LOWER, Metric
 from vnetbench.quantities import Duration, Size, WholeSeconds
 from vnetbench.tools import NGINX, WRK
-from vnetbench.workloads.base import (Measurement, ServerSpec, Started, ToolFailed, TrialContext, TrialHosts,
+from vnetbench.workloads.base import (Measurement, ServerSpec, Started, ToolFailed, TrialContext, TrialEndpoints,
                                       Workload, WorkloadOptions)
 from vnetbench.workloads.registry import register
 
@@ -148,7 +148,7 @@ def server_script(address: str, ip_version: int, sizes: list[int], workers: int,
     return ["sh", "-c", script, "nginx", conf]
 
 
-def nginx_server(hosts: TrialHosts, ip_version: int, options: list[Any], workdir: str, port: int,
+def nginx_server(hosts: TrialEndpoints, ip_version: int, options: list[Any], workdir: str, port: int,
                  label: str) -> ServerSpec:
     """One nginx on the receiver for the whole run, serving every `file_size` its configurations ask for
     with as many workers as the most any asks (idle ones cost nothing); HTTP clients (wrk, ab) each have
@@ -166,7 +166,7 @@ def nginx_server(hosts: TrialHosts, ip_version: int, options: list[Any], workdir
 
 def file_url(ctx: TrialContext, port: int, size: float) -> str:
     """The URL of the served file of `size`, at the receiver's service address."""
-    address = ctx.hosts.receiver.service_address(ctx.ip_version)
+    address = ctx.endpoints.receiver.service_address(ctx.ip_version)
     host = f"[{address}]" if ctx.ip_version == 6 else address
     return f"http://{host}:{port}/{file_name(size)}"
 
@@ -240,13 +240,13 @@ class NginxClient(Workload):
         begins, seconds = ctx.window(options.duration)
         started = Started(name, measured_from=begins, measured_s=seconds,
                           ends_by=begins + seconds + options.timeout + self.overhead_s, info=self.info(seconds))
-        sender = ctx.hosts.senders[0]
+        sender = ctx.endpoints.senders[0]
         url = file_url(ctx, self.port, options.file_size)
         started.procs[sender.name], started.outputs[sender.name] = ctx.popen(
             sender, name, self.client(options, url, int(seconds)))
         return started
 
-    def servers(self, hosts: TrialHosts, ip_version: int, options: list[HttpOptions],
+    def servers(self, hosts: TrialEndpoints, ip_version: int, options: list[HttpOptions],
                 workdir: str) -> list[ServerSpec]:
         return [nginx_server(hosts, ip_version, options, workdir, self.port, self.server_label)]
 

@@ -6,7 +6,7 @@ topology asks the variant's environment for each of its endpoints, then lets
 it join them::
 
     env = create(variant, ctx)          # ctx: LabContext (switch, registry, run prefix, subnets)
-    a = env.attach(Endpoint("r", 1, cpu=1, mtu=1500))    # -> Attached(host, port, uplink, ...)
+    a = env.attach(Endpoint("r", 1, cpu=1, mtu=1500))    # -> Attached(node, port, uplink, ...)
     b = env.attach(Endpoint("s1", 2, cpu=0, mtu=1500))
     env.finish()                        # join them (overlay routes/FDB; wait for guests to boot)
     env.set_offload(False)              # TSO/GSO/GRO/checksum on the variant's interfaces -> read-back
@@ -14,7 +14,7 @@ it join them::
 
 ``attach`` returns :class:`~vnetbench.lab.environments.base.Attached`: the
 host workloads run on and the switch link impairments attach to. The host has
-:class:`~vnetbench.lab.nodes.Host`'s interface, whatever runs it:
+:class:`~vnetbench.lab.nodes.NamespaceNode`'s interface, whatever runs it:
 ``command/popen/run`` execute a tool in the endpoint, ``address(v)`` is its
 own address, ``service_address(v)`` the one other hosts must use to reach its
 servers (a container's node address, whose published ports are DNAT'ed; its

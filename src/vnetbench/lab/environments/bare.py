@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from vnetbench.lab.environments.base import (Attached, Capability, Endpoint, NamespaceEnvironment, attach_node,
-                                             plain_host, register)
+from vnetbench.lab.environments.base import (Attached, Capability, Endpoint, NamespaceEnvironment, attach_namespace,
+                                             namespace_node, register)
 
 
 @register
@@ -23,10 +23,10 @@ class BareEnvironment(NamespaceEnvironment):
         return [Capability("bare", True, "namespace on the switch (the reference)")]
 
     def attach(self, endpoint: Endpoint) -> Attached:
-        node = attach_node(self.ctx, endpoint.name, endpoint.number, endpoint.mtu)
-        host = plain_host(endpoint, node.ns, self.ctx.registry, node.iface, node.ipv4, node.ipv6,
+        node = attach_namespace(self.ctx, endpoint.name, endpoint.number, endpoint.mtu)
+        host = namespace_node(endpoint, node.ns, self.ctx.registry, node.iface, node.ipv4, node.ipv6,
                           env_facts={"env": "bare", "netns": node.ns.name})
-        att = Attached(host=host, port=node.port, uplink=node.iface, offload_ifaces=[node.iface])
+        att = Attached(node=host, port=node.port, uplink=node.iface, offload_ifaces=[node.iface])
         self.attached.append(att)
         return att
 

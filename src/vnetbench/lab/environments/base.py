@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict
 
 from vnetbench.errors import LabError
 from vnetbench.lab import offload
-from vnetbench.lab.nodes import Host, Interface, Link, Namespace
+from vnetbench.lab.nodes import Interface, Link, Namespace, NamespaceNode
 from vnetbench.lab.teardown import Registry
 
 UNDERLAY_V4_PREFIXLEN = 16
@@ -176,7 +176,7 @@ class Endpoint:
 
 
 @dataclass
-class Node:
+class WiredNamespace:
     """A namespace on the switch: the bare host itself, or the machine a container or guest runs on."""
 
     ns: Namespace
@@ -188,9 +188,9 @@ class Node:
 
 @dataclass
 class Attached:
-    """An endpoint, ready: the host workloads run on, and the link impairments attach to."""
+    """An endpoint, ready: the node its workloads run on, and the link impairments attach to."""
 
-    host: Any  # Host, or any object with Host's interface (a VM guest)
+    node: Any  # what runs its commands: a NamespaceNode, or another RunsCommands (a container, a guest)
     port: Interface  # switch side: its egress carries traffic toward the endpoint
     uplink: Interface  # endpoint side of the same link: its egress carries the endpoint's traffic out
     offload_ifaces: list[Interface] = field(default_factory=list)  # host-side interfaces on the path
@@ -215,20 +215,20 @@ class NamespaceEnvironment(EnvironmentType):
         return self._offload.set(on)
 
 
-def attach_node(ctx: LabContext, name: str, number: int, mtu: int) -> Node:
+def attach_namespace(ctx: LabContext, name: str, number: int, mtu: int) -> WiredNamespace:
     """A namespace joined to the switch by a veth pair, with its underlay addresses."""
-    return wire_node(ctx, new_namespace(ctx, name), name, number, mtu)
+    return wire_namespace(ctx, new_namespace(ctx, name), name, number, mtu)
 
 
-def wire_node(ctx: LabContext, ns: Namespace, name: str, number: int, mtu: int) -> Node:
+def wire_namespace(ctx: LabContext, ns: Namespace, name: str, number: int, mtu: int) -> WiredNamespace:
     """Join an existing namespace to the switch as a node: a bare host's, or a container's own."""
     # An impairment on this link (the emulator) is spliced in later, between port and iface
-    # (vnetbench.lab.splice): attach_node's result stays the endpoint's view of it.
+    # (vnetbench.lab.splice): attach_namespace's result stays the endpoint's view of it.
     port, iface = direct_link(ctx, name, ns, mtu)
     v4, v6 = underlay_addresses(number)
     iface.add_address(f"{v4}/{UNDERLAY_V4_PREFIXLEN}")
     iface.add_address(f"{v6}/{UNDERLAY_V6_PREFIXLEN}")
-    return Node(ns=ns, iface=iface, port=port, ipv4=v4, ipv6=v6)
+    return WiredNamespace(ns=ns, iface=iface, port=port, ipv4=v4, ipv6=v6)
 
 
 def new_namespace(ctx: LabContext, name: str) -> Namespace:
@@ -255,7 +255,7 @@ def enable_forwarding(ns: Namespace) -> None:
     ns.sysctl("net.ipv6.conf.all.forwarding", "1")
 
 
-def plain_host(endpoint: Endpoint, ns: Namespace, registry: Registry, iface: Interface, ipv4: str, ipv6: str,
-               **kwargs: Any) -> Host:
-    return Host(name=endpoint.name, ns=ns, registry=registry, ipv4=ipv4, ipv6=ipv6, cpu=endpoint.cpu, iface=iface,
-                **kwargs)
+def namespace_node(endpoint: Endpoint, ns: Namespace, registry: Registry, iface: Interface, ipv4: str, ipv6: str,
+               **kwargs: Any) -> NamespaceNode:
+    return NamespaceNode(name=endpoint.name, ns=ns, registry=registry, ipv4=ipv4, ipv6=ipv6, cpu=endpoint.cpu,
+                         iface=iface, **kwargs)

@@ -32,7 +32,8 @@ from vnetbench import quantities, units
 from vnetbench.lab import cgroups, netns
 from vnetbench.lab.environments.base import (EnvironmentOptions, SUBNET_V4_PREFIXLEN, SUBNET_V6_PREFIXLEN, Attached, Capability,
                                              Endpoint, LabContext, NamespaceEnvironment, add_default_routes,
-                                             attach_node, enable_forwarding, new_namespace, plain_host, register)
+                                             attach_namespace, enable_forwarding, namespace_node, new_namespace,
+                                             register)
 from vnetbench.lab.nodes import Interface, Link
 
 BRIDGE = "docker0"
@@ -172,7 +173,7 @@ class ContainerEnvironment(NamespaceEnvironment):
 
     def attach(self, endpoint: Endpoint) -> Attached:
         ctx, reg = self.ctx, self.ctx.registry
-        node = attach_node(ctx, endpoint.name, endpoint.number, endpoint.mtu)
+        node = attach_namespace(ctx, endpoint.name, endpoint.number, endpoint.mtu)
         ctr = new_namespace(ctx, f"{endpoint.name}-ctr")
         subnet = ctx.new_subnet()
         gw4, gw6, c4, c6 = subnet.v4(1), subnet.v6(1), subnet.v4(2), subnet.v6(2)
@@ -209,11 +210,11 @@ class ContainerEnvironment(NamespaceEnvironment):
             facts["cgroup"] = {"dirs": {k: str(v) for k, v in group.dirs.items()}, "limits": group.read()}
         # A cpuset confines the container's processes; pinning them elsewhere would contradict it.
         cpu = None if self.limits.cpuset else endpoint.cpu
-        host = plain_host(endpoint, ctr, reg, link.b, c4, c6, public_ipv4=node.ipv4, public_ipv6=node.ipv6,
+        host = namespace_node(endpoint, ctr, reg, link.b, c4, c6, public_ipv4=node.ipv4, public_ipv6=node.ipv6,
                           wrapper=wrapper, env_facts=facts)
         host.cpu = cpu
         host.extra.update({"node": node, "cgroup": group, "ruleset": ruleset})
-        att = Attached(host=host, port=node.port, uplink=node.iface,
+        att = Attached(node=host, port=node.port, uplink=node.iface,
                        offload_ifaces=[link.b, link.a, bridge, node.iface])
         self.attached.append(att)
         return att

@@ -39,7 +39,7 @@ from pydantic import Field
 from vnetbench.errors import EnvironmentUnavailable, LabError
 from vnetbench.lab import cgroups, engines, netns
 from vnetbench.lab.environments.base import (Attached, Capability, Endpoint, LabContext, NamespaceEnvironment,
-                                             Subnet, register, wire_node)
+                                             Subnet, register, wire_namespace)
 from vnetbench.lab.environments.container import ContainerLimits, container_memory_problem, cpuset_problem
 from vnetbench.lab.guest import initramfs
 from vnetbench.lab.nodes import IFA_F_NODAD, Interface, Namespace, RunsCommands, placement_entry
@@ -49,8 +49,8 @@ DAD_WAIT_S = 5.0  # IPv6 addresses of a new container are tentative for about a 
 IFA_F_TENTATIVE = 0x40
 
 
-class EngineHost(RunsCommands):
-    """A container as the lab sees a host: :class:`vnetbench.lab.nodes.Host`'s interface, through the engine.
+class EngineNode(RunsCommands):
+    """A container as the lab sees a host: :class:`vnetbench.lab.nodes.NamespaceNode`'s interface, through the engine.
     A started command's input is a pipe this process holds (the Popen's), closed when the process is reaped or
     killed, which ends the command inside the container too (engines.EXEC_WRAPPER)."""
 
@@ -264,10 +264,10 @@ class EngineEnvironment(NamespaceEnvironment):
             facts["published"] = {"address": list(published), "ports": [f"{p}/{proto}" for p, proto in ports],
                                   "userland_proxy": self.engine.userland_proxy(),
                                   "proxy_processes": len(_proxies_for(v4))}
-        host = EngineHost(endpoint.name, self.engine, container, ns, reg, v4, v6, self._cpu(endpoint), facts,
+        host = EngineNode(endpoint.name, self.engine, container, ns, reg, v4, v6, self._cpu(endpoint), facts,
                           uplink, published)
         bridge = Interface(self.engine_ns, self.network.name)
-        att = Attached(host=host, port=port, uplink=uplink, offload_ifaces=[uplink, port, bridge])
+        att = Attached(node=host, port=port, uplink=uplink, offload_ifaces=[uplink, port, bridge])
         self.attached.append(att)
         return att
 
@@ -281,12 +281,12 @@ class EngineEnvironment(NamespaceEnvironment):
         container, pid = self._start_container(endpoint, "none", sysctls={
             **container_sysctls(), "net.ipv6.conf.all.disable_ipv6": "0", "net.ipv6.conf.default.disable_ipv6": "0"})
         ns = attach_namespace(self.ctx.ns_name(endpoint.name), pid, reg)
-        node = wire_node(self.ctx, ns, endpoint.name, endpoint.number, endpoint.mtu)
+        node = wire_namespace(self.ctx, ns, endpoint.name, endpoint.number, endpoint.mtu)
         facts = self._facts(container, pid, ns, node.ipv4, node.ipv6,
                             network="host (its own namespace on the lab's switch, as a bare endpoint)")
-        host = EngineHost(endpoint.name, self.engine, container, ns, reg, node.ipv4, node.ipv6, self._cpu(endpoint),
+        host = EngineNode(endpoint.name, self.engine, container, ns, reg, node.ipv4, node.ipv6, self._cpu(endpoint),
                           facts, node.iface)
-        att = Attached(host=host, port=node.port, uplink=node.iface, offload_ifaces=[node.iface])
+        att = Attached(node=host, port=node.port, uplink=node.iface, offload_ifaces=[node.iface])
         self.attached.append(att)
         return att
 

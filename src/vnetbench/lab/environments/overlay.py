@@ -27,9 +27,9 @@ from typing import Any, Literal
 from pydantic import Field
 
 from vnetbench.lab.environments.base import (EnvironmentOptions, SUBNET_V4_PREFIXLEN, SUBNET_V6_PREFIXLEN, Attached, Capability,
-                                             Endpoint, LabContext, NamespaceEnvironment, Node, Subnet,
-                                             add_default_routes, add_route, attach_node, enable_forwarding,
-                                             new_namespace, plain_host, register)
+                                             Endpoint, LabContext, NamespaceEnvironment, WiredNamespace, Subnet,
+                                             add_default_routes, add_route, attach_namespace, enable_forwarding,
+                                             new_namespace, namespace_node, register)
 from vnetbench.lab.nodes import Interface, Link
 
 VXLAN_PORT = 4789  # IANA
@@ -69,7 +69,7 @@ class OverlayEnvironment(NamespaceEnvironment):
     def __init__(self, ctx: LabContext, variant: Any):
         super().__init__(ctx, variant)
         self.mode = variant.overlay or "vxlan"
-        self.nodes: list[tuple[Node, Subnet | None, Attached]] = []
+        self.nodes: list[tuple[WiredNamespace, Subnet | None, Attached]] = []
         self.segment: Subnet | None = None  # vxlan: the one overlay subnet of this variant
         self.vni: int | None = None
 
@@ -78,7 +78,7 @@ class OverlayEnvironment(NamespaceEnvironment):
 
     def attach(self, endpoint: Endpoint) -> Attached:
         ctx, reg = self.ctx, self.ctx.registry
-        node = attach_node(ctx, endpoint.name, endpoint.number, endpoint.mtu)
+        node = attach_namespace(ctx, endpoint.name, endpoint.number, endpoint.mtu)
         ctr = new_namespace(ctx, f"{endpoint.name}-ctr")
         mtu = self.inner_mtu(endpoint.mtu)
         link = Link.connect(node.ns, "veth0", ctr, "eth0", reg, mtu=mtu)
@@ -119,9 +119,9 @@ class OverlayEnvironment(NamespaceEnvironment):
             add_default_routes(ctr, link.b, gw4, gw6)
             facts["block"] = [block.cidr4, block.cidr6]
         facts["container_address"] = [c4, c6]
-        host = plain_host(endpoint, ctr, reg, link.b, c4, c6, env_facts=facts)
+        host = namespace_node(endpoint, ctr, reg, link.b, c4, c6, env_facts=facts)
         host.extra["node"] = node
-        att = Attached(host=host, port=node.port, uplink=node.iface,
+        att = Attached(node=host, port=node.port, uplink=node.iface,
                        offload_ifaces=[link.b, link.a, *extra_ifaces, node.iface])
         self.nodes.append((node, block, att))
         self.attached.append(att)
@@ -135,12 +135,12 @@ class OverlayEnvironment(NamespaceEnvironment):
                 index = node.ns.index(VXLAN_DEV)
                 for peer, _ in peers:
                     node.ns.ipr.fdb("append", ifindex=index, lladdr="00:00:00:00:00:00", dst=peer.ipv4)
-                att.host.env_facts["vxlan_remotes"] = [p.ipv4 for p, _ in peers]
+                att.node.env_facts["vxlan_remotes"] = [p.ipv4 for p, _ in peers]
             else:
                 for peer, block in peers:
                     add_route(node.ns, block.cidr4, peer.ipv4)
                     add_route(node.ns, block.cidr6, peer.ipv6)
-                att.host.env_facts["routes"] = {b.cidr4: p.ipv4 for p, b in peers}
+                att.node.env_facts["routes"] = {b.cidr4: p.ipv4 for p, b in peers}
 
     def vxlan_counters(self) -> dict[str, dict[str, int]]:
         """{host name: {tx_packets, rx_packets, tx_bytes, rx_bytes}} of each node's VXLAN device."""
@@ -150,7 +150,7 @@ class OverlayEnvironment(NamespaceEnvironment):
                 continue
             msg = node.ns.ipr.get_links(node.ns.index(VXLAN_DEV))[0]
             stats = msg.get_attr("IFLA_STATS64") or msg.get_attr("IFLA_STATS")
-            out[att.host.name] = {k: stats[k] for k in ("tx_packets", "rx_packets", "tx_bytes", "rx_bytes")}
+            out[att.node.name] = {k: stats[k] for k in ("tx_packets", "rx_packets", "tx_bytes", "rx_bytes")}
         return out
 
     def counters(self) -> dict[str, dict[str, int]]:

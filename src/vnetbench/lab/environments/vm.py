@@ -85,7 +85,7 @@ class VmOptions:
     log_dir: Path = DEFAULT_LOG_DIR
 
     def guest_config(self) -> GuestConfig:
-        # Offload is set after boot (VmHost.set_offload), once the drivers' defaults are known.
+        # Offload is set after boot (GuestNode.set_offload), once the drivers' defaults are known.
         return GuestConfig(nic=self.nic, vcpus=self.vcpus, memory_mib=self.memory_mib, mtu=self.mtu,
                            offload=None, boot_timeout=self.boot_timeout, accel=self.accel, machine=self.machine,
                            kvm_probe_timeout=self.kvm_probe_timeout)
@@ -113,8 +113,8 @@ class VmOptions:
 
 
 @dataclass
-class VmHost(RunsCommands):
-    """A guest as the lab sees a host: :class:`vnetbench.lab.nodes.Host`'s interface, run over SSH."""
+class GuestNode(RunsCommands):
+    """A guest as the lab sees a host: :class:`vnetbench.lab.nodes.NamespaceNode`'s interface, run over SSH."""
 
     stdin_of_started: ClassVar[int] = subprocess.PIPE  # the guest's commands end when their input closes
     pins_each_command: ClassVar[bool] = False  # QEMU's threads keep the cores they were started on
@@ -136,7 +136,7 @@ class VmHost(RunsCommands):
     _host_offload: offload.OffloadControl | None = None
     _guest_defaults: dict[str, Any] | None = None
 
-    # ------------------------------------------------------------ Host's interface
+    # ------------------------------------------------------------ NamespaceNode's interface
 
     def address(self, ip_version: int) -> str:
         return self.ipv6 if ip_version == 6 else self.ipv4
@@ -208,7 +208,7 @@ class VmHost(RunsCommands):
 
 def attach_vm(lab: Any, registry: Registry, host_ns: Namespace, name: str, number: int, uplink: Interface,
               address_v4: str, address_v6: str, cpu: int | None, options: VmOptions | None = None,
-              workdir: Path | None = None, wait: bool = True) -> VmHost:
+              workdir: Path | None = None, wait: bool = True) -> GuestNode:
     """Make `host_ns` a hypervisor for one guest that owns the given addresses.
 
     Builds, in `host_ns`: bridge ``br0`` with `uplink` (an existing interface there,
@@ -251,7 +251,7 @@ def attach_vm(lab: Any, registry: Registry, host_ns: Namespace, name: str, numbe
                   cpu=cpu)
     # The guest's management MAC is known: no ARP round before the first SSH connection.
     ipr.neigh("add", dst=qemu.MGMT_GUEST_IP, lladdr=guest.mgmt_mac, ifindex=mgmt.index, state=NUD_PERMANENT)
-    host = VmHost(name=name, ns=host_ns, registry=registry, guest=guest, ipv4=v4.split("/")[0],
+    host = GuestNode(name=name, ns=host_ns, registry=registry, guest=guest, ipv4=v4.split("/")[0],
                   ipv6=v6.split("/")[0], cpu=cpu, iface=uplink, bridge=br, tap=tap, options=options,
                   env_facts={"env": "vm", "netns": host_ns.name,
                              "path": f"guest eth0 ({options.nic}) -> {TAP} -> {BRIDGE} -> {uplink.name} -> switch"})
@@ -261,7 +261,7 @@ def attach_vm(lab: Any, registry: Registry, host_ns: Namespace, name: str, numbe
     return host
 
 
-def check_guest(host: VmHost, options: VmOptions) -> None:
+def check_guest(host: GuestNode, options: VmOptions) -> None:
     """Once the guest is up: what it got must be what was asked for (a NIC may refuse an MTU),
     offloads as the options say (None: left as the drivers made them), its clock on the host's."""
     host.guest.sync_clock()
@@ -349,7 +349,7 @@ class VmEnvironment(EnvironmentType):
         self.ctx = ctx
         self.variant = variant
         self.options = options or VmOptions.from_variant(variant)
-        self.hosts: list[VmHost] = []
+        self.nodes: list[GuestNode] = []
         self.attached: list[Any] = []
         self._workdir: Path | None = None
 
@@ -369,15 +369,15 @@ class VmEnvironment(EnvironmentType):
         # While `auto` has no KVM verdict yet, this guest is the probe: the guests after it start
         # straight under the accelerator it finds (all of them still boot in parallel).
         host.guest.settle_accelerator()
-        self.hosts.append(host)
-        att = Attached(host=host, port=link.a, uplink=link.b, offload_ifaces=host.host_interfaces())
+        self.nodes.append(host)
+        att = Attached(node=host, port=link.a, uplink=link.b, offload_ifaces=host.host_interfaces())
         self.attached.append(att)
         return att
 
     def finish(self) -> None:
         """Bring every guest up (they boot in parallel): wait until it answers, check what it got,
         set its clock. A guest that does not boot raises GuestBootError naming its console log."""
-        pending = [h for h in self.hosts if not h.extra.get("checked")]
+        pending = [h for h in self.nodes if not h.extra.get("checked")]
         if not pending:
             return
         failures: list[LabError] = []
@@ -406,12 +406,12 @@ class VmEnvironment(EnvironmentType):
 
     def set_offload(self, on: bool) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
-        for host in self.hosts:
+        for host in self.nodes:
             out.extend(host.set_offload(on))
         return out
 
     def facts(self) -> dict[str, Any]:
-        guests = {h.name: h.guest.facts() for h in self.hosts}
+        guests = {h.name: h.guest.facts() for h in self.nodes}
         first = next(iter(guests.values()), {})
         return {
             "env": "vm",

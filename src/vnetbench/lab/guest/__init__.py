@@ -7,5 +7,5 @@
   else TCG), wait for SSH, run commands, sync its clock, power it off.
 
 :mod:`vnetbench.lab.environments.vm` builds the host side (bridge, TAPs) and
-gives the lab hosts with :class:`vnetbench.lab.nodes.Host`'s interface.
+gives the lab hosts with :class:`vnetbench.lab.nodes.NamespaceNode`'s interface.
 """

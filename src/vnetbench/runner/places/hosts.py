@@ -78,7 +78,7 @@ class HostsPlace(Place):
         # stored or started anywhere.
         self.place = hosts_bench.placement(configs, self.access.inventory, loaded.source)
         self.host_facts = hosts_bench.check_hosts(self.place, hosts_bench.needed_tools(configs), self.access.connect,
-                                                  shaper=configs[0].scenario.lab.qdisc)
+                                                  rate_qdisc=configs[0].scenario.lab.qdisc)
         return configs, []
 
     def hold(self, run_id: str, scenario: str) -> None:

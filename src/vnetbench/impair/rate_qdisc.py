@@ -1,11 +1,11 @@
-"""The kernel shapers ``tbf`` and ``htb``: rate and buffer (drop-tail) on each direction's egress."""
+"""The rate qdiscs ``tbf`` and ``htb``: rate and buffer (drop-tail) on each direction's egress."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from vnetbench.impair import tc
-from vnetbench.impair.backend import SHAPER_NEEDS, Backend, LabLink, TrialCounters, register
+from vnetbench.impair.backend import RATE_QDISC_NEEDS, Backend, LabLink, TrialCounters, register
 from vnetbench.impair.model import LinkSpec, default_buffer_bytes
 
 # The kernel keeps a rate in bytes per second (and tc's tables round): what it reads back may differ from the
@@ -14,16 +14,16 @@ RATE_TOLERANCE = 0.001
 
 
 # (decorators apply bottom-up: tbf is registered first)
-@register("htb", "'htb' (kernel hierarchical token bucket)", SHAPER_NEEDS, probe_qdisc="htb default 1",
+@register("htb", "'htb' (kernel hierarchical token bucket)", RATE_QDISC_NEEDS, probe_qdisc="htb default 1",
           fix="modprobe sch_htb (CONFIG_NET_SCH_HTB); qdisc = \"tbf\" works without it")
-@register("tbf", "'tbf' (kernel token bucket)", SHAPER_NEEDS, probe_qdisc="tbf rate 10mbit burst 32kb limit 100kb",
+@register("tbf", "'tbf' (kernel token bucket)", RATE_QDISC_NEEDS, probe_qdisc="tbf rate 10mbit burst 32kb limit 100kb",
           fix="modprobe sch_tbf (CONFIG_NET_SCH_TBF): bottlenecks need tbf or htb")
-class ShaperBackend(Backend):
+class RateQdiscBackend(Backend):
     """Kernel tbf or htb (+ bfifo) on the egress of each direction: rate and buffer only."""
 
-    def __init__(self, link: LabLink, mtu: int = 1500, shaper: str = "tbf"):
-        super().__init__(link, mtu, shaper)
-        self.name = shaper
+    def __init__(self, link: LabLink, mtu: int = 1500, rate_qdisc: str = "tbf"):
+        super().__init__(link, mtu, rate_qdisc)
+        self.name = rate_qdisc
         self._before: dict[str, dict[str, int]] = {}
 
     def apply(self, spec: LinkSpec) -> dict:
