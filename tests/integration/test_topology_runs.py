@@ -323,3 +323,58 @@ def test_a_killed_topology_run_is_cleaned_and_resumed(tmp_path, no_leftovers):
     assert len(trials) == 2 * 2 and all(t["status"] == "ok" for t in trials), [t["reason"] for t in trials]
     _nothing_left(run_id)
 
+
+
+# The same chain with its workload hosts bare and in containers (vnetbench's Docker-bridge model: each host's
+# namespace the container's node, NAT to a namespace behind it): l1 the bottleneck, l2 5 ms each way.
+CONTAINED = """
+name = "contained"
+[topology]
+template = "linear"
+hops = 2
+node = "router"
+[lab.link.l1]
+forward = {rate = "30Mbit", buffer = "100kB"}
+[lab.link.l2]
+both = {delay = "5ms"}
+[matrix]
+"lab.env" = ["bare", "container"]
+ip_version = [4, 6]
+[workload.probe]
+tool = "ping"
+interval = "20ms"
+duration = "2s"
+[workload.stream]
+tool = "iperf3"
+duration = "3s"
+omit = "1s"
+[repeat]
+repetitions = 2
+warmup = 0
+"""
+
+
+def test_a_topologys_hosts_in_containers_measure_the_same_links(tmp_path):
+    run_id, db = run_scenario(tmp_path, CONTAINED)
+    with Store(db) as store:
+        trials = store.trials(run_id)
+        assert all(t["status"] == "ok" for t in trials), [t["reason"] for t in trials]
+        endpoints = store.run(run_id)["fingerprint"]["endpoints"]
+        values = store.values(run_id)
+        configs = {(c["labels"]["lab.env"], str(c["labels"]["ip_version"])): values[c["key"]]
+                   for c in store.configurations(run_id)}
+    assert len(configs) == 4
+    # each environment on a graph of its own: bare hosts are the graph's namespaces; a container's is behind
+    # its host's, reached at the host's addresses
+    bare, contained = (next(v for k, v in endpoints.items() if k.startswith(env)) for env in ("bare", "container"))
+    assert all(not e["node"].endswith("-ctr") and e["public"] is None for e in bare.values()), bare
+    assert all(e["node"].endswith(f"-{h}-ctr") and e["public"] == " ".join(bare[h]["addresses"])
+               for h, e in contained.items()), contained
+    for key, v in configs.items():
+        # the delay is a floor both ways (10 ms); a container adds its NAT and bridge, microseconds
+        assert all(10 - 0.05 <= x <= 10 + 1.5 for x in v["rtt.min_ms"]), (key, v["rtt.min_ms"])
+        assert all(x <= 10 + 3.0 for x in v["rtt.p50_ms"]), (key, v["rtt.p50_ms"])
+        # 30 Mbit/s of frames: 28.7 Mbit/s of TCP payload over IPv4 (1448 of 1514 bytes), 28.4 over IPv6 (1428);
+        # the 100 kB queue keeps the link busy
+        assert all(27.0 <= x <= 29.0 for x in v["throughput.rx_mbps"]), (key, v["throughput.rx_mbps"])
+    _nothing_left(run_id)

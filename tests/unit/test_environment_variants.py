@@ -147,3 +147,17 @@ def test_a_tool_a_guest_cannot_carry_is_named_before_anything_is_built():
         "carries busybox and ELF binaries only) -> run this workload in another environment",
         "env vm(nic=virtio-net): vnb-no-such-tool is not installed on this machine, so it cannot be copied into "
         "the guest -> apt-get install nopkg"]
+
+
+def test_an_endpoint_the_lab_wired_already_is_handed_out_not_made_again():
+    # A declared topology's host: the graph made its namespace, link and addresses; the environment takes it
+    # as its node (a container sits behind it) and asks the switch for nothing: this lab has none.
+    from vnetbench.errors import LabError
+    from vnetbench.lab.environments.base import LabContext, WiredNamespace, attach_namespace, direct_link
+    from vnetbench.lab.teardown import Registry
+
+    wired = WiredNamespace(ns=object(), iface=object(), port=None, ipv4="198.18.0.2", ipv6="2001:2::2")
+    ctx = LabContext("vnb-test", Registry(), switch=None, wired={"h1": wired})
+    assert attach_namespace(ctx, "h1", 1, 1500) is wired
+    with pytest.raises(LabError, match="endpoint 'h2': this lab has no switch"):
+        direct_link(ctx, "h2", object(), 1500)

@@ -71,8 +71,21 @@ def test_link_conditions_name_the_topologys_links_and_the_short_hands_need_a_bot
         _load('[lab.link.l1]\nforward = {delay = "1ms"}\n')  # no topology: the dumbbell's names
     s = _load('[topology]\ntemplate = "linear"\n[lab.link.l2]\nforward = {delay = "1ms"}\n').scenario
     assert s.lab.link["l2"].forward.delay == pytest.approx(0.001)
-    with pytest.raises(ScenarioError, match="bare namespaces for now"):
-        _load('[lab]\nenv = "container"\n[topology]\ntemplate = "linear"\n')
+    for env in ("docker", "podman", "overlay", "vm"):
+        with pytest.raises(ScenarioError, match=f"lab.env = '{env}' with a \\[topology\\] table: a declared topology's "
+                           "workload hosts run in 'bare' or 'container' so far"):
+            _load(f'[lab]\nenv = "{env}"\n[topology]\ntemplate = "linear"\n')
+
+
+def test_a_topologys_hosts_run_in_containers_and_a_matrix_over_env_builds_a_graph_each():
+    from vnetbench.runner.graph_bench import _graph_key
+
+    loaded = _load('[lab]\nenv = "container"\ncpu_quota = 0.5\n[topology]\ntemplate = "linear"\n')
+    assert (loaded.scenario.lab.env, loaded.scenario.lab.cpu_quota) == ("container", 0.5)
+    configs = expand(_load('[topology]\ntemplate = "linear"\n[matrix]\n"lab.env" = ["bare", "container"]\n'
+                           '"link.l1.forward.delay" = ["1ms", "2ms"]\n'))
+    # one graph per environment, the link's sweep on each
+    assert len({_graph_key(c) for c in configs}) == 2 and len(configs) == 4
 
 
 def test_the_matrix_sweeps_a_topologys_link_and_its_clients():

@@ -16,20 +16,22 @@ and where an emulator on a link runs.
 
 from __future__ import annotations
 
+import ipaddress
 import shutil
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from vnetbench.errors import ScenarioError
+from vnetbench.errors import LabError, ScenarioError
 from vnetbench.impair.backend import LabLink
 from vnetbench.impair.links import LinkManager
 from vnetbench.lab import netns
 from vnetbench.lab.environments import Variant
-from vnetbench.lab.environments.base import Attached, NamespaceEnvironment
+from vnetbench.lab import environments
+from vnetbench.lab.environments.base import Attached, Endpoint, LabContext, NamespaceEnvironment, WiredNamespace
 from vnetbench.lab.graph_lab import GraphLab, build_graph
 from vnetbench.lab.idle import WakeLatency
-from vnetbench.lab.nodes import NamespaceNode, Interface, Namespace
+from vnetbench.lab.nodes import Interface, Namespace, NamespaceNode
 from vnetbench.lab.teardown import Registry
 from vnetbench.lab.topology import Group, Lab, _cpu_plan
 from vnetbench.runner.bench import DumbbellBench, variant_of
@@ -39,6 +41,9 @@ from vnetbench.topology.graph import Graph
 from vnetbench.topology.spec import TopologySpec
 
 Pair = tuple[tuple[str, ...], str]  # (clients, server)
+# Where the container environment takes its endpoints' subnets from (lab.environments.base.Subnet)
+CONTAINER_V4 = ipaddress.ip_network("198.19.0.0/16")
+CONTAINER_V6 = ipaddress.ip_network("2001:2:0:100::/56")
 
 
 @dataclass
@@ -101,8 +106,9 @@ class GraphLabView(Lab):
 
 
 class GraphEndpoints(NamespaceEnvironment):
-    """The topology's hosts as an environment: bare namespaces, whose offloads are switched on every interface
-    they have."""
+    """The topology's workload hosts, bare, as an environment: the graph's own namespaces, whose offloads are
+    switched on every interface they have. (Another environment, a container, is made by its own module and
+    takes the graph's namespaces as its nodes: GraphBench._build.)"""
 
     kind = "bare"
     tag = "b"
@@ -193,7 +199,7 @@ class GraphBench(DumbbellBench):
         time)."""
         assert self.lab is not None
         return TrialEndpoints(self.lab.endpoints[server], [self.lab.endpoints[c] for c in clients],
-                          slots=[self._slots[c] for c in clients])
+                              slots=[self._slots[c] for c in clients])
 
     # Every group's endpoints are hosts of the one graph, on the same devices: the offloads last set are every
     # group's.
@@ -228,35 +234,70 @@ class GraphBench(DumbbellBench):
         lab.built = build_graph(self.run_prefix, graph, registry)
         variant = self.variants[0][0] if self.variants else Variant(env="bare", mtu=self.mtu)
         kinds = [n.kind for n in graph.nodes.values()]
-        env = GraphEndpoints(variant, f"namespaces on a declared topology: {kinds.count('host')} hosts, "
-                                  f"{kinds.count('switch')} switches, {kinds.count('router')} routers, "
-                                  f"{len(graph.links)} links")
+        shape = (f"{kinds.count('host')} hosts, {kinds.count('switch')} switches, {kinds.count('router')} routers, "
+                 f"{len(graph.links)} links")
         # Servers on the last core, clients spread over the others (a host that is both: a server's core)
         servers = list(dict.fromkeys(server for _, server in pairs))
         clients = [c for c in dict.fromkeys(c for cs, _ in pairs for c in cs) if c not in servers]
         self._slots = {c: i for i, c in enumerate(dict.fromkeys(c for cs, _ in pairs for c in cs))}
         rx_cpu, tx_cpus = _cpu_plan(len(clients))
-        for name, cpu in [*((s, rx_cpu) for s in servers), *zip(clients, tx_cpus)]:
-            ns = lab.namespace(name)
-            interfaces = [Interface(ns, i.ifname) for i in lab.built.plan.interfaces[name]]
-            host = NamespaceNode(name=name, ns=ns, registry=registry, ipv4=lab.built.plan.address(name, 4),
-                        ipv6=lab.built.plan.address(name, 6), cpu=cpu if self.pin_cpus else None,
-                        iface=interfaces[0], env_facts={"env": "bare", "netns": ns.name})
+        placed = [*((s, rx_cpu) for s in servers), *zip(clients, tx_cpus)]
+        wired = {name: self._wired(lab, name) for name, _ in placed}
+        env: NamespaceEnvironment
+        if variant.env == "bare":
+            env = GraphEndpoints(variant, f"namespaces on a declared topology: {shape}")
+        else:
+            # The workloads' hosts in the variant's environment, each behind the host namespace the graph
+            # wired (a container: that namespace is its node, as the dumbbell's container node sits on the
+            # switch); the topology's other hosts stay bare: no workload runs there.
+            env = environments.create(variant, LabContext(self.run_prefix, registry, switch=None, wired=wired))
+            _keep_apart(lab.built, env)
+        for number, (name, cpu) in enumerate(placed, 1):
+            cpu = cpu if self.pin_cpus else None
+            if variant.env == "bare":
+                node = wired[name]
+                interfaces = [Interface(node.ns, i.ifname) for i in lab.built.plan.interfaces[name]]
+                host = NamespaceNode(name=name, ns=node.ns, registry=registry, ipv4=node.ipv4, ipv6=node.ipv6,
+                                     cpu=cpu, iface=node.iface, env_facts={"env": "bare", "netns": node.ns.name})
+                env.attached.append(Attached(node=host, port=None, uplink=node.iface, offload_ifaces=interfaces))
+            else:
+                first_link = lab.built.plan.interfaces[name][0].link
+                host = env.attach(Endpoint(name=name, number=number, cpu=cpu, receiver=name in servers,
+                                           mtu=lab.built.graph.links[first_link].mtu)).node
             lab.endpoints[name] = host
-            env.attached.append(Attached(node=host, port=None, uplink=interfaces[0],  # type: ignore[arg-type]
-                                         offload_ifaces=interfaces))
+        env.finish()
         for key in pairs:
             lab.groups[key] = Group(variant, "", env, key[1], list(key[0]), named_roles=True)  # type: ignore[index]
         lab.bringup_s[variant] = time.perf_counter() - t0
         return lab
 
+    def _wired(self, lab: GraphLabView, name: str) -> WiredNamespace:
+        """Host `name` as the graph wired it: its namespace, its first link's end and its addresses."""
+        assert lab.built is not None
+        ns = lab.namespace(name)
+        first = lab.built.plan.interfaces[name][0]
+        return WiredNamespace(ns=ns, iface=Interface(ns, first.ifname), port=None,
+                              ipv4=lab.built.plan.address(name, 4), ipv6=lab.built.plan.address(name, 6))
+
+
+def _keep_apart(built: GraphLab, env: NamespaceEnvironment) -> None:
+    """A container's own subnets (198.19.k.0/24, 2001:2:0:1kk::/64, lab.environments.base.Subnet) must not be
+    any of the graph's: the graph plans from the bottom of 198.18.0.0/15 and 2001:2::/48, so only a graph of
+    tens of thousands of addresses reaches them."""
+    taken = [net for s in built.plan.segments for net, mine in ((s.v4, CONTAINER_V4), (s.v6, CONTAINER_V6))
+             if net is not None and net.overlaps(mine)]
+    if taken:
+        raise LabError(f"the topology's segment {taken[0]} overlaps the subnets {env.kind} endpoints get "
+                       f"({CONTAINER_V4}, {CONTAINER_V6}): use a smaller topology, or env = \"bare\"")
+
 
 def _graph_key(config: Configuration) -> str:
-    """What makes a configuration's graph: its topology table without the endpoints, and the links' MTU."""
+    """What makes a configuration's graph: its topology table without the endpoints, the links' MTU and the
+    environment its hosts run in (a matrix over lab.env builds one graph per environment, side by side)."""
     topology = config.scenario.topology
     assert topology is not None
     return topology.model_copy(update={"clients": None, "server": None}).model_dump_json() + \
-        f"mtu={config.scenario.lab.mtu}"
+        f"mtu={config.scenario.lab.mtu}" + f"variant={variant_of(config)!r}"
 
 
 def _pairs(config: Configuration, graph: Graph) -> tuple[Pair, dict[str, Pair]]:

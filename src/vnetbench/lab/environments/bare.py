@@ -25,7 +25,7 @@ class BareEnvironment(NamespaceEnvironment):
     def attach(self, endpoint: Endpoint) -> Attached:
         node = attach_namespace(self.ctx, endpoint.name, endpoint.number, endpoint.mtu)
         host = namespace_node(endpoint, node.ns, self.ctx.registry, node.iface, node.ipv4, node.ipv6,
-                          env_facts={"env": "bare", "netns": node.ns.name})
+                              env_facts={"env": "bare", "netns": node.ns.name})
         att = Attached(node=host, port=node.port, uplink=node.iface, offload_ifaces=[node.iface])
         self.attached.append(att)
         return att

@@ -58,6 +58,9 @@ class Subnet:
 
 def direct_link(ctx: "LabContext", name: str, ns: Namespace, mtu: int) -> tuple[Interface, Interface]:
     """A veth pair from the switch bridge (port named after the endpoint) to ``eth0`` in `ns`."""
+    if ctx.switch is None:
+        raise LabError(f"endpoint {name!r}: this lab has no switch to join it to (a declared topology wires its "
+                       "hosts itself)")
     link = Link.connect(ctx.switch, name, ns, "eth0", ctx.registry, mtu=mtu)
     ctx.switch.ipr.link("set", index=link.a.index, master=ctx.switch.index(ctx.bridge))
     return link.a, link.b
@@ -69,9 +72,12 @@ class LabContext:
 
     run_prefix: str
     registry: Registry
-    switch: Namespace
+    switch: Namespace | None  # None: the lab has no switch of the dumbbell's (a declared topology's)
     bridge: str = "br0"
     workdir: Path | None = None
+    # Namespaces the lab wired itself before the environment came (a declared topology's hosts, joined to
+    # their links with the graph's addresses): attach_namespace hands an endpoint its own instead of making one.
+    wired: dict[str, "WiredNamespace"] = field(default_factory=dict)
     _subnets: int = 0
 
     def ns_name(self, node: str) -> str:
@@ -180,8 +186,8 @@ class WiredNamespace:
     """A namespace on the switch: the bare host itself, or the machine a container or guest runs on."""
 
     ns: Namespace
-    iface: Interface  # its end of the link to the switch ("eth0")
-    port: Interface  # the switch's end, named after the endpoint
+    iface: Interface  # its end of the link to the switch ("eth0"; a topology's host: its first link's end)
+    port: Interface | None  # the switch's end, named after the endpoint (None: a topology's, not one port)
     ipv4: str
     ipv6: str
 
@@ -216,7 +222,10 @@ class NamespaceEnvironment(EnvironmentType):
 
 
 def attach_namespace(ctx: LabContext, name: str, number: int, mtu: int) -> WiredNamespace:
-    """A namespace joined to the switch by a veth pair, with its underlay addresses."""
+    """A namespace joined to the switch by a veth pair, with its underlay addresses; or the one the lab wired
+    for this endpoint already (a declared topology's host, on its own links and addresses)."""
+    if name in ctx.wired:
+        return ctx.wired[name]
     return wire_namespace(ctx, new_namespace(ctx, name), name, number, mtu)
 
 
@@ -256,6 +265,6 @@ def enable_forwarding(ns: Namespace) -> None:
 
 
 def namespace_node(endpoint: Endpoint, ns: Namespace, registry: Registry, iface: Interface, ipv4: str, ipv6: str,
-               **kwargs: Any) -> NamespaceNode:
+                   **kwargs: Any) -> NamespaceNode:
     return NamespaceNode(name=endpoint.name, ns=ns, registry=registry, ipv4=ipv4, ipv6=ipv6, cpu=endpoint.cpu,
                          iface=iface, **kwargs)

@@ -211,7 +211,7 @@ class ContainerEnvironment(NamespaceEnvironment):
         # A cpuset confines the container's processes; pinning them elsewhere would contradict it.
         cpu = None if self.limits.cpuset else endpoint.cpu
         host = namespace_node(endpoint, ctr, reg, link.b, c4, c6, public_ipv4=node.ipv4, public_ipv6=node.ipv6,
-                          wrapper=wrapper, env_facts=facts)
+                              wrapper=wrapper, env_facts=facts)
         host.cpu = cpu
         host.extra.update({"node": node, "cgroup": group, "ruleset": ruleset})
         att = Attached(node=host, port=node.port, uplink=node.iface,
