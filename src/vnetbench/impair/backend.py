@@ -164,7 +164,7 @@ class TrialCounters:
 
 
 class Backend:
-    """Realises a LinkSpec on one LabLink. Subclasses: rate qdisc (tbf/htb), netem, userspace."""
+    """Realises a LinkSpec on one LabLink. Subclasses: rate qdisc (tbf/htb), netem, userspace; on real hosts hosts.shaping.HostLinkBackend."""
 
     name = "?"
 

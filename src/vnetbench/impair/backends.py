@@ -8,7 +8,7 @@ netem       rate + buffer (tbf/htb child), delay, jitter           sch_netem in 
             (normal/uniform/pareto/paretonormal, in order or
             reordering), Bernoulli and Gilbert-Elliott loss,
             reorder, duplicate, corrupt
-userspace   everything, plus drop-head/CoDel/RED/PIE queues,       vnb-link (``make setup``)
+userspace   everything, plus drop-head/CoDel/RED/PIE/fq queues,       vnb-link (``make setup``)
             schedules and Mahimahi traces; any kernel
 ==========  =====================================================  ==========================
 

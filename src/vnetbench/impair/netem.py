@@ -2,7 +2,7 @@
 
 Untested on the machine this was written on: its kernel has no sch_netem. The
 commands are built from tc-netem(8) and tc-tbf(8)/tc-htb(8) semantics and the
-unit tests check them (tests/unit/test_impair_netem.py); `vnetbench doctor`
+unit tests check them (tests/unit/test_impair_backends.py); `vnetbench doctor`
 says whether this kernel has netem, and ``backend = "auto"`` only picks it
 where the probe installed one.
 

@@ -1,6 +1,6 @@
-"""Hosts, interfaces and links: Mininet's division of labour.
+"""Nodes, interfaces and links: Mininet's division of labour.
 
-Hosts know how to execute commands, interfaces know how to configure
+Nodes (RunsCommands) know how to execute commands, interfaces know how to configure
 themselves, links know how to connect two namespaces. Everything created is
 registered with the lab's teardown registry the moment it exists.
 """

@@ -141,17 +141,17 @@ def build_dumbbell(run_prefix: str, senders: int, mtu: int = 1500, pin_cpus: boo
         ...  ├── [ switch: bridge br0 ] ──────────── r
         sN ──┘      (port "r" egress: tbf/htb = rate + buffer)
 
-    Hosts: ``r`` (receiver) and ``s1..sN``; each attaches through its
+    Endpoints: ``r`` (receiver) and ``s1..sN``; each attaches through its
     environment (bare: ``eth0`` straight to the switch). With several
     ``variants`` (environment, senders), each gets its own receiver and
     senders on the same switch, named with a tag, so trials of any variant
     run without rebuilding::
 
         b-s1 ──┐                        ┌── b-r    bare
-        c-s1 ──┤                        ├── c-r    container: node ns (NAT) + container ns
-        o1-s1 ─┼── [ switch: br0 ] ─────┼── o1-r   overlay vxlan: node ns + container ns
+        c-s1 ──┤                        ├── c-r    container: wired ns (NAT) + container ns
+        o1-s1 ─┼── [ switch: br0 ] ─────┼── o1-r   overlay vxlan: wired ns + container ns
         o2-s1 ─┤                        ├── o2-r   overlay routed
-        v1-s1 ─┘                        └── v1-r   vm: node ns (tap, bridge) + QEMU guest
+        v1-s1 ─┘                        └── v1-r   vm: wired ns (tap, bridge) + QEMU guest
 
     Each receiver's switch port is its variant's bottleneck.
     """

@@ -63,11 +63,10 @@ class DumbbellBench:
     variants: list[tuple[Variant, int]] | None = None  # (environment, senders); None: one bare variant
     lab: Lab | None = None
     workdir: Path = None  # type: ignore[assignment]  # made in __post_init__, named after the run
-    _shaping: dict[str, tuple] = field(default_factory=dict)  # receiver -> installed (rate, buffer, qdisc, shape)
     _qdiscs: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # receiver -> kernel's view
     _offload: dict[Variant, list[dict[str, Any]]] = field(default_factory=dict)  # variant -> read-back
-    _servers: dict[str, subprocess.Popen] = field(default_factory=dict)  # "host:port" -> iperf3 server
-    _server_index: dict[str, int] = field(default_factory=dict)  # "host:label" -> n of its server-n.out/.err
+    _servers: dict[str, subprocess.Popen] = field(default_factory=dict)  # "<endpoint>:<label>" -> that workload's server
+    _server_index: dict[str, int] = field(default_factory=dict)  # "<endpoint>:<label>" -> n of its server-n.out/.err
     _facts: dict[Variant, dict[str, Any]] = field(default_factory=dict)
     lab_state: list[dict[str, Any]] = field(default_factory=list)
     configs: list[Configuration] = field(default_factory=list)  # the run's: link backends are chosen over all

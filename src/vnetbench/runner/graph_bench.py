@@ -48,8 +48,8 @@ CONTAINER_V6 = ipaddress.ip_network("2001:2:0:100::/56")
 
 @dataclass
 class GraphLabView(Lab):
-    """A built graph as the bench and the link manager see a lab: hosts by node name, one group (the trial's
-    clients and server), and each link found by its own name."""
+    """A built graph as the bench and the link manager see a lab: endpoints by node name, a group per (clients,
+    server) pair, and each link found by its own name."""
 
     built: GraphLab | None = None
     _namespaces: dict[str, Namespace] = field(default_factory=dict)
@@ -108,7 +108,7 @@ class GraphLabView(Lab):
 class GraphEndpoints(NamespaceEnvironment):
     """The topology's workload hosts, bare, as an environment: the graph's own namespaces, whose offloads are
     switched on every interface they have. (Another environment, a container, is made by its own module and
-    takes the graph's namespaces as its nodes: GraphBench._build.)"""
+    takes the graph's namespaces as its wired namespaces: GraphBench._build.)"""
 
     kind = "bare"
     tag = "b"
@@ -204,7 +204,7 @@ class GraphBench(DumbbellBench):
     # Every group's endpoints are hosts of the one graph, on the same devices: the offloads last set are every
     # group's.
     _offload_now: bool | None = None
-    _slots: dict[str, int] = field(default_factory=dict)  # client host -> its slot (TrialEndpoints.slots)
+    _slots: dict[str, int] = field(default_factory=dict)  # client endpoint -> its slot (TrialEndpoints.slots)
     _pairs_of: dict[str, tuple[Pair, dict[str, Pair]]] = field(default_factory=dict)  # config key -> _pairs()
 
     def _realise(self, config: Configuration) -> bool:
@@ -247,9 +247,8 @@ class GraphBench(DumbbellBench):
         if variant.env == "bare":
             env = GraphEndpoints(variant, f"namespaces on a declared topology: {shape}")
         else:
-            # The workloads' hosts in the variant's environment, each behind the host namespace the graph
-            # wired (a container: that namespace is its node, as the dumbbell's container node sits on the
-            # switch); the topology's other hosts stay bare: no workload runs there.
+            # The workloads' hosts in the variant's environment, each behind the namespace the graph wired
+            # for it (LabContext.wired), as a dumbbell container's wired namespace sits on the switch; the topology's other hosts stay bare: no workload runs there.
             env = environments.create(variant, LabContext(self.run_prefix, registry, switch=None, wired=wired))
             _keep_apart(lab.built, env)
         for number, (name, cpu) in enumerate(placed, 1):

@@ -8,8 +8,8 @@ directory (servers' files), and every process, which ends with its local ssh cli
 
 Link conditions go on a host's interface only where the inventory opts it in (``vnetbench_shape_interfaces``),
 steered into IFBs of the run's so that the interface's own qdisc and the host's other traffic are untouched
-(:mod:`vnetbench.hosts.shaping`). Offload changes on a remote host, and environments that need the local lab
-(an `env` other than bare), are refused before anything starts.
+(:mod:`vnetbench.hosts.shaping`). Offloads go off only on the interfaces the inventory opts in (``HostOffload``); environments that need the
+local lab (an `env` other than bare) are refused before anything starts.
 """
 
 from __future__ import annotations
@@ -275,8 +275,9 @@ def clock_offset(conn: SshConnection, samples: int = CLOCK_SAMPLES) -> dict[str,
 
 @dataclass
 class HostsBench(DumbbellBench):
-    """The lab's bench with real hosts for endpoints: one variant (the hosts as they are), no links to
-    shape, servers in a work directory of the run's on each host."""
+    """The lab's bench with real hosts for endpoints: one variant (the hosts as they are), link
+    conditions on the interfaces the inventory opts in (HostLinkManager), servers in a work directory of the run's
+    on each host."""
 
     place: Placement | None = None
     connect: Callable[[InventoryHost], SshConnection] | None = None

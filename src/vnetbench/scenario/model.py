@@ -61,7 +61,7 @@ class _Lab(Strict):
     """
 
     topology: Literal["dumbbell"] = Field(default="dumbbell", description="senders -> switch -> bottleneck port "
-                                          "-> receiver (the only topology yet)")
+                                          "-> receiver (a [topology] table declares any other)")
     senders: int | Literal["auto"] = Field(default="auto", description="how many senders (1 to 64); auto: 2 up to "
                                            "ratio 2, 3 up to 3, 4 above")
     bottleneck: float | None = Field(default=100e6, description="rate of the switch port toward the receiver, "

@@ -19,7 +19,7 @@ the endpoints its workloads run between.
 
 A link's conditions are declared where a dumbbell's are, ``[lab.link.NAME]`` (``forward`` = from its ``a``
 end to its ``b`` end), so the same keys sweep them (``"link.right.forward.delay" = ["5ms", "50ms"]``).
-Without a ``[topology]`` table a scenario runs on today's dumbbell, unchanged.
+Without a ``[topology]`` table a scenario runs on the dumbbell.
 """
 
 from __future__ import annotations

@@ -150,7 +150,7 @@ class Started:
     """
 
     name: str
-    procs: dict[str, subprocess.Popen] = field(default_factory=dict)  # label (usually a host name) -> process
+    procs: dict[str, subprocess.Popen] = field(default_factory=dict)  # label (usually an endpoint's name) -> process
     outputs: dict[str, Path] = field(default_factory=dict)  # label -> stdout file
     measured_from: float = 0.0  # trial-clock second its measured part begins (after any warm-up)
     measured_s: float = 0.0  # how long the measured part lasts

@@ -116,7 +116,7 @@ def client_script(options: Options, address: str, seconds: int) -> list[str]:
 
     The log goes to a file of its own first (sockperf opens it separately: pointing it at
     /dev/stdout would overwrite what it prints there) in the node's /tmp, which every node
-    has (a namespace host and a guest alike); its chatter goes to standard error.
+    has (a NamespaceNode and a GuestNode alike); its chatter goes to standard error.
     """
     port = TCP_PORT if options.proto == "tcp" else UDP_PORT
     argv = ["sockperf", options.mode, "-i", address, "-p", str(port), "-t", str(seconds), "-m", str(options.payload),

@@ -131,7 +131,7 @@ def file_name(size: float) -> str:
 def server_script(address: str, ip_version: int, sizes: list[int], workers: int, directory: str,
                   port: int = PORT) -> list[str]:
     """nginx in the foreground with a configuration and files of its own, made in `directory` on the
-    node it runs on (a namespace host and a guest alike; the run's work directory goes at teardown)."""
+    node it runs on (a NamespaceNode and a GuestNode alike; the run's work directory goes at teardown)."""
     listen = f"[{address}]:{port}" if ip_version == 6 else f"{address}:{port}"
     conf = "\n".join([
         # user root: the run's directory is private to root, and a guest knows no other user

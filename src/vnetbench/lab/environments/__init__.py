@@ -69,7 +69,7 @@ def kind(name: str) -> type[EnvironmentType]:
 
 def option_owners() -> dict[str, tuple[str, ...]]:
     """Every environment option (a lab field) and the environments that take it: {"nic": ("vm",),
-    "cpu_quota": ("container", "docker"), ...}. An option two environments share means the same there (a
+    "cpu_quota": ("container", "docker", "podman"), ...}. An option two environments share means the same there (a
     container's CPU limit, whether vnetbench's model or the engine applies it)."""
     owners: dict[str, tuple[str, ...]] = {}
     for cls in REGISTRY.values():

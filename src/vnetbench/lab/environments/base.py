@@ -113,7 +113,7 @@ class EnvironmentType:
     """What an environment module declares about itself (its class inherits this and is registered):
 
     - ``kind``: the value of the scenario's ``env``;
-    - ``tag``: the letter its hosts' names start with when a run has several environments;
+    - ``tag``: the letter its endpoints' names start with when a run has several environments;
     - ``Options``: the lab fields that belong to it, as a model of their own (type, default, description and
       checks, written once: the scenario's ``[lab]`` table and :class:`~vnetbench.lab.environments.Variant` take
       them from here). They are rejected with an ``env`` that does not declare them; two environments may declare
@@ -172,9 +172,9 @@ def register(cls: type[EnvironmentType]) -> type[EnvironmentType]:
 
 @dataclass(frozen=True)
 class Endpoint:
-    """One host the topology asks an environment for."""
+    """One endpoint the topology asks an environment for."""
 
-    name: str  # host name in the lab: "r", "s1", or with a variant tag "c-r"
+    name: str  # endpoint name in the lab: "r", "s1", or with a variant tag "c-r"
     number: int  # its node's underlay address number
     cpu: int | None  # CPU to pin its workloads to (None: not pinned)
     mtu: int  # underlay MTU
@@ -183,7 +183,7 @@ class Endpoint:
 
 @dataclass
 class WiredNamespace:
-    """A namespace on the switch: the bare host itself, or the machine a container or guest runs on."""
+    """A namespace joined to the lab's links: a bare endpoint's own, or the one a container or guest sits behind."""
 
     ns: Namespace
     iface: Interface  # its end of the link to the switch ("eth0"; a topology's host: its first link's end)
@@ -213,7 +213,7 @@ class NamespaceEnvironment(EnvironmentType):
         self._offload: offload.OffloadControl | None = None
 
     def finish(self) -> None:
-        """Called once every endpoint is attached; environments that join their nodes override it."""
+        """Called once every endpoint is attached; environments that join their wired namespaces override it."""
 
     def set_offload(self, on: bool) -> list[dict[str, Any]]:
         if self._offload is None:
@@ -230,7 +230,7 @@ def attach_namespace(ctx: LabContext, name: str, number: int, mtu: int) -> Wired
 
 
 def wire_namespace(ctx: LabContext, ns: Namespace, name: str, number: int, mtu: int) -> WiredNamespace:
-    """Join an existing namespace to the switch as a node: a bare host's, or a container's own."""
+    """Join an existing namespace to the switch: a bare endpoint's own, or a container's."""
     # An impairment on this link (the emulator) is spliced in later, between port and iface
     # (vnetbench.lab.splice): attach_namespace's result stays the endpoint's view of it.
     port, iface = direct_link(ctx, name, ns, mtu)

@@ -19,8 +19,8 @@ switch as a bare endpoint's is, and only the container itself (cgroup, seccomp, 
 Workload tools run inside the containers (`docker exec`, `podman --remote exec`: the engine's seccomp profile,
 capabilities and cgroup apply to them) from the tools image built of this machine's files
 (:mod:`vnetbench.lab.engines`).
-Each container's network namespace is given a name (``ip netns attach``), so tc, ethtool and the tcp_info
-sampler reach it like any namespace of the lab; the engine's own namespace is attached under a name
+Each container's network namespace is given a name (``ip netns attach``), so tc, ethtool and the ss
+sampler (workloads/ss.py) reach it like any namespace of the lab; the engine's own namespace is attached under a name
 `vnetbench clean` only unmounts (its processes are the engine's, never ours).
 """
 
@@ -50,7 +50,7 @@ IFA_F_TENTATIVE = 0x40
 
 
 class EngineNode(RunsCommands):
-    """A container as the lab sees a host: :class:`vnetbench.lab.nodes.NamespaceNode`'s interface, through the engine.
+    """A container as the lab sees a node: :class:`vnetbench.lab.nodes.NamespaceNode`'s interface, through the engine.
     A started command's input is a pipe this process holds (the Popen's), closed when the process is reaped or
     killed, which ends the command inside the container too (engines.EXEC_WRAPPER)."""
 

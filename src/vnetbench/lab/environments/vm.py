@@ -114,7 +114,7 @@ class VmOptions:
 
 @dataclass
 class GuestNode(RunsCommands):
-    """A guest as the lab sees a host: :class:`vnetbench.lab.nodes.NamespaceNode`'s interface, run over SSH."""
+    """A guest as the lab sees a node: :class:`vnetbench.lab.nodes.NamespaceNode`'s interface, run over SSH."""
 
     stdin_of_started: ClassVar[int] = subprocess.PIPE  # the guest's commands end when their input closes
     pins_each_command: ClassVar[bool] = False  # QEMU's threads keep the cores they were started on

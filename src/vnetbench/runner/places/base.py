@@ -3,11 +3,13 @@
 A run happens somewhere: in this machine's namespace lab, on real hosts over SSH, next on a Kubernetes cluster.
 The runner talks to that place through this interface alone, in this order::
 
-    prepare(configs)        what the scenario needs, checked here before anything is stored or started
+    prepare(loaded, configs) what the scenario needs, checked here before anything is stored or started
                             (tools, privileges, qdiscs, reachability); the configurations that run here
     hold(run_id, scenario)  the place's own locks (one run measures there at a time), and what can only be
                             read once they are held (the hosts' interfaces, clocks, fingerprints)
     facts()                 what the run's fingerprint records of the place
+    calibrate(prefix)       the place's machine measured the same way before the bench is made and after it
+                            is gone (runner/calibration.py; None where the place cannot)
     bench(prefix, configs)  the endpoints as nodes and the links as backends (an endpoint -> node mapping),
                             with how each configuration is prepared and each trial run
     release()               the locks let go (teardown of what the bench made is the bench's)
@@ -39,7 +41,7 @@ class Place(ABC):
     @abstractmethod
     def add_arguments(cls, parser: argparse.ArgumentParser, command: str) -> None:
         """The command-line options that choose this place and say how to reach it, for `command`
-        (run, plan, doctor, clean)."""
+        (run, doctor, clean)."""
 
     @classmethod
     @abstractmethod

@@ -29,7 +29,7 @@ from vnetbench.tools import IP, PING, SS, TASKSET, Tool, require
 
 
 class LabPlace(Place):
-    """The endpoints in namespaces of this machine, on a switch the run builds (lab/topology.py)."""
+    """The endpoints in namespaces of this machine, on a dumbbell's switch (lab/topology.py) or a declared topology's graph (lab/graph_lab.py)."""
 
     name = "lab"
 
