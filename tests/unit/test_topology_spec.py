@@ -255,3 +255,19 @@ def test_a_matrix_over_the_graph_builds_one_graph_per_value_under_a_prefix_of_it
     one = GraphBench.for_configs("vnb-abc123", configs[:2])  # one graph: one bench, as before
     shutil.rmtree(one.workdir, ignore_errors=True)
     assert isinstance(one, GraphBench)
+
+
+def test_a_graph_whose_segments_reach_the_containers_subnets_is_refused_naming_both():
+    from types import SimpleNamespace
+    import ipaddress
+
+    from vnetbench.errors import LabError
+    from vnetbench.runner.graph_bench import _keep_apart
+
+    def built(*v4):
+        return SimpleNamespace(plan=SimpleNamespace(segments=[SimpleNamespace(v4=ipaddress.ip_network(n), v6=None)
+                                                              for n in v4]))
+    env = SimpleNamespace(kind="container")
+    _keep_apart(built("198.18.0.0/30", "198.18.255.252/30"), env)  # the bottom of the range: apart
+    with pytest.raises(LabError, match=r"segment 198\.19\.0\.0/30 overlaps the subnets container endpoints get"):
+        _keep_apart(built("198.18.0.0/30", "198.19.0.0/30"), env)
