@@ -61,10 +61,16 @@ LAB_METRICS = (
     Metric("start.spread_ms", "ms", LOWER, "On real hosts (run --hosts): how far apart the clients of a trial's "
                                            "first workload started on their hosts, on the controller's clock"),
     # The CPU of the machine the lab runs on, over the first workload's measured window (runner/recorders.py).
-    Metric("cpu.util_pct", "%", LOWER, "Busy CPU of the lab's machine (user, system, irq, softirq) over the first "
-                                       "workload's measured window, in cores x 100 (200 = two cores busy): the "
-                                       "endpoints, the link emulator and whatever else ran, less the instruments' "
-                                       "own processes (cpu.probe_pct)", noise=0.10),
+    Metric("cpu.util_pct", "%", LOWER, "Busy CPU of the lab's machine, or of the hosts' machines together (user, "
+                                       "system, irq, softirq) over the first workload's measured window, in cores x "
+                                       "100 (200 = two cores busy): the endpoints, the link emulator and whatever "
+                                       "else ran, less the instruments' own processes (cpu.probe_pct)", noise=0.10),
+    Metric("cpu.rx_util_pct", "%", LOWER, "On real hosts (run --hosts), where the receiver's machine is not a "
+                                          "sender's: its busy CPU over the window, in cores x 100 (netperf's remote "
+                                          "side), the instruments' own processes there included", noise=0.10),
+    Metric("cpu.tx_util_pct", "%", LOWER, "On real hosts, where they are not the receiver's: the senders' machines' "
+                                          "busy CPU over the window, together, in cores x 100 (netperf's local side)",
+           noise=0.10),
     Metric("cpu.probe_pct", "%", LOWER, "CPU the instruments beside the traffic (ping, irtt, sockperf, ss running "
                                         "during another workload) used in their own processes over the same window, "
                                         "in cores x 100; not in cpu.util_pct (ping below a 10 ms interval spins a "

@@ -86,7 +86,18 @@ def test_a_scenario_runs_on_the_hosts_over_their_data_link(hosts, tmp_path):
     run_id = run_id_of(proc)
     with Store(tmp_path / "r.db") as store:
         # over an idle veth between the hosts' namespaces
-        tcp, _ = check_unshaped_streams(store, run_id, trials=2 * 2)
+        tcp, udp = check_unshaped_streams(store, run_id, trials=2 * 2)
+        # The hosts' CPUs, sampled on the hosts: both are namespaces of this machine (one boot id), so one
+        # machine, counted once, and no receiver/sender split. A TCP stream over a veth is bound by the cores
+        # (a core or more of its sender and receiver); 50 Mbit/s of UDP is a few percent of one.
+        assert "cpu.rx_util_pct" not in tcp and "cpu.tx_util_pct" not in tcp, tcp.keys()
+        assert min(tcp["cpu.util_pct"]) > max(udp["cpu.util_pct"]) + 30, (tcp["cpu.util_pct"], udp["cpu.util_pct"])
+        assert all(x > 0 for x in tcp["cpu.us_per_kb"]), tcp["cpu.us_per_kb"]
+        for trial in store.trials(run_id, with_raw=True):
+            machines = trial["raw"]["cpu"]["machines"]
+            assert list(machines) == ["server-a+client-1"], machines
+            assert machines["server-a+client-1"]["samples"] >= 5 and \
+                0 <= machines["server-a+client-1"]["sampler_pct"] < 10, machines
         # sockperf measured the data link between two namespaces too: well under a millisecond
         assert all(0 < x < 2000 for x in tcp["rr.p50_us"]), tcp["rr.p50_us"]
         configs = {c["labels"]["proto"]: c for c in store.configurations(run_id)}

@@ -20,6 +20,7 @@ from vnetbench.lab.nodes import (CPU_MARK, RunsCommands, exec_wrapper, run_holdi
                                  wrapper_cpu_seconds)
 from vnetbench.lab.teardown import Registry, poll_metered, stop_groups, wait_metered
 from vnetbench.runner.bench import instruments_cpu
+from vnetbench.runner import recorders
 from vnetbench.runner.recorders import CpuRecorder
 from vnetbench.workloads.base import Measurement, Started, TrialContext, TrialEndpoints
 
@@ -179,3 +180,90 @@ def test_the_trials_cpu_cost_is_counted_without_its_instruments():
     assert m.value("cpu.util_pct") == pytest.approx(35.0)
     assert m.value("cpu.us_per_kb") == pytest.approx(350.0)  # 0.35 s of CPU a second over 1000 KB
     assert m.value("cpu.softirq_pct") == pytest.approx(25.0)
+
+
+# ------------------------------------------------------------------ the hosts' machines, sampled there
+
+
+def _stamped(t: float, busy_ticks: int, idle_ticks: int, cut: bool = False) -> str:
+    text = f"vnb-t {t:.6f}\ncpu {busy_ticks} 0 0 {idle_ticks} 0 0 0 0\ncpu0 {busy_ticks} 0 0 {idle_ticks} 0 0 0 0\n"
+    return text if cut else text + "intr 1 2\nsoftirq 5 0 0\n"
+
+
+def test_a_hosts_samples_are_put_on_the_controllers_clock_and_a_cut_one_is_left_out():
+    from vnetbench.runner.recorders import parse_stamped_stats
+
+    text = _stamped(1002.0, 10, 90) + _stamped(1003.0, 60, 140) + _stamped(1004.0, 99, 999, cut=True)
+    samples = parse_stamped_stats(text, offset_s=2.0)  # the host's clock 2 s ahead
+    assert [t for t, _ in samples] == [1000.0, 1001.0]
+    assert samples[1][1]["cpu0"][:4] == (60, 0, 0, 140)
+
+
+def _recorder(machines: dict[str, str], senders=("s1",)):
+    from vnetbench.runner.recorders import MachinesCpuRecorder
+
+    nodes = {n: Here(n) for n in ("r", *senders)}
+    return MachinesCpuRecorder(nodes["r"], [nodes[s] for s in senders], machines, Path("/nonexistent"))
+
+
+def _give(rec, machine: str, busy_per_s: int, own_cpu_s: float = 0.0) -> None:
+    """A machine of one CPU busy `busy_per_s` ticks of 100 a second over [1000, 1002]; its sampler used
+    `own_cpu_s` over the same span."""
+    rec.samples[machine] = [(1000.0 + t, {"cpu0": (busy_per_s * t, 0, 0, (100 - busy_per_s) * t, 0, 0, 0, 0)})
+                            for t in (0, 1, 2)]
+    proc = SimpleNamespace(started_at=1000.0, ended_at=1002.0, cpu_s=own_cpu_s)
+    rec._procs[machine] = (proc, Path("/nonexistent.out"), Path("/nonexistent.err"))
+
+
+def test_the_receivers_and_the_senders_machines_are_measured_apart_less_the_samplers_own():
+    rec = _recorder({"r": "boot-a", "s1": "boot-b"})
+    _give(rec, "boot-a", 40, own_cpu_s=0.1)  # 40 % busy, 5 % of it the sampler
+    _give(rec, "boot-b", 70)
+    m, raw = Measurement(), {}
+    m.add("throughput.rx_mbps", 100.0)
+    rec.collect(m, raw, (1000.0, 1002.0))
+    got = {s.metric: s.value for s in m.samples}
+    assert got["cpu.rx_util_pct"] == pytest.approx(35) and got["cpu.tx_util_pct"] == pytest.approx(70)
+    assert got["cpu.util_pct"] == pytest.approx(105)
+    assert raw["cpu"]["machines"]["r"]["sampler_pct"] == pytest.approx(5)
+    assert raw["cpu"]["machines"]["s1"]["hosts"] == ["s1"]
+
+
+def test_hosts_of_one_machine_are_counted_once_and_not_split():
+    rec = _recorder({"r": "boot-a", "s1": "boot-a", "s2": "boot-a"}, senders=("s1", "s2"))
+    assert list(rec.sampled_by) == ["boot-a"] and rec.hosts["boot-a"] == ["r", "s1", "s2"]
+    _give(rec, "boot-a", 50)
+    m, raw = Measurement(), {}
+    rec.collect(m, raw, (1000.0, 1002.0))
+    got = {s.metric: s.value for s in m.samples}
+    assert got["cpu.util_pct"] == pytest.approx(50) and "cpu.rx_util_pct" not in got
+    assert list(raw["cpu"]["machines"]) == ["r+s1+s2"]
+
+
+def test_the_sampler_loop_reads_this_machines_cpus_through_the_wrapper(tmp_path):
+    """The loop itself, as a host runs it (through the exec wrapper, stopped by closing its input): a child
+    busy for a known CPU time shows up as that much of a core, and the loop says its own time."""
+    from vnetbench.runner.recorders import MachinesCpuRecorder
+
+    node = Here("r", wrapped=True)
+    rec = MachinesCpuRecorder(node, [Here("s1", wrapped=True)], {"r": "m", "s1": "m"}, tmp_path)
+    assert rec.sampled_by == {"m": node}  # one machine, this one: sampled through the receiver's node
+    rec.start(2.0)
+    time.sleep(0.5)
+    t0 = time.time()
+    busy = subprocess.run([sys.executable, "-c", "import time\nwhile time.process_time() < 2.0: pass"])
+    t1 = time.time()
+    time.sleep(0.5)
+    rec.stop()
+    assert busy.returncode == 0
+    m, raw = Measurement(), {}
+    # judged inside the busy span by more than a sample's interval, so that no sample around an edge is idle
+    inset = 0.25
+    assert recorders.REMOTE_SAMPLE_S < inset
+    rec.collect(m, raw, (t0 + inset, t1 - inset))
+    machine = raw["cpu"]["machines"]["r+s1"]
+    assert machine["samples"] >= 10
+    # one core busy for the whole window (the interpreter's start included), whatever else this machine does
+    # beside it; the loop's own forks a few percent of a core
+    assert 90 <= machine["busy_pct"] <= 200, machine
+    assert 0 < machine["sampler_pct"] < 20, machine

@@ -37,7 +37,7 @@ from vnetbench.lab.teardown import Registry
 from vnetbench.lab.topology import Group, Lab
 from vnetbench.runner.bench import DumbbellBench, TrialOutcome
 from vnetbench.runner.fingerprint import SYSCTLS
-from vnetbench.runner.recorders import LinkRecorder, Recorder
+from vnetbench.runner.recorders import LinkRecorder, MachinesCpuRecorder, Recorder
 from vnetbench.scenario.plan import Configuration
 from vnetbench.workloads import registry as workloads
 from vnetbench.tools import ETHTOOL, FLOCK, IP, PING, SS, TC, Tool
@@ -246,6 +246,13 @@ def survey_hosts(place: Placement, connect: Callable[[InventoryHost], SshConnect
 CLOCK_SAMPLES = 8
 
 
+def _machine(conn: SshConnection, name: str) -> str:
+    """The machine a host is, as far as its CPUs go: its kernel's boot id (hosts that are containers or
+    namespaces of one machine share it); the host's own name where it cannot be read."""
+    done = conn.run(["cat", "/proc/sys/kernel/random/boot_id"])
+    return done.stdout.strip() if done.returncode == 0 and done.stdout.strip() else name
+
+
 def clock_offset(conn: SshConnection, samples: int = CLOCK_SAMPLES) -> dict[str, Any]:
     """The host's clock minus the controller's, as NTP estimates it: the host's time is read between two
     local readings t0 and t1, so it is (t0 + t1) / 2 give or take half the round trip; the sample with the
@@ -285,6 +292,7 @@ class HostsBench(DumbbellBench):
     remote_workdir: str = ""
     wait_for_host: float = 30.0
     offloads: dict[str, shaping.HostOffload] = field(default_factory=dict)  # host -> its data interface's
+    machine_of: dict[str, str] = field(default_factory=dict)  # host -> its machine (boot id): CPUs counted once
     _offload_on: bool | None = True  # the hosts' offloads now: their own (True), off, or unknown (None)
     _offload_state: list[dict[str, Any]] = field(default_factory=list)  # as the hosts read them back
     # Called with the names of hosts that dropped out and came back (the run's locks there went with their
@@ -329,6 +337,7 @@ class HostsBench(DumbbellBench):
             clock = self.host_facts.get(host.name, {}).get("clock") or {}
             node.offset_s = (clock.get("offset_ms") or 0.0) / 1e3
             self.lab.endpoints[host.name] = node
+            self.machine_of[host.name] = _machine(conn, host.name)
         self.lab.groups[BARE] = Group(BARE, "", None, self.place.receiver.name, [h.name for h in self.place.senders])
         self.lab.bringup_s[BARE] = 0.0
         self.links = HostLinkManager(self.lab, registry, self.workdir, self.run_prefix, auto=dict(self.place.backends),
@@ -474,9 +483,12 @@ class HostsBench(DumbbellBench):
         self._offload_on = None
 
     def recorders(self, group: Group) -> list[Recorder]:
-        """The links' counters. This machine's CPUs are not the hosts': their CPU cost needs each host's
-        /proc/stat sampled there (not yet)."""
-        return [LinkRecorder(self.links)]
+        """The links' counters, and the CPUs of the hosts' machines, sampled there (this machine's are not
+        theirs)."""
+        assert self.lab is not None
+        return [LinkRecorder(self.links),
+                MachinesCpuRecorder(self.lab.endpoints[group.receiver], [self.lab.endpoints[n] for n in group.senders],
+                                    self.machine_of, self.workdir)]
 
     def variant_name(self, group: Group) -> str:
         return "hosts"  # the one variant: the inventory's hosts, as they are

@@ -10,7 +10,9 @@ traffic moves; it starts nothing the workloads would see.
 - :class:`QdiscRecorder`: the lab's bottleneck port qdisc counters, where the links' backend counts no drops;
 - :class:`EnvironmentRecorder`: an environment's own counters (an overlay's VXLAN devices);
 - :class:`CpuRecorder`: what the CPUs of the machine the endpoints run on did (/proc/stat), and what a byte or a
-  transaction cost in CPU time (netperf's service demand).
+  transaction cost in CPU time (netperf's service demand);
+- :class:`MachinesCpuRecorder`: the same on the machines a run reaches through its nodes (SSH hosts), sampled
+  there, with the receiver's and the senders' sides apart where they are different machines.
 
 A bench gives the trial its recorders (``DumbbellBench.recorders``); a new kind of counter is one class here.
 """
@@ -24,6 +26,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from vnetbench.impair import tc
+from vnetbench.lab.teardown import stop_groups, wait_metered
 from vnetbench.impair.links import LinkManager, bottleneck_drops, link_metrics
 from vnetbench.runner import foreign, pathcheck
 from vnetbench.workloads.base import Measurement
@@ -204,26 +207,11 @@ class CpuRecorder(Recorder):
 
     def at(self, t: float) -> dict[str, list[float]]:
         """The counters at epoch `t`, interpolated between the samples around it."""
-        times = [s[0] for s in self.samples]
-        i = max(1, min(len(times) - 1, next((k for k, x in enumerate(times) if x >= t), len(times) - 1)))
-        (t0, c0), (t1, c1) = self.samples[i - 1], self.samples[i]
-        f = 0.0 if t1 <= t0 else min(1.0, max(0.0, (t - t0) / (t1 - t0)))
-        return {cpu: [a + f * (b - a) for a, b in zip(c0[cpu], c1[cpu])] for cpu in c0 if cpu in c1}
+        return counters_at(self.samples, t)
 
     def shares(self, window: Window) -> dict[str, dict[str, float]] | None:
         """Per CPU, the percent of its time in each STAT_FIELDS state over `window` (None: too short)."""
-        a = max(window[0], self.samples[0][0])
-        b = min(window[1], self.samples[-1][0])
-        if b - a < CPU_MIN_WINDOW_S:
-            return None
-        before, after = self.at(a), self.at(b)
-        out = {}
-        for cpu in before:
-            delta = [y - x for x, y in zip(before[cpu], after[cpu])]
-            total = sum(delta)
-            if total > 0:
-                out[cpu] = {f: round(100 * d / total, 2) for f, d in zip(STAT_FIELDS, delta)}
-        return out or None
+        return shares_over(self.samples, window)
 
     def collect(self, measurement: Measurement | None, raw: dict[str, Any], window: Window | None) -> None:
         if window is None or len(self.samples) < 2:
@@ -236,23 +224,176 @@ class CpuRecorder(Recorder):
         if self._foreign is not None:
             raw["cpu"]["foreign"] = {"pct": round(self._foreign.pct, 2),
                                      "top": [{"command": c, "pid": pid, "pct": pct} for c, pid, pct in self._foreign.top]}
-        machine = sum(shares[f] for shares in per_cpu.values() for f in BUSY_FIELDS)
+        machine = busy_pct(per_cpu)
         raw["cpu"]["busy_pct"] = round(machine, 2)  # the instruments' own included
         if measurement is None:
             return
         if self._foreign is not None:
             measurement.add("cpu.foreign_pct", self._foreign.pct)
-        # The instruments' processes (runner/bench.instruments_cpu) are not the traffic's cost: a ping below a
-        # 10 ms interval spins a core while it waits for nothing.
-        busy = max(0.0, machine - (measurement.value("cpu.probe_pct") or 0.0))
-        measurement.add("cpu.util_pct", busy)
-        measurement.add("cpu.softirq_pct", sum(shares["softirq"] for shares in per_cpu.values()))
-        measurement.add("cpu.steal_pct", sum(shares["steal"] for shares in per_cpu.values()))
-        busy_us_per_s = busy / 100 * 1e6
-        rx_mbps = measurement.value("throughput.rx_mbps")
-        if rx_mbps is not None:
-            kb_per_s = rx_mbps * 1e6 / 8 / KB
-            measurement.add("cpu.us_per_kb", busy_us_per_s / kb_per_s if kb_per_s > 0 else math.nan)
-        rate = next((v for name in TRANSACTION_RATES if (v := measurement.value(name)) is not None), None)
-        if rate is not None:
-            measurement.add("cpu.us_per_transaction", busy_us_per_s / rate if rate > 0 else math.nan)
+        add_cpu_metrics(measurement, machine, per_cpu)
+
+
+def counters_at(samples: list[tuple[float, dict[str, tuple[int, ...]]]], t: float) -> dict[str, list[float]]:
+    """/proc/stat's counters at epoch `t`, interpolated between the (epoch, counters) samples around it."""
+    times = [s[0] for s in samples]
+    i = max(1, min(len(times) - 1, next((k for k, x in enumerate(times) if x >= t), len(times) - 1)))
+    (t0, c0), (t1, c1) = samples[i - 1], samples[i]
+    f = 0.0 if t1 <= t0 else min(1.0, max(0.0, (t - t0) / (t1 - t0)))
+    return {cpu: [a + f * (b - a) for a, b in zip(c0[cpu], c1[cpu])] for cpu in c0 if cpu in c1}
+
+
+def shares_over(samples: list[tuple[float, dict[str, tuple[int, ...]]]],
+                window: Window) -> dict[str, dict[str, float]] | None:
+    """Per CPU, the percent of its time in each STAT_FIELDS state over `window` (None: too short, or fewer
+    than two samples)."""
+    if len(samples) < 2:
+        return None
+    a = max(window[0], samples[0][0])
+    b = min(window[1], samples[-1][0])
+    if b - a < CPU_MIN_WINDOW_S:
+        return None
+    before, after = counters_at(samples, a), counters_at(samples, b)
+    out = {}
+    for cpu in before:
+        delta = [y - x for x, y in zip(before[cpu], after[cpu])]
+        total = sum(delta)
+        if total > 0:
+            out[cpu] = {f: round(100 * d / total, 2) for f, d in zip(STAT_FIELDS, delta)}
+    return out or None
+
+
+def busy_pct(per_cpu: dict[str, dict[str, float]]) -> float:
+    """Busy CPU (BUSY_FIELDS) over every CPU of `per_cpu`, in cores x 100."""
+    return sum(shares[f] for shares in per_cpu.values() for f in BUSY_FIELDS)
+
+
+def add_cpu_metrics(measurement: Measurement, machine: float, per_cpu: dict[str, dict[str, float]]) -> None:
+    """cpu.util_pct, softirq, steal and the service demand from the busy CPU of the machine(s) (`machine`,
+    cores x 100, vnetbench's own sampler already taken out) and their per-CPU shares."""
+    # The instruments' processes (runner/bench.instruments_cpu) are not the traffic's cost: a ping below a
+    # 10 ms interval spins a core while it waits for nothing.
+    busy = max(0.0, machine - (measurement.value("cpu.probe_pct") or 0.0))
+    measurement.add("cpu.util_pct", busy)
+    measurement.add("cpu.softirq_pct", sum(shares["softirq"] for shares in per_cpu.values()))
+    measurement.add("cpu.steal_pct", sum(shares["steal"] for shares in per_cpu.values()))
+    busy_us_per_s = busy / 100 * 1e6
+    rx_mbps = measurement.value("throughput.rx_mbps")
+    if rx_mbps is not None:
+        kb_per_s = rx_mbps * 1e6 / 8 / KB
+        measurement.add("cpu.us_per_kb", busy_us_per_s / kb_per_s if kb_per_s > 0 else math.nan)
+    rate = next((v for name in TRANSACTION_RATES if (v := measurement.value(name)) is not None), None)
+    if rate is not None:
+        measurement.add("cpu.us_per_transaction", busy_us_per_s / rate if rate > 0 else math.nan)
+
+
+# A machine reached through a node (an SSH host): its /proc/stat sampled there by one shell loop for the whole
+# trial, each sample stamped with the host's clock; two forks (date, cat) a sample. The loop's own CPU time (the
+# exec wrapper's -t) is taken out of its machine's busy time.
+REMOTE_SAMPLE_S = 0.2
+REMOTE_STAT_LOOP = f'while :; do echo "vnb-t $(date +%s.%N)"; cat /proc/stat; sleep {REMOTE_SAMPLE_S}; done'
+STAMP = "vnb-t "
+
+
+def parse_stamped_stats(text: str, offset_s: float = 0.0) -> list[tuple[float, dict[str, tuple[int, ...]]]]:
+    """The remote loop's samples as (controller epoch, counters): the host's stamp less its clock's offset
+    (the host's clock minus the controller's). A sample the loop's end cut short (no "softirq" line, which
+    /proc/stat ends with) is left out."""
+    out = []
+    for block in text.split(STAMP)[1:]:
+        stamp, _, body = block.partition("\n")
+        try:
+            at = float(stamp) - offset_s
+        except ValueError:
+            continue
+        counters = parse_proc_stat(body)
+        if counters and "\nsoftirq " in f"\n{body}":
+            out.append((at, counters))
+    return out
+
+
+class MachinesCpuRecorder(Recorder):
+    """The CPUs of the machines a run reaches through its nodes (run --hosts): on each machine, one sampler
+    loop (REMOTE_STAT_LOOP) through one of its nodes, judged over the trial's window as :class:`CpuRecorder`
+    judges this machine's. Hosts with one boot id are one machine, counted once (two inventory hosts may be
+    containers of one machine). Metrics: those of CpuRecorder over the machines together, and where the
+    receiver's machine is not a sender's, ``cpu.rx_util_pct`` and ``cpu.tx_util_pct`` (netperf's remote and
+    local sides). Raw: per machine its hosts, per-CPU shares, busy and the sampler's own share."""
+
+    def __init__(self, receiver: Any, senders: list[Any], machine_of: dict[str, str], workdir: Path):
+        self.receiver, self.senders, self.workdir = receiver, senders, workdir
+        self.machine_of = machine_of  # host name -> its machine (boot id)
+        self.hosts: dict[str, list[str]] = {}  # machine -> the hosts on it, receiver first
+        self.sampled_by: dict[str, Any] = {}  # machine -> the node its sampler runs on
+        for node in [receiver, *senders]:
+            machine = machine_of.get(node.name, node.name)
+            if node.name not in self.hosts.setdefault(machine, []):
+                self.hosts[machine].append(node.name)
+            self.sampled_by.setdefault(machine, node)
+        self._procs: dict[str, tuple[Any, Path, Path]] = {}
+        self.samples: dict[str, list[tuple[float, dict[str, tuple[int, ...]]]]] = {}
+
+    def start(self, span_s: float) -> None:
+        self._procs, self.samples = {}, {}
+        for machine, node in self.sampled_by.items():
+            base = self.workdir / f"cpu-{node.name}-{time.time_ns()}"
+            out, err = base.with_suffix(".out"), base.with_suffix(".err")
+            proc = node.popen(["sh", "-c", REMOTE_STAT_LOOP], out, err, pin=False, timed=True)
+            self._procs[machine] = (proc, out, err)
+
+    def stop(self) -> None:
+        procs = [proc for proc, _, _ in self._procs.values()]
+        for proc in procs:  # the wrapper ends the loop when its input closes, and says the loop's CPU time
+            if proc.stdin is not None and proc.poll() is None:
+                proc.stdin.close()
+        deadline = time.monotonic() + 5.0
+        for proc in procs:
+            try:
+                wait_metered(proc, timeout=max(0.1, deadline - time.monotonic()))
+            except Exception:  # noqa: BLE001 - stopped below
+                pass
+        stop_groups(procs, grace=1.0)
+        for machine, (proc, out, _) in self._procs.items():
+            node = self.sampled_by[machine]
+            try:
+                text = out.read_text(errors="replace")
+            except OSError:
+                text = ""
+            self.samples[machine] = parse_stamped_stats(text, getattr(node, "offset_s", 0.0))
+
+    def _own_pct(self, machine: str, window: Window) -> float:
+        """The sampler loop's own CPU over `window`, in cores x 100 (its time spread evenly over its life)."""
+        proc, _, err = self._procs[machine]
+        cpu = self.sampled_by[machine].cpu_seconds(proc, err)
+        start, end = getattr(proc, "started_at", None), getattr(proc, "ended_at", None) or time.time()
+        if cpu is None or start is None or window[1] <= window[0]:
+            return 0.0
+        inside = cpu * max(0.0, min(end, window[1]) - max(start, window[0])) / max(end - start, 1e-3)
+        return 100 * inside / (window[1] - window[0])
+
+    def collect(self, measurement: Measurement | None, raw: dict[str, Any], window: Window | None) -> None:
+        if window is None or not self.samples:
+            return
+        machines: dict[str, Any] = {}
+        combined: dict[str, dict[str, float]] = {}
+        busy: dict[str, float] = {}
+        for machine, samples in self.samples.items():
+            per_cpu = shares_over(samples, window)
+            label = "+".join(self.hosts[machine])
+            if per_cpu is None:
+                machines[label] = {"samples": len(samples), "error": "too few samples over the window"}
+                continue
+            own = self._own_pct(machine, window)
+            busy[machine] = max(0.0, busy_pct(per_cpu) - own)
+            machines[label] = {"hosts": self.hosts[machine], "samples": len(samples), "per_cpu_pct": per_cpu,
+                               "busy_pct": round(busy[machine], 2), "sampler_pct": round(own, 2)}
+            combined.update({f"{label}/{cpu}": shares for cpu, shares in per_cpu.items()})
+        raw["cpu"] = {"where": "the hosts' machines", "window_s": round(window[1] - window[0], 3),
+                      "machines": machines}
+        if measurement is None or len(busy) < len(self.samples):
+            return  # a machine not judged: no total that leaves it out
+        add_cpu_metrics(measurement, sum(busy.values()), combined)
+        rx = self.machine_of.get(self.receiver.name, self.receiver.name)
+        tx = {self.machine_of.get(n.name, n.name) for n in self.senders}
+        if rx not in tx and rx in busy and tx <= busy.keys():
+            measurement.add("cpu.rx_util_pct", busy[rx])
+            measurement.add("cpu.tx_util_pct", sum(busy[m] for m in tx))
