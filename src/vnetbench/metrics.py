@@ -109,7 +109,8 @@ HEADLINE = ("throughput.rx_mbps", "udp.loss_ratio", "rtt.p50_ms", "rtt.p99_ms", 
 
 #: What a trial cost in CPU (runner/recorders.CpuRecorder): shown after the headline by `show`, not judged by
 #: compare's default (the machine's other work moves it; `compare --metric cpu.us_per_kb` judges it).
-COST = ("cpu.util_pct", "cpu.us_per_kb", "cpu.us_per_transaction", "cpu.probe_pct")
+COST = ("cpu.util_pct", "cpu.us_per_kb", "cpu.us_per_transaction", "cpu.rx_util_pct", "cpu.tx_util_pct",
+        "cpu.probe_pct")
 
 #: The machine's own noise: a trial is marked (kept in the statistics, counted apart by `show`, the report and
 #: `compare`) when over it the hypervisor took, or processes that are not the run's used, more than this much
