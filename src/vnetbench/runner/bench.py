@@ -32,7 +32,7 @@ from vnetbench.metrics import QUALIFIER, base_name, qualified
 from vnetbench.output import write_bytes
 from vnetbench.runner import pathcheck
 from vnetbench.runner.recorders import (CpuRecorder, EnvironmentRecorder, LinkRecorder, QdiscRecorder, Recorder,
-                                        Window)
+                                        Window, cpu_inside)
 from vnetbench.scenario.plan import Configuration
 from vnetbench.topology.fairness import share_fairness
 from vnetbench.workloads import ping, registry
@@ -720,7 +720,7 @@ def instruments_cpu(ctx: TrialContext, runs: list[tuple[str, Started]], window: 
             life = max(end - start, 1e-3)
             per_process[f"{name}/{label}"] = round(100 * cpu / life, 1)
             if instrument and window is not None:
-                inside += cpu * max(0.0, min(end, window[1]) - max(start, window[0])) / life
+                inside += cpu_inside(cpu, start, end, window)
     if per_process:
         raw["process_cpu_pct"] = per_process
     if not any_instrument or unknown or window is None or window[1] <= window[0]:

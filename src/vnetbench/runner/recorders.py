@@ -262,6 +262,12 @@ def shares_over(samples: list[tuple[float, dict[str, tuple[int, ...]]]],
     return out or None
 
 
+def cpu_inside(cpu_s: float, start: float, end: float, window: Window) -> float:
+    """Of a process's `cpu_s` CPU seconds over its life [start, end], the part inside `window`, its time spread
+    evenly over its life (all a process's rusage or `times` says)."""
+    return cpu_s * max(0.0, min(end, window[1]) - max(start, window[0])) / max(end - start, 1e-3)
+
+
 def busy_pct(per_cpu: dict[str, dict[str, float]]) -> float:
     """Busy CPU (BUSY_FIELDS) over every CPU of `per_cpu`, in cores x 100."""
     return sum(shares[f] for shares in per_cpu.values() for f in BUSY_FIELDS)
@@ -367,8 +373,7 @@ class MachinesCpuRecorder(Recorder):
         start, end = getattr(proc, "started_at", None), getattr(proc, "ended_at", None) or time.time()
         if cpu is None or start is None or window[1] <= window[0]:
             return 0.0
-        inside = cpu * max(0.0, min(end, window[1]) - max(start, window[0])) / max(end - start, 1e-3)
-        return 100 * inside / (window[1] - window[0])
+        return 100 * cpu_inside(cpu, start, end, window) / (window[1] - window[0])
 
     def collect(self, measurement: Measurement | None, raw: dict[str, Any], window: Window | None) -> None:
         if window is None or not self.samples:
