@@ -65,7 +65,7 @@ class DumbbellBench:
     workdir: Path = None  # type: ignore[assignment]  # made in __post_init__, named after the run
     _qdiscs: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # receiver -> kernel's view
     _offload: dict[Variant, list[dict[str, Any]]] = field(default_factory=dict)  # variant -> read-back
-    _servers: dict[str, subprocess.Popen] = field(default_factory=dict)  # "<endpoint>:<label>" -> that workload's server
+    _servers: dict[str, subprocess.Popen] = field(default_factory=dict)  # "<endpoint>:<label>" -> its server
     _server_index: dict[str, int] = field(default_factory=dict)  # "<endpoint>:<label>" -> n of its server-n.out/.err
     _facts: dict[Variant, dict[str, Any]] = field(default_factory=dict)
     lab_state: list[dict[str, Any]] = field(default_factory=list)
