@@ -19,9 +19,9 @@ DEB_PACKAGES := iproute2 iputils-ping iperf3 irtt sockperf wrk apache2-utils ngi
                 ethtool tcpdump \
                 nftables procps util-linux coreutils kmod busybox-static qemu-system-x86 \
                 linux-image-amd64 dropbear-bin openssh-client openssh-server zstd chromium python3-venv tmux docker.io \
-                podman catatonit
+                podman catatonit containerd containernetworking-plugins gcc libc6-dev openssl
 
-.PHONY: setup deps venv emulator plotly-bundle demo test check test-unit test-lab docs clean-lab
+.PHONY: setup deps venv emulator plotly-bundle kube demo test check test-unit test-lab docs clean-lab
 
 setup: deps venv emulator plotly-bundle
 
@@ -59,14 +59,36 @@ emulator:
 plotly-bundle: venv
 	$(PY) -m vnetbench.report.plotly_bundle install
 
+# Kubernetes for the test cluster (tests/kubecluster.py): one multi-call binary (etcd, kube-apiserver,
+# kube-controller-manager, kube-scheduler, kubelet, kube-proxy) built from the Go module proxy by the wrapper
+# module in kube/, into KUBE_CACHE with its module and build caches (outside the repository, kept between
+# runs: about 10 CPU-minutes cold, a relink after that). Needs Go 1.24 or later (Debian 12's is too old).
+KUBE_VERSION := v1.34.4
+KUBE_CACHE   ?= $(HOME)/.cache/vnetbench/kube
+KUBE_BIN     := $(KUBE_CACHE)/kube-$(KUBE_VERSION)/kube
+KUBE_LDFLAGS := -s -w -X k8s.io/component-base/version.gitVersion=$(KUBE_VERSION) \
+                -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=34 \
+                -X k8s.io/client-go/pkg/version.gitVersion=$(KUBE_VERSION)
+
+kube: $(KUBE_BIN)
+
+$(KUBE_BIN): kube/go.mod kube/go.sum kube/cmd/kube/main.go
+	@command -v go >/dev/null || { echo "go not found: the test cluster's Kubernetes is built with Go 1.24 or later (go.dev/dl)"; exit 1; }
+	mkdir -p $(dir $@)
+	cd kube && GOMODCACHE=$(KUBE_CACHE)/gomod GOCACHE=$(KUBE_CACHE)/gocache GOTOOLCHAIN=local GOFLAGS=-buildvcs=false \
+	  CGO_ENABLED=0 go build -trimpath -ldflags "$(KUBE_LDFLAGS)" -o $@.part ./cmd/kube
+	mv $@.part $@
+
 demo: setup
 	mkdir -p demo
 	$(VENV)/bin/vnetbench run quick --db demo/vnetbench.db --report demo/report.html
 
-# The lab tests one at a time (they measure), then the unit tests on every core (they do not).
-test: setup
+# The lab tests one at a time (they measure), then the tests on the Kubernetes cluster (alone: a cluster
+# loads the machine), then the unit tests on every core (they do not measure).
+test: setup kube
 	@if [ -f emulator/Cargo.toml ]; then cargo test --release --locked --manifest-path emulator/Cargo.toml; fi
-	$(VENV)/bin/pytest -q --durations=25 tests/integration
+	$(VENV)/bin/pytest -q --durations=25 -m "not kube" tests/integration
+	VNB_KUBE_CACHE=$(KUBE_CACHE) $(VENV)/bin/pytest -q --durations=5 -m kube tests/integration
 	$(VENV)/bin/pytest -q --durations=10 -n auto tests/unit
 	$(VENV)/bin/vnetbench clean --check
 

@@ -93,6 +93,11 @@ SUPPORT_PACKAGES: dict[str, str] = {
     "chromium": "the HTML report's browser tests",
     "python3-venv": "the Python environment of make setup",
     "tmux": "the terminal output's tests in a real terminal",
+    "containerd": "the test Kubernetes cluster's nodes (tests/kubecluster.py)",
+    "containernetworking-plugins": "the test Kubernetes cluster's pod network (bridge, host-local)",
+    "gcc": "the test Kubernetes cluster's pause program (static)",
+    "openssl": "the test Kubernetes cluster's certificates",
+    "libc6-dev": "the static libc the pause program links",
 }
 
 
