@@ -69,3 +69,13 @@ def pytest_collection_modifyitems(config, items):
         for item in items:
             if "lab" in item.keywords:
                 item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def kube_cluster():
+    """The test Kubernetes cluster (tests/kubecluster.py), started once for the tests marked `kube` that ask
+    for it, stopped after the last."""
+    import kubecluster
+
+    with kubecluster.cluster() as cluster:
+        yield cluster

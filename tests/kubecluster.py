@@ -29,6 +29,7 @@ The research behind it, with what each setting settles: ../shared/research/kuber
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import secrets
@@ -55,6 +56,7 @@ START_TIMEOUT_S = 180
 PROGRAMS = ("containerd", "ctr", "runc", "nsenter", "unshare", "openssl", "gcc")
 PACKAGES = "containerd runc util-linux openssl gcc libc6-dev containernetworking-plugins"
 CGROUP_ROOT = Path("/sys/fs/cgroup")
+CLONE_NEWNET = 0x40000000
 
 
 def cache_dir() -> Path:
@@ -113,6 +115,20 @@ class KubeCluster:
     def enter(self) -> list[str]:
         """The argv prefix that runs a program in the control plane's network, where the API is."""
         return ["nsenter", f"--net=/run/netns/{self.cp_netns}"]
+
+    @contextmanager
+    def entered(self) -> Iterator[None]:
+        """This thread (and the threads and processes it starts) in the control plane's network while inside:
+        what a test body needs to use vnetbench's Kubernetes code directly. Back where it was after."""
+        libc = ctypes.CDLL(None, use_errno=True)
+        with open("/proc/thread-self/ns/net") as home, open(f"/run/netns/{self.cp_netns}") as cp:
+            if libc.setns(cp.fileno(), CLONE_NEWNET):
+                raise OSError(ctypes.get_errno(), f"setns into {self.cp_netns}")
+            try:
+                yield
+            finally:
+                if libc.setns(home.fileno(), CLONE_NEWNET):
+                    raise OSError(ctypes.get_errno(), "setns back to the test's own network")
 
     def kube(self, component: str) -> list[str]:
         return [str(binary()), component]

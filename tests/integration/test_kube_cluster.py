@@ -40,13 +40,10 @@ def run(name, argv):
     """argv in the pod through the API; (exit code, output)."""
     resp = stream.stream(core.connect_get_namespaced_pod_exec, name, ns, command=argv, stdout=True,
                          stderr=True, stdin=False, tty=False, _preload_content=False)
-    out = []
-    while resp.is_open():
-        resp.update(timeout=1)
-        out.append(resp.read_stdout() or "")
-        out.append(resp.read_stderr() or "")
+    resp.run_forever(timeout=60)  # to the end of the stream: what came last is still buffered after it
+    out = (resp.read_stdout() or "") + (resp.read_stderr() or "")
     resp.close()
-    return resp.returncode, "".join(out)
+    return resp.returncode, out
 
 started = time.monotonic()
 pods = {"p1": (nodes[0], False), "p2": (nodes[1], False), "h1": (nodes[0], True)}
@@ -92,10 +89,10 @@ with kubecluster.cluster() as c:
 """
 
 
-def test_what_a_killed_session_left_is_removed_by_the_next():
-    """Before the module's cluster starts (no test before this one uses it): a session killed with its
-    cluster up and a pod running leaves processes (they run in sessions of their own), namespaces, cgroups and its directory;
-    the next cluster's start removes them all, and nothing of a live session's."""
+def test_what_a_killed_session_left_is_removed_by_the_next(k8s):
+    """A session killed with its cluster up and a pod running leaves processes (they run in sessions of their
+    own), namespaces, cgroups and its directory; the next cluster's start removes them all, and nothing of a
+    live session's (this session's cluster, up meanwhile, stays Ready)."""
     tests = Path(kubecluster.__file__).parent
     proc = subprocess.Popen([sys.executable, "-c", KILLED_SESSION], stdout=subprocess.PIPE, text=True,
                             cwd=tests, env={**os.environ, "PYTHONPATH": f"{tests}:{os.environ.get('PYTHONPATH', '')}"})
@@ -112,6 +109,7 @@ def test_what_a_killed_session_left_is_removed_by_the_next():
     assert tag in kubecluster.remove_dead_ones()
     assert kubecluster.leftovers(tag) == []
     assert not [pid for pid in in_pods if running(pid)]
+    assert {n: c.get("Ready") for n, c in k8s.node_conditions().items()} == {n: "True" for n in k8s.nodes}
 
 
 def running(pid: int) -> bool:
@@ -122,10 +120,9 @@ def running(pid: int) -> bool:
         return False
 
 
-@pytest.fixture(scope="module")
-def k8s():
-    with kubecluster.cluster() as c:
-        yield c
+@pytest.fixture
+def k8s(kube_cluster):
+    return kube_cluster
 
 
 def test_pods_on_two_nodes_answer_through_the_api_and_reach_each_other_over_vxlan(k8s):

@@ -1,0 +1,57 @@
+"""A pod as the lab sees an endpoint: :class:`vnetbench.lab.nodes.RunsCommands` through the Kubernetes API.
+
+Every command runs through the tools image's exec wrapper (/bin/vnb-exec, :data:`vnetbench.lab.engines.EXEC_WRAPPER`)
+by the exec helper (:mod:`vnetbench.kube.exec`), a local process per command: its input is a pipe this
+process holds, and when it closes or the helper dies, the wrapper stops the command in the pod, as for a
+container of an engine. Pods are not pinned to cores: the node's kubelet and scheduler decide.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+from vnetbench.kube.pods import CONTAINER
+from vnetbench.lab.nodes import RunsCommands, placement_entry
+from vnetbench.lab.teardown import Registry
+from vnetbench.limits import REMOTE_OUTPUT_BYTES
+
+WRAPPER = "/bin/vnb-exec"
+
+
+class PodNode(RunsCommands):
+    stdin_of_started = subprocess.PIPE
+    timed_by_wrapper = True  # the pod's vnb-exec says a timed command's CPU time
+    pins_each_command = False
+    output_limit = REMOTE_OUTPUT_BYTES.value  # a cluster's answers are kilobytes: more is refused, not held
+
+    def __init__(self, name: str, namespace: str, pod: str, credentials: Path, registry: Registry,
+                 ipv4: str, ipv6: str = "", node: str = "", host_network: bool = False,
+                 facts: dict[str, Any] | None = None):
+        self.name, self.namespace, self.pod, self.credentials = name, namespace, pod, credentials
+        self.registry = registry
+        self.ipv4, self.ipv6 = ipv4, ipv6
+        self.node, self.host_network = node, host_network
+        self.cpu: int | None = None
+        self.pod_facts = dict(facts or {})
+        self.extra: dict[str, Any] = {}
+
+    def address(self, ip_version: int) -> str:
+        return self.ipv6 if ip_version == 6 else self.ipv4
+
+    def service_address(self, ip_version: int) -> str:
+        return self.address(ip_version)
+
+    def facts(self) -> dict[str, Any]:
+        return dict(self.pod_facts)
+
+    def placement(self) -> dict[str, Any]:
+        network = "its node's network (hostNetwork)" if self.host_network else "the pod network"
+        return placement_entry(f"pod {self.namespace}/{self.pod} on node {self.node or '?'}, {network}",
+                               self.ipv4, self.ipv6, None if self.host_network else "eth0", None)
+
+    def command(self, argv: Sequence[str], pin: bool = True, timed: bool = False) -> list[str]:
+        return [sys.executable, "-m", "vnetbench.kube.exec", str(self.credentials), self.namespace, self.pod,
+                CONTAINER, WRAPPER, *(["-t"] if timed else []), *map(str, argv)]

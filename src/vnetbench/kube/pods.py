@@ -1,0 +1,152 @@
+"""A run's objects in a cluster: a namespace of its own, named after the run's prefix, and in it one pod per
+endpoint, every object labelled (:data:`vnetbench.kube.api.MANAGED_BY`, :data:`vnetbench.kube.api.RUN_LABEL`).
+
+A pod's process is the tools image's idle entrypoint; servers and clients are exec'd into it
+(:mod:`vnetbench.kube.exec`), so a trial can restart a server without rescheduling a pod. Pods are placed
+by node name (``nodeName``: no scheduler involved, the placement the scenario asked for or an error) or by
+node selector; ``hostNetwork`` puts a pod in its node's own network, for the baseline against the pod
+network. The image is never pulled unless the user says so (``imagePullPolicy: Never`` by default: the image
+is the one vnetbench built from this machine's files, loaded on the nodes).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from vnetbench.errors import LabError
+from vnetbench.kube.api import MANAGED_BY, RUN_LABEL, Cluster
+
+CONTAINER = "tools"
+# Waiting reasons that no wait ends: the pod is refused with the reason at once.
+HOPELESS = {"ErrImageNeverPull", "InvalidImageName", "CreateContainerConfigError", "CreateContainerError",
+            "ImagePullBackOff", "ErrImagePull", "CrashLoopBackOff", "RunContainerError"}
+
+
+def run_labels(run_prefix: str) -> dict[str, str]:
+    return {MANAGED_BY[0]: MANAGED_BY[1], RUN_LABEL: run_prefix}
+
+
+def selector(run_prefix: str | None = None) -> str:
+    """The label selector of every object vnetbench made (of one run's, given its prefix)."""
+    return f"{MANAGED_BY[0]}={MANAGED_BY[1]}" + (f",{RUN_LABEL}={run_prefix}" if run_prefix else "")
+
+
+@dataclass
+class PodSpec:
+    """One endpoint's pod: where it runs and in which network."""
+
+    name: str
+    image: str
+    node: str | None = None  # nodeName
+    node_selector: dict[str, str] = field(default_factory=dict)
+    host_network: bool = False
+    net_admin: bool = False  # NET_ADMIN on its own interfaces: tc inside the pod, when the user opts in
+    pull_policy: str = "Never"
+
+    def manifest(self, labels: dict[str, str]) -> dict[str, Any]:
+        capabilities = ["NET_RAW", *(["NET_ADMIN"] if self.net_admin else [])]
+        spec: dict[str, Any] = {
+            "automountServiceAccountToken": False, "enableServiceLinks": False, "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 0, "hostNetwork": self.host_network,
+            "containers": [{"name": CONTAINER, "image": self.image, "imagePullPolicy": self.pull_policy,
+                            "securityContext": {"capabilities": {"add": capabilities}}}]}
+        if self.host_network:
+            spec["dnsPolicy"] = "ClusterFirstWithHostNet"
+        if self.node:
+            spec["nodeName"] = self.node
+        if self.node_selector:
+            spec["nodeSelector"] = dict(self.node_selector)
+        return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": self.name, "labels": dict(labels)},
+                "spec": spec}
+
+
+def create_namespace(cluster: Cluster, name: str, labels: dict[str, str]) -> None:
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        cluster.core.create_namespace({"metadata": {"name": name, "labels": dict(labels)}})
+    except ApiException as e:
+        raise LabError(f"{cluster.where()}: creating namespace {name}: {_reason(e)}") from None
+
+
+def create_pods(cluster: Cluster, namespace: str, pods: list[PodSpec], labels: dict[str, str]) -> None:
+    from kubernetes.client.exceptions import ApiException
+
+    for pod in pods:
+        try:
+            cluster.core.create_namespaced_pod(namespace, pod.manifest(labels))
+        except ApiException as e:
+            raise LabError(f"{cluster.where()}: creating pod {namespace}/{pod.name}: {_reason(e)}") from None
+
+
+def wait_running(cluster: Cluster, namespace: str, names: list[str], timeout_s: float = 120.0) -> dict[str, Any]:
+    """Each pod once Running (its V1Pod); raises LabError with each pod's state and its last events when one
+    cannot run (a waiting reason no wait ends) or the time is up."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        pods = {p.metadata.name: p for p in cluster.core.list_namespaced_pod(namespace).items if p.metadata.name in names}
+        stuck = {n: _waiting(p) for n, p in pods.items() if _waiting(p) in HOPELESS or p.status.phase == "Failed"}
+        if all(n in pods and pods[n].status.phase == "Running" for n in names):
+            return pods
+        if stuck or time.monotonic() > deadline:
+            states = "; ".join(f"{n}: {pods[n].status.phase if n in pods else 'not made'}"
+                               f"{' (' + _waiting(pods[n]) + ')' if n in pods and _waiting(pods[n]) else ''}"
+                               for n in names)
+            raise LabError(f"{cluster.where()}: pods in {namespace} not running"
+                           f"{'' if stuck else f' after {timeout_s:.0f} s'}: {states}\n{_events(cluster, namespace)}")
+        time.sleep(0.3)
+
+
+def delete_namespace(cluster: Cluster, name: str, timeout_s: float = 120.0) -> None:
+    """Delete the run's namespace (with its pods) and wait until it is gone."""
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        cluster.core.delete_namespace(name, grace_period_seconds=0, propagation_policy="Foreground")
+    except ApiException as e:
+        if e.status == 404:
+            return
+        raise LabError(f"{cluster.where()}: deleting namespace {name}: {_reason(e)}") from None
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            cluster.core.read_namespace(name)
+        except ApiException as e:
+            if e.status == 404:
+                return
+            raise
+        time.sleep(0.3)
+    raise LabError(f"{cluster.where()}: namespace {name} still terminating after {timeout_s:.0f} s")
+
+
+def namespaces_of_runs(cluster: Cluster) -> list[tuple[str, str]]:
+    """(namespace, run prefix) of every namespace vnetbench made there (by label: nothing else is ours)."""
+    return [(n.metadata.name, (n.metadata.labels or {}).get(RUN_LABEL, ""))
+            for n in cluster.core.list_namespace(label_selector=selector()).items]
+
+
+def _waiting(pod: Any) -> str:
+    for status in pod.status.container_statuses or []:
+        if status.state and status.state.waiting and status.state.waiting.reason:
+            return str(status.state.waiting.reason)
+    return ""
+
+
+def _events(cluster: Cluster, namespace: str, last: int = 8) -> str:
+    try:
+        events = cluster.core.list_namespaced_event(namespace).items
+    except Exception:  # noqa: BLE001 - the events only explain; the error is raised anyway
+        return ""
+    events.sort(key=lambda e: str(e.last_timestamp or e.event_time or ""))
+    return "\n".join(f"  {e.involved_object.name}: {e.reason}: {e.message}" for e in events[-last:])
+
+
+def _reason(e: Any) -> str:
+    import json
+
+    try:
+        return f"HTTP {e.status}: {json.loads(e.body).get('message', e.reason)}"
+    except (TypeError, ValueError):
+        return f"HTTP {e.status}: {e.reason}"

@@ -1,0 +1,119 @@
+"""The parts of the Kubernetes place that need no cluster: the exec helper's URL and exit status, what it is
+given of a kubeconfig (token, certificates, the choice to skip verification), and the pods' manifests. On
+the real cluster: tests/integration/test_kube_pods.py."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from urllib.parse import parse_qs, urlparse
+
+import pytest
+
+from vnetbench.errors import EnvironmentProblem
+from vnetbench.kube import api, exec as kexec, pods
+
+
+def test_the_exec_url_carries_every_argument_as_its_own_command_parameter():
+    url = kexec.exec_url("https://198.18.254.254:6443/", "vnb-abc123", "r", "tools",
+                         ["/bin/vnb-exec", "sh", "-c", "echo 'a b' && exit 3"])
+    parsed = urlparse(url)
+    assert (parsed.scheme, parsed.netloc, parsed.path) == ("wss", "198.18.254.254:6443",
+                                                           "/api/v1/namespaces/vnb-abc123/pods/r/exec")
+    query = parse_qs(parsed.query)
+    assert query["command"] == ["/bin/vnb-exec", "sh", "-c", "echo 'a b' && exit 3"]  # no shell quoting
+    assert query["container"] == ["tools"] and query["stdin"] == query["stdout"] == query["stderr"] == ["true"]
+    assert kexec.exec_url("http://h:8080", "n", "p", "c", ["x"]).startswith("ws://h:8080/")
+
+
+# The final status objects as the API sent them on channel 3 (recorded from the test cluster, Kubernetes
+# v1.34.4 with containerd 1.6.20, for `true`, `sh -c "exit 7"` and a program that is not there).
+SUCCESS = {"metadata": {}, "status": "Success"}
+EXIT_7 = {"metadata": {}, "status": "Failure", "message": "command terminated with non-zero exit code: command "
+          "terminated with exit code 7", "reason": "NonZeroExitCode",
+          "details": {"causes": [{"reason": "ExitCode", "message": "7"}]}}
+_NOT_FOUND = ("Internal error occurred: error executing command in container: failed to exec in container: failed to "
+              "start exec \"5e5b003c15bcee933af48796291fe3a277099da1b80bc16e21266624592f6884\": OCI runtime exec "
+              "failed: exec failed: unable to start container process: exec: \"nope\": executable file not found "
+              "in $PATH: unknown")
+NOT_FOUND = {"metadata": {}, "status": "Failure", "message": f"Internal error occurred: {_NOT_FOUND}",
+             "reason": "InternalError", "details": {"causes": [{"message": _NOT_FOUND}]}, "code": 500}
+
+
+def test_the_commands_exit_status_comes_from_the_final_status(capsys):
+    assert kexec.exit_code(SUCCESS) == 0
+    assert kexec.exit_code(EXIT_7) == 7
+    assert kexec.exit_code(NOT_FOUND) == 127
+    assert "executable file not found" in capsys.readouterr().err
+
+
+def test_the_helper_says_how_it_is_called_and_an_unreachable_api_as_ssh_does(tmp_path):
+    usage = subprocess.run([sys.executable, "-m", "vnetbench.kube.exec"], capture_output=True, text=True)
+    assert usage.returncode == 2 and "usage:" in usage.stderr
+    creds = tmp_path / "c.json"
+    creds.write_text(json.dumps({"host": "https://127.0.0.1:1", "authorization": None, "verify": False}))
+    done = subprocess.run([sys.executable, "-m", "vnetbench.kube.exec", str(creds), "ns", "pod", "tools", "true"],
+                          capture_output=True, text=True, timeout=30)
+    assert done.returncode == 255
+    assert "ns/pod: cannot reach the API at https://127.0.0.1:1" in done.stderr
+
+
+def kubeconfig(tmp_path: Path, user: dict, cluster: dict) -> Path:
+    path = tmp_path / "kubeconfig"
+    path.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "clusters": [{"name": "k", "cluster": {"server": "https://198.18.254.254:6443", **cluster}}],
+        "users": [{"name": "u", "user": user}],
+        "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u"}},
+                     {"name": "other", "context": {"cluster": "k", "user": "u", "namespace": "x"}}]}))
+    return path
+
+
+def test_a_token_kubeconfig_gives_the_helper_its_header_and_the_choice_not_to_verify(tmp_path):
+    cluster = api.connect(str(kubeconfig(tmp_path, {"token": "s3cret"}, {"insecure-skip-tls-verify": True})))
+    creds = api.exec_credentials(cluster)
+    assert creds["host"] == "https://198.18.254.254:6443"
+    assert creds["authorization"] == "Bearer s3cret"
+    assert creds["verify"] is False
+    path = api.write_credentials(cluster, tmp_path / "creds.json")
+    assert path.stat().st_mode & 0o777 == 0o600 and json.loads(path.read_text()) == creds
+
+
+def test_a_certificate_kubeconfig_gives_the_helper_the_ca_and_the_client_pair(tmp_path):
+    for name in ("ca.crt", "c.crt", "c.key"):
+        (tmp_path / name).write_text("-----BEGIN X-----\n-----END X-----\n")
+    cluster = api.connect(str(kubeconfig(
+        tmp_path, {"client-certificate": str(tmp_path / "c.crt"), "client-key": str(tmp_path / "c.key")},
+        {"certificate-authority": str(tmp_path / "ca.crt")})), context="other")
+    creds = api.exec_credentials(cluster)
+    assert creds["authorization"] is None and creds["verify"] is True
+    assert (creds["ca"], creds["cert"], creds["key"]) == tuple(str(tmp_path / n) for n in ("ca.crt", "c.crt", "c.key"))
+    options = kexec._ssl_options(creds)
+    assert options["ca_certs"] == creds["ca"] and options["certfile"] == creds["cert"]
+
+
+def test_a_kubeconfig_that_cannot_be_read_is_named_with_what_to_do(tmp_path):
+    with pytest.raises(EnvironmentProblem, match=r"kubeconfig .*missing.*--kubeconfig FILE"):
+        api.connect(str(tmp_path / "missing"))
+    with pytest.raises(EnvironmentProblem, match=r"context nope"):
+        api.connect(str(kubeconfig(tmp_path, {"token": "t"}, {})), context="nope")
+
+
+def test_a_pods_manifest_places_it_labels_it_and_never_pulls_by_default():
+    labels = pods.run_labels("vnb-abc123")
+    assert labels == {"app.kubernetes.io/managed-by": "vnetbench", "vnetbench.io/run": "vnb-abc123"}
+    m = pods.PodSpec("r", "localhost/vnetbench/tools:1", node="node2").manifest(labels)
+    assert m["metadata"] == {"name": "r", "labels": labels}
+    spec = m["spec"]
+    assert spec["nodeName"] == "node2" and spec["hostNetwork"] is False and "nodeSelector" not in spec
+    [container] = spec["containers"]
+    assert container["imagePullPolicy"] == "Never"
+    assert container["securityContext"]["capabilities"]["add"] == ["NET_RAW"]  # ping; NET_ADMIN only if asked
+    assert spec["automountServiceAccountToken"] is False
+    h = pods.PodSpec("h", "img:1", node_selector={"zone": "a"}, host_network=True, net_admin=True).manifest(labels)
+    assert h["spec"]["hostNetwork"] is True and h["spec"]["nodeSelector"] == {"zone": "a"}
+    assert h["spec"]["containers"][0]["securityContext"]["capabilities"]["add"] == ["NET_RAW", "NET_ADMIN"]
+    assert pods.selector() == "app.kubernetes.io/managed-by=vnetbench"
+    assert pods.selector("vnb-abc123") == "app.kubernetes.io/managed-by=vnetbench,vnetbench.io/run=vnb-abc123"
