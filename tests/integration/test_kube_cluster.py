@@ -17,7 +17,9 @@ import pytest
 
 import kubecluster
 
-pytestmark = [pytest.mark.lab, pytest.mark.kube]
+# The test cluster skips TLS verification by design (its kubeconfig says insecure-skip-tls-verify).
+pytestmark = [pytest.mark.lab, pytest.mark.kube,
+              pytest.mark.filterwarnings("ignore::urllib3.exceptions.InsecureRequestWarning")]
 
 # Runs inside the control plane's network: argv = kubeconfig, namespace, tools image, nodes (JSON).
 CLIENT = r'''

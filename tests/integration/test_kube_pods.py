@@ -19,7 +19,9 @@ from vnetbench.kube.node import PodNode
 from vnetbench.lab.nodes import CPU_MARK
 from vnetbench.lab.teardown import Registry
 
-pytestmark = [pytest.mark.lab, pytest.mark.kube]
+# The test cluster skips TLS verification by design (its kubeconfig says insecure-skip-tls-verify).
+pytestmark = [pytest.mark.lab, pytest.mark.kube,
+              pytest.mark.filterwarnings("ignore::urllib3.exceptions.InsecureRequestWarning")]
 
 
 @pytest.fixture(scope="module")
