@@ -135,21 +135,21 @@ def _stop(proc: subprocess.Popen, home: Path, netns: str) -> None:
     # in a directory already removed. So what is left of them goes now (a cleanup under way gets 2 s to finish),
     # before the storage is unmounted and removed; nothing of this engine may outlive it.
     deadline = time.monotonic() + 2
-    while (left := _processes_using(home)) and time.monotonic() < deadline:
+    while (left := processes_naming(home)) and time.monotonic() < deadline:
         time.sleep(0.2)
-    for pid in _processes_using(home):
+    for pid in processes_naming(home):
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-    _unmount_under(home)
+    unmount_under(home)
     subprocess.run(["ip", "netns", "del", netns], capture_output=True)
     shutil.rmtree(home, ignore_errors=True)
-    if home.exists() or _mounted_under(home):
-        raise RuntimeError(f"test engine left {home} behind (mounts: {_mounted_under(home)}, processes: {left})")
+    if home.exists() or mounted_under(home):
+        raise RuntimeError(f"test engine left {home} behind (mounts: {mounted_under(home)}, processes: {left})")
 
 
-def _processes_using(home: Path) -> list[int]:
+def processes_naming(home: Path) -> list[int]:
     """Processes whose command line names `home` (the engine's own helpers: conmon, podman cleanup)."""
     found = []
     for entry in Path("/proc").iterdir():
@@ -162,13 +162,13 @@ def _processes_using(home: Path) -> list[int]:
     return found
 
 
-def _mounted_under(home: Path) -> list[str]:
+def mounted_under(home: Path) -> list[str]:
     return [line.split()[1] for line in Path("/proc/self/mounts").read_text().splitlines()
             if line.split()[1].startswith(str(home))]
 
 
-def _unmount_under(home: Path) -> None:
-    for m in sorted(_mounted_under(home), key=len, reverse=True):
+def unmount_under(home: Path) -> None:
+    for m in sorted(mounted_under(home), key=len, reverse=True):
         subprocess.run(["umount", "-l", m], capture_output=True)
 
 

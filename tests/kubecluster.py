@@ -42,6 +42,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
+from engine_daemon import processes_naming, unmount_under
 from vnetbench.lab import engines, oci
 
 REPO = Path(__file__).resolve().parent.parent
@@ -417,18 +418,6 @@ def _terminate(proc: subprocess.Popen, grace: float = 10.0) -> None:
         proc.wait(timeout=10)
 
 
-def _processes_naming(home: Path) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and int(entry.name) != os.getpid():
-            try:
-                if str(home).encode() in (entry / "cmdline").read_bytes():
-                    found.append(int(entry.name))
-            except OSError:
-                pass
-    return found
-
-
 def _processes_in(cgroups: list[Path]) -> list[int]:
     pids = []
     for root in cgroups:
@@ -438,16 +427,6 @@ def _processes_in(cgroups: list[Path]) -> list[int]:
             except OSError:
                 pass
     return pids
-
-
-def _mounted_under(home: Path) -> list[str]:
-    return [line.split()[1] for line in Path("/proc/self/mounts").read_text().splitlines()
-            if line.split()[1].startswith(str(home))]
-
-
-def _unmount_under(home: Path) -> None:
-    for m in sorted(_mounted_under(home), key=len, reverse=True):
-        subprocess.run(["umount", "-l", m], capture_output=True)
 
 
 def _remove_cgroup_tree(root: Path) -> None:
@@ -484,7 +463,7 @@ def _tear_down(tag: str, home: Path) -> None:
     namespaces, cgroups leaf first (the kubelet makes its own in every hierarchy, unified included), the
     directory. The nodes' mount namespaces go with their last process."""
     for _ in range(10):
-        pids = set(_processes_naming(home)) | set(_processes_in(_cgroups_of(tag)))
+        pids = set(processes_naming(home)) | set(_processes_in(_cgroups_of(tag)))
         if not pids:
             break
         for pid in pids:
@@ -493,7 +472,7 @@ def _tear_down(tag: str, home: Path) -> None:
             except ProcessLookupError:
                 pass
         time.sleep(0.3)
-    _unmount_under(home)
+    unmount_under(home)
     for ns in os.listdir("/run/netns") if os.path.isdir("/run/netns") else []:
         if ns.startswith(f"{tag}-"):
             subprocess.run(["ip", "netns", "del", ns], capture_output=True)
@@ -512,7 +491,7 @@ def leftovers(tag: str = NETNS_PREFIX) -> list[str]:
             if n.startswith(tag)]
     left += [f"cgroup {p}" for h in CGROUP_ROOT.iterdir() if h.is_dir() for p in h.glob(f"{tag}*")]
     left += [f"directory {d}" for d in Path(tempfile.gettempdir()).glob(f"{tag}*")]
-    left += [f"process {pid}" for d in Path(tempfile.gettempdir()).glob(f"{tag}*") for pid in _processes_naming(d)]
+    left += [f"process {pid}" for d in Path(tempfile.gettempdir()).glob(f"{tag}*") for pid in processes_naming(d)]
     return left
 
 
