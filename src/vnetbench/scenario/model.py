@@ -319,6 +319,28 @@ class RepeatSpec(Strict):
 SCOPE_ID = re.compile(r"(?!\.{1,2}$)(?!-)[A-Za-z0-9_.-]{1,15}")
 
 
+class KubeSpec(Strict):
+    """Where the endpoints run when the scenario is run on a Kubernetes cluster (``vnetbench run --kube``): one
+    pod per endpoint, on the node named, in the pod network or the node's own (``hostNetwork``)."""
+
+    receiver: str = Field(min_length=1, description="the node the receiver's pod runs on")
+    senders: list[str] = Field(min_length=1, description="the nodes the senders' pods run on, in order (the last "
+                               "is repeated when the scenario uses more senders than nodes are named)")
+    network: Literal["pod", "host"] = Field(default="pod", description="the pods' network: 'pod' (the cluster's "
+                                            "pod network, through its CNI) or 'host' (hostNetwork: the nodes' "
+                                            "own, the baseline that shows the CNI's cost)")
+    image: str | None = Field(default=None, description="the pods' image; default: vnetbench's tools image "
+                              "(localhost/vnetbench/tools:DIGEST, built from this machine's files), which must "
+                              "be loaded on the nodes")
+    image_pull_policy: Literal["Never", "IfNotPresent", "Always"] = Field(
+        default="Never", description="as a pod's imagePullPolicy: 'Never' takes the image the nodes have")
+
+    @field_validator("senders", mode="before", json_schema_input_type=str | list[str])
+    @classmethod
+    def _one_or_more(cls, v: Any) -> Any:
+        return [v] if isinstance(v, str) else v
+
+
 class HostsSpec(Strict):
     """Where the endpoints run when the scenario is run on real hosts (``vnetbench run --hosts INVENTORY``):
     inventory host or group names. ``addresses`` gives, per host, the address its peers send to when that is
@@ -475,6 +497,7 @@ class Scenario(Strict):
     repeat: RepeatSpec = Field(default_factory=RepeatSpec, description="how often, and in what order, each "
                                "configuration runs")
     hosts: HostsSpec | None = Field(default=None, description="endpoints on real hosts (run --hosts INVENTORY)")
+    kube: KubeSpec | None = Field(default=None, description="endpoints as pods of a Kubernetes cluster (run --kube)")
     topology: TopologySpec | None = Field(default=None, description="the lab's network as a graph: a template "
                                           "(star, linear, parking-lot, tree, dumbbell) or nodes and links; "
                                           "default: the dumbbell of [lab]")

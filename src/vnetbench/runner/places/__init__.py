@@ -10,10 +10,12 @@ import argparse
 
 from vnetbench.runner.places.base import Place
 from vnetbench.runner.places.hosts import HostsPlace
+from vnetbench.runner.places.kube import KubePlace
 from vnetbench.runner.places.lab import LabPlace
 
 PLACES: tuple[type[Place], ...] = (
     HostsPlace,
+    KubePlace,
     LabPlace,
 )
 

@@ -51,6 +51,9 @@ class LabPlace(Place):
         if loaded.scenario.hosts is not None:
             raise ScenarioError(f"{loaded.source}: its [hosts] table places the endpoints on real hosts: run it "
                                 "with --hosts INVENTORY (or remove the table to run it in the local lab)")
+        if loaded.scenario.kube is not None:
+            raise ScenarioError(f"{loaded.source}: its [kube] table places the endpoints on a Kubernetes cluster: run "
+                                "it with --kube (or remove the table to run it in the local lab)")
         configs, left_out = leave_out_unavailable(configs)
         preflight(configs)
         return configs, left_out
