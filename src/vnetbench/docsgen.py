@@ -242,6 +242,7 @@ SCENARIO_SECTIONS: list[tuple[str, type[BaseModel]]] = [
     ("Schedule step", impair.ScheduleStep),
     ("[repeat]", scenario.RepeatSpec),
     ("[hosts]", scenario.HostsSpec),
+    ("[kube]", scenario.KubeSpec),
     ("[scale]", scenario.ScaleSpec),
     ("[topology]", TopologySpec),
     ("Topology link", LinkDeclaration),

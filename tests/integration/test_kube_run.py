@@ -1,0 +1,142 @@
+"""`vnetbench run --kube` on the test cluster (tests/kubecluster.py), as a user runs it: the scenario's pods
+on the nodes its [kube] table names, the workloads' numbers as the cluster's path carries them (pod network
+across nodes over VXLAN, or the nodes' own), the placement stored and shown, what cannot run on a cluster
+refused before anything is made there, and nothing of a run left on the cluster, also after it was killed
+(`clean --kube`). vnetbench runs inside the control plane's network, where the API is."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from helpers import ROOT, UNSHAPED_STREAMS, check_unshaped_streams, run_id_of
+from vnetbench.kube import api, pods
+from vnetbench.store.db import Store
+
+# The test cluster skips TLS verification by design (its kubeconfig says insecure-skip-tls-verify).
+pytestmark = [pytest.mark.lab, pytest.mark.kube,
+              pytest.mark.filterwarnings("ignore::urllib3.exceptions.InsecureRequestWarning")]
+
+SCENARIO = f"""name = "on-kube"
+[lab]
+bottleneck = "unlimited"
+senders = 1
+[kube]
+receiver = "node2"
+senders = ["node1"]
+network = "NETWORK"
+[matrix]
+load = [{{proto = "tcp"}}, {{proto = "udp", offered = "50Mbit"}}]
+{UNSHAPED_STREAMS}[workload.rr]
+tool = "sockperf"
+proto = "udp"
+payload = 64
+duration = "1s"
+[repeat]
+repetitions = 2
+warmup = false
+"""
+
+
+def kube_cli(k8s, *args: str, check: bool = True, timeout: float = 600) -> subprocess.CompletedProcess:
+    """`vnetbench ARGS --kubeconfig ...` in the control plane's network."""
+    proc = subprocess.run([*k8s.enter(), sys.executable, "-W", "ignore", "-m", "vnetbench", *args,
+                           "--kubeconfig", str(k8s.kubeconfig)], capture_output=True, text=True, timeout=timeout,
+                          cwd=ROOT)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"vnetbench {' '.join(args)} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+def run_here(k8s, tmp_path: Path, network: str = "pod", text: str = SCENARIO, check: bool = True):
+    scenario = tmp_path / "scenario.toml"
+    scenario.write_text(text.replace("NETWORK", network))
+    return kube_cli(k8s, "run", str(scenario), "--db", str(tmp_path / "r.db"), "--no-progress",
+                    "--no-calibration", "--kube", check=check)
+
+
+def vnetbench_namespaces(k8s) -> list[tuple[str, str]]:
+    with k8s.entered():
+        return pods.namespaces_of_runs(api.connect(str(k8s.kubeconfig)))
+
+
+@pytest.mark.parametrize("network", ["pod", "host"])
+def test_a_scenario_runs_between_pods_on_two_nodes(kube_cluster, tmp_path, network):
+    k8s = kube_cluster
+    proc = run_here(k8s, tmp_path, network)
+    run_id = run_id_of(proc)
+    store = Store(tmp_path / "r.db")
+    # As any unshaped path carries them: UDP arrives at its offered rate, TCP far above it, ping in well
+    # under 2 ms (the pods share one kernel: the path is veth, bridge and VXLAN, or the fabric's veths).
+    tcp, udp = check_unshaped_streams(store, run_id, trials=4)
+    assert all(0 < x < 1000 for x in tcp["rr.p50_us"]), tcp["rr.p50_us"]
+    # Where each endpoint ran, stored with the run and shown: the pods, their nodes, their network.
+    addresses = {"pod": ("198.18.2.", "198.18.1."), "host": ("198.18.254.2", "198.18.254.1")}[network]
+    shown = proc.stdout
+    assert f"r = pod vnb-{run_id[:6]}/r on node node2" in shown and f"s1 = pod vnb-{run_id[:6]}/s1 on node node1" in shown
+    assert addresses[0] in shown and addresses[1] in shown
+    fingerprint = store.run(run_id)["fingerprint"]
+    assert fingerprint["kube"]["network"] == network
+    assert set(fingerprint["kube"]["nodes"]) == {"node1", "node2"}
+    assert fingerprint["kube"]["version"] == "v1.34.4"
+    assert all(n["ready"] and n["container_runtime"].startswith("containerd://")
+               for n in fingerprint["kube"]["nodes"].values())
+    # Nothing of the run is left on the cluster.
+    assert vnetbench_namespaces(k8s) == []
+    assert "nothing of vnetbench's is left" in kube_cli(k8s, "clean", "--kube", "--check").stdout
+
+
+def test_what_a_cluster_run_cannot_do_is_refused_before_anything_is_made(kube_cluster, tmp_path):
+    k8s = kube_cluster
+    shaped = run_here(k8s, tmp_path, text=SCENARIO.replace('bottleneck = "unlimited"', 'bottleneck = "100Mbit"'),
+                      check=False)
+    assert shaped.returncode == 2 and "link conditions on bottleneck" in shaped.stderr, shaped.stderr
+    absent = run_here(k8s, tmp_path, text=SCENARIO.replace('receiver = "node2"', 'receiver = "node9"'), check=False)
+    assert absent.returncode == 2 and "node 'node9' is not in the cluster (nodes: node1, node2)" in absent.stderr
+    image = run_here(k8s, tmp_path, text=SCENARIO.replace('network = "NETWORK"', 'image = "localhost/none:1"'),
+                     check=False)
+    assert image.returncode == 2 and "does not have the image localhost/none:1" in image.stderr
+    no_table = tmp_path / "plain.toml"
+    no_table.write_text(SCENARIO.split("[kube]")[0] + SCENARIO.split('network = "NETWORK"\n')[1])
+    missing = kube_cli(k8s, "run", str(no_table), "--db", str(tmp_path / "r.db"), "--kube", check=False)
+    assert missing.returncode == 2 and "needs a [kube] table" in missing.stderr
+    assert not (tmp_path / "r.db").exists() or Store(tmp_path / "r.db").runs() == []
+    assert vnetbench_namespaces(k8s) == []
+
+
+def test_doctor_names_the_nodes_and_whether_they_have_the_tools_image(kube_cluster):
+    out = kube_cli(kube_cluster, "doctor", "--kube").stdout
+    assert "Kubernetes v1.34.4" in out
+    for node in ("node1", "node2"):
+        assert f"ok  {node}" in out and "containerd://1.6.20" in out and "has localhost/vnetbench/tools:" in out
+
+
+def test_a_killed_runs_namespace_is_removed_by_clean_kube(kube_cluster, tmp_path):
+    k8s = kube_cluster
+    scenario = tmp_path / "scenario.toml"
+    scenario.write_text(SCENARIO.replace("NETWORK", "pod").replace("repetitions = 2", "repetitions = 30"))
+    proc = subprocess.Popen([*k8s.enter(), sys.executable, "-W", "ignore", "-m", "vnetbench", "run", str(scenario),
+                             "--db", str(tmp_path / "r.db"), "--no-progress", "--no-calibration", "--kube",
+                             "--kubeconfig", str(k8s.kubeconfig)], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, cwd=ROOT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not vnetbench_namespaces(k8s):  # its pods are being made, or run
+            assert proc.poll() is None and time.monotonic() < deadline, "the run never made its namespace"
+            time.sleep(0.5)
+        time.sleep(3)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)  # the whole session: nsenter and vnetbench, no teardown
+        proc.wait()
+    [(namespace, run)] = vnetbench_namespaces(k8s)
+    check = kube_cli(k8s, "clean", "--kube", "--check", check=False)
+    assert check.returncode == 1 and f"left behind namespace {namespace}" in check.stdout
+    kube_cli(k8s, "clean", "--kube")
+    assert vnetbench_namespaces(k8s) == []
+    assert kube_cli(k8s, "clean", "--kube", "--check").returncode == 0
