@@ -43,7 +43,8 @@ from pathlib import Path
 from typing import Iterator
 
 from engine_daemon import processes_naming, unmount_under
-from vnetbench.lab import engines, oci
+from vnetbench.kube import image as kube_image
+from vnetbench.lab import oci
 
 REPO = Path(__file__).resolve().parent.parent
 VERSION = "v1.34.4"
@@ -303,10 +304,7 @@ class KubeCluster:
             if p.returncode:
                 raise RuntimeError(f"building the pause program: {p.stderr[-1000:]}")
         pause = oci.image_layout(PAUSE_IMAGE, oci.single_file_rootfs("pause", pause_bin.read_bytes()), ["/pause"])
-        plan = engines.plan_image()
-        digest, _ = engines.image_digest(plan)
-        self.tools_image = oci.image_layout(f"localhost/vnetbench/tools:{digest}", engines.render_image(plan),
-                                            ["/bin/sleep", "2147483647"], {"PATH": "/bin"})
+        self.tools_image = kube_image.tools_image()
         paths = []
         for image, name in ((pause, "pause"), (self.tools_image, "tools")):
             path = self.home / f"{name}.oci.tar"

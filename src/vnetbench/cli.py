@@ -109,6 +109,19 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_image(args: argparse.Namespace) -> int:
+    from vnetbench.kube.image import tools_image
+
+    image = tools_image()
+    with output_file(args.oci, what="image", binary=True) as f:
+        f.write(image.archive)
+    out.print(f"wrote {escape(args.oci)}: {escape(image.name)} ({image.digest}, {len(image.archive) / 2**20:.0f} MiB)",
+              highlight=False, soft_wrap=True)
+    out.print(f"load it on each node of a cluster: ctr -n k8s.io images import {escape(args.oci)}", highlight=False,
+              soft_wrap=True)
+    return 0
+
+
 def cmd_schema(args: argparse.Namespace) -> int:
     from vnetbench.scenario.schema import schema_text
 
@@ -315,6 +328,12 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--by", metavar="LABEL", help="within one run: compare the values of this label ...")
     sp.add_argument("--ref", metavar="VALUE", help="... with this reference value (e.g. --by env --ref bare)")
     sp.set_defaults(func=cmd_report)
+
+    sp = sub.add_parser("image", help="write vnetbench's tools image (this machine's tools) as an OCI image layout, "
+                        "for the nodes of a Kubernetes cluster (run --kube)")
+    sp.add_argument("--oci", required=True, metavar="FILE", help="the tar to write (`ctr -n k8s.io images import FILE` "
+                    "loads it on a node)")
+    sp.set_defaults(func=cmd_image)
 
     sp = sub.add_parser("clean", help="remove namespaces and processes left by a killed run")
     sp.add_argument("--dry-run", action="store_true", help="only list what would be removed")

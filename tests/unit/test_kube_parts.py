@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 from urllib.parse import parse_qs, urlparse
 
@@ -117,3 +118,115 @@ def test_a_pods_manifest_places_it_labels_it_and_never_pulls_by_default():
     assert h["spec"]["containers"][0]["securityContext"]["capabilities"]["add"] == ["NET_RAW", "NET_ADMIN"]
     assert pods.selector() == "app.kubernetes.io/managed-by=vnetbench"
     assert pods.selector("vnb-abc123") == "app.kubernetes.io/managed-by=vnetbench,vnetbench.io/run=vnb-abc123"
+
+
+KUBE_SCENARIO = """name = "k"
+[lab]
+bottleneck = "unlimited"
+senders = 3
+[kube]
+receiver = "node2"
+senders = ["node1", "node3"]
+[workload.stream]
+tool = "iperf3"
+duration = "2s"
+omit = "0s"
+"""
+
+
+def kube_configs(text: str = KUBE_SCENARIO):
+    from vnetbench.scenario.load import load_text
+    from vnetbench.scenario.plan import expand
+
+    return expand(load_text(text, "k.toml"))
+
+
+def test_the_kube_table_places_one_pod_per_endpoint_the_last_node_taking_the_senders_left():
+    from vnetbench.kube.bench import placement
+
+    place = placement(kube_configs(), "k.toml", "localhost/vnetbench/tools:abc")
+    assert (place.receiver, place.senders, place.network) == ("node2", ["node1", "node3", "node3"], "pod")
+    specs = {s.name: s for s in place.pod_specs()}
+    assert {n: s.node for n, s in specs.items()} == {"r": "node2", "s1": "node1", "s2": "node3", "s3": "node3"}
+    assert all(s.image == "localhost/vnetbench/tools:abc" and s.pull_policy == "Never" and s.net_admin
+               and not s.host_network for s in specs.values())
+    host = placement(kube_configs(KUBE_SCENARIO.replace('senders = ["node1", "node3"]',
+                                                        'senders = "node1"\nnetwork = "host"\nimage = "reg/t:1"\n'
+                                                        'image_pull_policy = "IfNotPresent"')), "k.toml", "")
+    assert host.senders == ["node1"] * 3 and host.image == "reg/t:1" and host.pull_policy == "IfNotPresent"
+    assert all(s.host_network for s in host.pod_specs())
+
+
+@pytest.mark.parametrize("change, message", [
+    (('bottleneck = "unlimited"', 'bottleneck = "50Mbit"'), "link conditions on bottleneck"),
+    (('senders = 3', 'senders = 3\nenv = "container"'), "lab.env = 'container' needs the local lab"),
+    (('senders = 3', 'senders = 3\noffload = "off"'), "leaves the nodes' offloads as they are"),
+    (('[kube]\nreceiver = "node2"\nsenders = ["node1", "node3"]\n', ''), "needs a [kube] table"),
+    (('[workload.stream]', '[matrix]\n"kube.network" = ["pod", "host"]\n[workload.stream]'),
+     "matrix.kube.network is not a parameter that can be swept"),  # one placement a run, for now
+])
+def test_what_a_run_on_a_cluster_cannot_do_is_named_with_the_key(change, message):
+    from vnetbench.errors import ScenarioError
+    from vnetbench.kube.bench import placement
+
+    with pytest.raises(ScenarioError) as e:
+        placement(kube_configs(KUBE_SCENARIO.replace(*change)), "k.toml", "img:1")
+    assert message in str(e.value) and "k.toml" in str(e.value)
+
+
+def test_a_kube_scenario_in_the_local_lab_and_kube_options_without_kube_are_refused():
+    import argparse
+
+    from vnetbench.errors import ScenarioError, VnetbenchError
+    from vnetbench.runner.places.kube import KubePlace
+    from vnetbench.runner.places.lab import LabPlace
+    from vnetbench.scenario.load import load_text
+
+    with pytest.raises(ScenarioError, match=r"\[kube\] table places the endpoints on a Kubernetes cluster: run it "
+                                            r"with --kube"):
+        LabPlace().prepare(load_text(KUBE_SCENARIO, "k.toml"), kube_configs())
+    with pytest.raises(VnetbenchError, match="--kubeconfig and --context go with --kube"):
+        KubePlace.from_args(argparse.Namespace(kube=False, kubeconfig="k", context=None))
+    assert KubePlace.from_args(argparse.Namespace(kube=False, kubeconfig=None, context=None)) is None
+    place = KubePlace.from_args(argparse.Namespace(kube=True, kubeconfig="/k config", context="c"))
+    assert place.resume_args() == " --kube --kubeconfig '/k config' --context c"
+    assert place.clean_command() == "vnetbench clean --kube --kubeconfig '/k config' --context c"
+
+
+def test_vnetbench_image_writes_the_tools_image_that_the_nodes_are_checked_for(tmp_path):
+    """The image a run on a cluster needs on its nodes (run --kube checks for this name), written as the OCI
+    layout `ctr images import` loads; the test cluster loads the same (tests/kubecluster.py)."""
+    from vnetbench.kube.image import tools_image_name
+
+    target = tmp_path / "tools.oci.tar"
+    done = subprocess.run([sys.executable, "-m", "vnetbench", "image", "--oci", str(target)], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    name = tools_image_name()
+    assert f"wrote {target}: {name}" in " ".join(done.stdout.split())
+    with tarfile.open(target) as tar:
+        index = json.loads(tar.extractfile("index.json").read())
+        files = set(tar.getnames())
+    [entry] = index["manifests"]
+    assert entry["annotations"]["io.containerd.image.name"] == name
+    assert f"blobs/sha256/{entry['digest'].removeprefix('sha256:')}" in files
+
+
+def test_plan_says_where_the_pods_go_and_what_a_cluster_refuses(tmp_path):
+    scenario = tmp_path / "k.toml"
+    scenario.write_text(KUBE_SCENARIO)
+    done = subprocess.run([sys.executable, "-m", "vnetbench", "plan", str(scenario)], capture_output=True, text=True,
+                          timeout=120)
+    text = " ".join(done.stdout.split())
+    assert "receiver on node node2, senders on node1, node3, in the pod network" in text
+    assert "links: none: a run on Kubernetes changes nothing on the cluster's network" in text
+    planned = json.loads(subprocess.run([sys.executable, "-m", "vnetbench", "plan", str(scenario), "--json"],
+                                        capture_output=True, text=True, timeout=120).stdout)
+    assert planned["kube"]["receiver"] == "node2" and planned["kube"]["network"] == "pod"
+    from vnetbench.runner import calibration
+
+    assert planned["estimated_s"]["setup"] < calibration.SECONDS  # this machine is not calibrated: the pods do not run on it
+    scenario.write_text(KUBE_SCENARIO.replace('"unlimited"', '"100Mbit"'))
+    shaped = " ".join(subprocess.run([sys.executable, "-m", "vnetbench", "plan", str(scenario)], capture_output=True,
+                                     text=True, timeout=120).stdout.split())
+    assert "before it can run here:" in shaped and "link conditions on bottleneck" in shaped

@@ -721,6 +721,11 @@ def plan_view(plan: Any, console: Console, rows: int = 20) -> None:
         for h, i in (plan.hosts.get("interfaces") or {}).items():
             console.print(f"  {escape(h)}'s traffic through its interface {escape(i)}", soft_wrap=True,
                           highlight=False)
+    if plan.kube:
+        network = "the nodes' own network (hostNetwork)" if plan.kube["network"] == "host" else "the pod network"
+        console.print(f"endpoints as pods of a Kubernetes cluster (vnetbench run ... --kube): receiver on node "
+                      f"{escape(plan.kube['receiver'])}, senders on {escape(', '.join(plan.kube['senders']))}, in "
+                      f"{network}; the cluster is checked when the run starts", soft_wrap=True)
     if plan.scale:
         console.print(f"scaled: {escape(plan.scale)}", soft_wrap=True, highlight=False)
     for e in plan.left_out:
@@ -741,6 +746,9 @@ def plan_view(plan: Any, console: Console, rows: int = 20) -> None:
     elif plan.hosts:
         console.print(f"[green]ready[/]: vnetbench run {escape(plan.source.removeprefix('builtin:'))} --hosts "
                       "INVENTORY can start (`vnetbench doctor --hosts INVENTORY` checks the hosts)")
+    elif plan.kube:
+        console.print(f"[green]ready[/]: vnetbench run {escape(plan.source.removeprefix('builtin:'))} --kube can "
+                      "start (`vnetbench doctor --kube` checks the cluster)")
     else:
         console.print(f"[green]ready[/]: vnetbench run {escape(plan.source.removeprefix('builtin:'))} "
                       "can start on this machine")

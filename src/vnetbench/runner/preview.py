@@ -56,6 +56,7 @@ class Plan:
     problems: list[str] = field(default_factory=list)  # what stops `run` on this machine
     left_out: list[dict[str, Any]] = field(default_factory=list)  # if_available environments this machine lacks
     hosts: dict[str, Any] | None = None  # the scenario's [hosts] placement (run --hosts INVENTORY)
+    kube: dict[str, Any] | None = None  # the scenario's [kube] placement (run --kube)
     scale: str | None = None  # the line rate a [scale] table chose here, and why
     topology: dict[str, Any] | None = None  # a declared topology: nodes, links, addresses, routes, paths
 
@@ -81,7 +82,8 @@ class Plan:
             "estimated_s": {"min": round(self.wall_s[0]), "max": round(self.wall_s[1]),
                             "setup": round(self.setup_s, 1), "per_trial_overhead": TRIAL_OVERHEAD_S},
             "tools": self.tools, "environments": self.environments, "links": self.links,
-            "problems": self.problems, "left_out": self.left_out, "hosts": self.hosts, "scale": self.scale,
+            "problems": self.problems, "left_out": self.left_out, "hosts": self.hosts, "kube": self.kube,
+            "scale": self.scale,
             "topology": self.topology,
         }
 
@@ -119,6 +121,8 @@ def _links(configs: list[Configuration], root: bool) -> dict[str, Any]:
 
     if configs and configs[0].scenario.hosts is not None:
         return _host_links(configs)
+    if configs and configs[0].scenario.kube is not None:
+        return {"choice": None, "note": "none: a run on Kubernetes changes nothing on the cluster's network"}
     if not root:
         return {"choice": None, "note": "the link backends are chosen at run time: probing the kernel's qdiscs "
                                         "needs root (vnetbench doctor, as root, lists them)"}
@@ -249,17 +253,25 @@ def make_plan(loaded: LoadedScenario, max_configurations: int = MAX_CONFIGURATIO
     repetitions = (rep.repetitions, rep.repetitions) if not rep.adaptive else (rep.n_min, rep.n_max)
     tools = _tools(configs)
     envs, setup = _environments(configs, probe=root)
-    if loaded.scenario.hosts is None:  # the local lab calibrates its machine before and after (runner/calibration)
-        setup += calibration.SECONDS
+    if loaded.scenario.hosts is None and loaded.scenario.kube is None:
+        setup += calibration.SECONDS  # the local lab calibrates its machine before and after (runner/calibration)
     link_info = _links(configs, root)
     problems = [f"missing tool: {t['command']} -> apt-get install {t['package']}" for t in tools if not t["path"]]
     problems += [p for e in envs for p in e["problems"]]
     problems += [link_info["problem"]] if link_info.get("problem") else []
     problems += _congestion_controls(configs)
+    if loaded.scenario.kube is not None:
+        from vnetbench.kube.bench import placement
+
+        try:
+            placement(configs, loaded.source, "")
+        except VnetbenchError as e:
+            problems.append(str(e))
     if not root:
         problems.append("vnetbench run needs root (it builds network namespaces): run it with sudo")
     return Plan(scenario=loaded.scenario.name, source=loaded.source, configurations=planned,
                 repetitions=repetitions, warmup=rep.warmup, setup_s=setup, tools=tools, environments=envs,
                 links=link_info, problems=list(dict.fromkeys(problems)), left_out=left_out,
                 hosts=loaded.scenario.hosts.model_dump() if loaded.scenario.hosts else None,
+                kube=loaded.scenario.kube.model_dump() if loaded.scenario.kube else None,
                 scale=loaded.scale_note, topology=topology_plan(configs))

@@ -17,17 +17,10 @@ from rich.markup import escape
 
 from vnetbench.errors import EnvironmentProblem, VnetbenchError
 from vnetbench.kube import api, bench as kube_bench, pods
+from vnetbench.kube.image import tools_image_name
 from vnetbench.runner.places.base import Place
 from vnetbench.scenario.load import LoadedScenario
 from vnetbench.scenario.plan import Configuration
-
-
-def tools_image_name() -> str:
-    """The name vnetbench's tools image has on a node it was loaded on: its content digest is its tag."""
-    from vnetbench.lab import engines
-
-    digest, _ = engines.image_digest(engines.plan_image())
-    return f"localhost/vnetbench/tools:{digest}"
 
 
 def node_facts(node: Any) -> dict[str, Any]:
@@ -111,8 +104,9 @@ class KubePlace(Place):
                 problems.append(f"node {node!r} is not Ready")
             elif self.place.pull_policy == "Never" and self.place.image not in facts["images"]:
                 problems.append(f"node {node!r} does not have the image {self.place.image} and kube.image_pull_policy "
-                                "is Never: load it there (ctr -n k8s.io images import), or name an image the node "
-                                "can pull in kube.image with kube.image_pull_policy = \"IfNotPresent\"")
+                                "is Never: load it there (`vnetbench image --oci FILE` writes vnetbench's; "
+                                "`ctr -n k8s.io images import FILE` on the node), or name an image the node can pull "
+                                "in kube.image with kube.image_pull_policy = \"IfNotPresent\"")
         if problems:
             raise EnvironmentProblem(f"{loaded.source}: on {self.cluster.where()}: " + "; ".join(problems))
         return configs, []
@@ -148,8 +142,9 @@ class KubePlace(Place):
             if not (facts["ready"] and has):
                 lacking.append(name)
         if lacking:
-            out.print(f"[dim]->[/] load the tools image on {escape(', '.join(lacking))} (ctr -n k8s.io images import), "
-                      "or give kube.image an image the nodes can pull", soft_wrap=True)
+            out.print(f"[dim]->[/] load the tools image on {escape(', '.join(lacking))} (`vnetbench image --oci FILE` "
+                      "writes it; `ctr -n k8s.io images import FILE` on each node), or give kube.image an image the "
+                      "nodes can pull", soft_wrap=True)
         return 1 if lacking or not self.nodes else 0
 
     def clean(self, args: argparse.Namespace) -> int:
