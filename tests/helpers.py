@@ -45,6 +45,20 @@ during = "stream"
 """
 
 
+# After a scenario's placement table: the loads check_unshaped_streams judges, a UDP RR, 2 trials each.
+UNSHAPED_LOADS = f"""[matrix]
+load = [{{proto = "tcp"}}, {{proto = "udp", offered = "50Mbit"}}]
+{UNSHAPED_STREAMS}[workload.rr]
+tool = "sockperf"
+proto = "udp"
+payload = 64
+duration = "1s"
+[repeat]
+repetitions = 2
+warmup = false
+"""
+
+
 def check_unshaped_streams(store, run_id: str, trials: int) -> tuple[dict, dict]:
     """Every one of the run's `trials` ok, and its two streams (labelled proto = "tcp" and "udp", UDP offered at
     50 Mbit/s, ping during them) as a path with no shaping carries them: all of the UDP arrives (iperf3 paces it

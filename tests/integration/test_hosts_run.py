@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 
 import sshlab
-from helpers import (ROOT, UNSHAPED_STREAMS, check_unshaped_streams, cli, full_queue_delay_bounds, run_id_of,
+from helpers import (ROOT, UNSHAPED_LOADS, check_unshaped_streams, cli, full_queue_delay_bounds, run_id_of,
                      saturated_udp_loss_bounds, stored_run_id)
 from vnetbench.hosts.lock import LOCK_SCRIPT, read_answer
 from vnetbench.store.db import Store
@@ -54,17 +54,7 @@ senders = 1
 receiver = "servers"
 senders = ["clients"]
 addresses = {{ "server-a" = "{SERVER_DATA}", "client-1" = "{CLIENT_DATA}" }}
-[matrix]
-load = [{{proto = "tcp"}}, {{proto = "udp", offered = "50Mbit"}}]
-{UNSHAPED_STREAMS}[workload.rr]
-tool = "sockperf"
-proto = "udp"
-payload = 64
-duration = "1s"
-[repeat]
-repetitions = 2
-warmup = false
-"""
+{UNSHAPED_LOADS}"""
 
 
 def _run(hosts: sshlab.DataHosts, tmp_path: Path, *extra: str, check: bool = True, text: str = SCENARIO):

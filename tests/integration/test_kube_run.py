@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import ROOT, UNSHAPED_STREAMS, check_unshaped_streams, run_id_of
+from helpers import ROOT, UNSHAPED_LOADS, check_unshaped_streams, run_id_of
 from vnetbench.kube import api, pods
 from vnetbench.store.db import Store
 
@@ -31,17 +31,7 @@ senders = 1
 receiver = "node2"
 senders = ["node1"]
 network = "NETWORK"
-[matrix]
-load = [{{proto = "tcp"}}, {{proto = "udp", offered = "50Mbit"}}]
-{UNSHAPED_STREAMS}[workload.rr]
-tool = "sockperf"
-proto = "udp"
-payload = 64
-duration = "1s"
-[repeat]
-repetitions = 2
-warmup = false
-"""
+{UNSHAPED_LOADS}"""
 
 
 def kube_cli(k8s, *args: str, check: bool = True, timeout: float = 600) -> subprocess.CompletedProcess:
