@@ -10,7 +10,8 @@
 SHELL := /bin/bash
 VENV  := .venv
 PY    := $(VENV)/bin/python
-export PATH := $(HOME)/.cargo/bin:$(PATH)
+# rustup's cargo, and Go where go.dev's tarball puts it (make kube)
+export PATH := $(HOME)/.cargo/bin:/usr/local/go/bin:$(PATH)
 
 # Debian packages the lab and its workloads need: every tool's of src/vnetbench/tools.py and its
 # SUPPORT_PACKAGES (tests/unit/test_tools.py keeps the two the same). Checked one by one so a
