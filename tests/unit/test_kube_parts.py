@@ -230,3 +230,14 @@ def test_plan_says_where_the_pods_go_and_what_a_cluster_refuses(tmp_path):
     shaped = " ".join(subprocess.run([sys.executable, "-m", "vnetbench", "plan", str(scenario)], capture_output=True,
                                      text=True, timeout=120).stdout.split())
     assert "before it can run here:" in shaped and "link conditions on bottleneck" in shaped
+
+
+def test_a_run_resumes_only_where_it_ran():
+    from vnetbench.runner.places.kube import KubePlace
+    from vnetbench.runner.places.lab import LabPlace
+
+    with pytest.raises(Exception, match=r"ran on the Kubernetes cluster at https://k:6443: resume it with --kube"):
+        LabPlace().check_resume({"kube": {"server": "https://k:6443"}}, "abc")
+    with pytest.raises(Exception, match="did not run on Kubernetes: resume it without --kube"):
+        KubePlace(None, None).check_resume({"hosts": {}}, "abc")
+    KubePlace(None, None).check_resume({"kube": {"server": "https://k:6443"}}, "abc")

@@ -62,6 +62,9 @@ class LabPlace(Place):
         if fingerprint.get("hosts"):
             raise ScenarioError(f"run {run_id} ran on the hosts of {fingerprint.get('inventory')}: resume it with "
                                 f"--hosts INVENTORY")
+        if fingerprint.get("kube"):
+            raise ScenarioError(f"run {run_id} ran on the Kubernetes cluster at {fingerprint['kube'].get('server')}: "
+                                "resume it with --kube (and its --kubeconfig, --context)")
 
     def calibrate(self, run_prefix: str) -> dict[str, Any] | None:
         from vnetbench.runner import calibration
