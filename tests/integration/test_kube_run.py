@@ -130,3 +130,7 @@ def test_a_killed_runs_namespace_is_removed_by_clean_kube(kube_cluster, tmp_path
     kube_cli(k8s, "clean", "--kube")
     assert vnetbench_namespaces(k8s) == []
     assert kube_cli(k8s, "clean", "--kube", "--check").returncode == 0
+    # and on this machine, the killed run's own work directory (what `vnetbench clean` always removes)
+    local = subprocess.run([sys.executable, "-m", "vnetbench", "clean"], capture_output=True, text=True, cwd=ROOT)
+    assert local.returncode == 0, local.stderr
+    assert not list(Path("/tmp").glob(f"vnetbench-{namespace}-*"))
