@@ -363,9 +363,6 @@ class KubeCluster:
         self._spawn(f"kubelet-{node}", ["nsenter", f"--net=/run/netns/{self.node_netns(node)}", "unshare",
                                          "--mount", "--propagation", "private", "sh", "-c", script])
 
-    def _all_cgroups(self) -> list[Path]:
-        return [h / self.node_netns(node) for node in self.nodes for h in CGROUP_ROOT.iterdir()]
-
     def _make_cgroups(self, root: str) -> None:
         """The node's root cgroup in every v1 hierarchy (the kubelet requires it to exist); cpuset's takes
         its parent's CPUs and memory nodes, as a v1 cpuset starts with none."""
