@@ -16,6 +16,10 @@ A metric changed the same way in all four different-order pairs is an order effe
 is one. A B B A puts both orders at the same mean position in time.
 
 Run as root:  .venv/bin/python bench/order.py [--only quick,latency-rr] [--repetitions 6] [--first sequential]
+              [--dockerd] [--podman]
+
+--dockerd and --podman start engines of the benchmark's own (tests/engine_daemon.py) for the four runs, so the
+built-ins' docker and podman configurations (left out where no engine listens) are checked too.
 
 Issue 35's acceptance check; several hours for every built-in on the 2-core VM (the trims below keep each run to
 minutes).
@@ -24,7 +28,9 @@ minutes).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -80,9 +86,23 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--first", choices=("interleaved", "sequential"), default="interleaved",
                     help="the order of the first and the last run (the middle two take the other)")
+    ap.add_argument("--dockerd", action="store_true", help="start a dockerd of this benchmark's own for the runs")
+    ap.add_argument("--podman", action="store_true", help="start a Podman API service of this benchmark's own")
     args = ap.parse_args()
     if args.repetitions < 6:
         ap.error("--repetitions below 6 cannot find a change (4 trials a side reach p = 0.14 over 5 metrics)")
+    sys.path.insert(0, str(ROOT / "tests"))
+    import engine_daemon
+    from vnetbench.lab import engines
+
+    with contextlib.ExitStack() as own:
+        for kind, wanted in (("docker", args.dockerd), ("podman", args.podman)):
+            if wanted:  # the runs are subprocesses: they find the engine through the environment
+                os.environ[engines.URL_VARIABLES[kind]] = own.enter_context(engine_daemon.engine(kind))
+        return check(args)
+
+
+def check(args: argparse.Namespace) -> int:
     names = args.only.split(",") if args.only else list(TRIMS)
     other = "sequential" if args.first == "interleaved" else "interleaved"
     tmp = Path(tempfile.mkdtemp(prefix="vnb-order-"))
