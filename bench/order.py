@@ -31,6 +31,7 @@ import argparse
 import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -91,6 +92,8 @@ def main() -> int:
     args = ap.parse_args()
     if args.repetitions < 6:
         ap.error("--repetitions below 6 cannot find a change (4 trials a side reach p = 0.14 over 5 metrics)")
+    # SIGTERM (kill, a CI timeout) unwinds like Ctrl-C, so the engines below are stopped and their files removed
+    signal.signal(signal.SIGTERM, interrupted)
     sys.path.insert(0, str(ROOT / "tests"))
     import engine_daemon
     from vnetbench.lab import engines
@@ -100,6 +103,10 @@ def main() -> int:
             if wanted:  # the runs are subprocesses: they find the engine through the environment
                 os.environ[engines.URL_VARIABLES[kind]] = own.enter_context(engine_daemon.engine(kind))
         return check(args)
+
+
+def interrupted(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
 
 
 def check(args: argparse.Namespace) -> int:
