@@ -71,10 +71,27 @@ def test_link_conditions_name_the_topologys_links_and_the_short_hands_need_a_bot
         _load('[lab.link.l1]\nforward = {delay = "1ms"}\n')  # no topology: the dumbbell's names
     s = _load('[topology]\ntemplate = "linear"\n[lab.link.l2]\nforward = {delay = "1ms"}\n').scenario
     assert s.lab.link["l2"].forward.delay == pytest.approx(0.001)
-    for env in ("docker", "podman", "overlay", "vm"):
+    for env in ("docker", "podman"):
         with pytest.raises(ScenarioError, match=f"lab.env = '{env}' with a \\[topology\\] table: a declared topology's "
-                           "workload hosts run in 'bare' or 'container' so far"):
+                           "workload hosts run in 'bare', 'container', 'overlay', 'vm' so far"):
             _load(f'[lab]\nenv = "{env}"\n[topology]\ntemplate = "linear"\n')
+
+
+def test_a_topologys_hosts_run_in_guests_only_where_each_has_one_link():
+    assert _load('[lab]\nenv = "vm"\nnic = "e1000"\n[topology]\ntemplate = "linear"\n').scenario.lab.nic == "e1000"
+    assert _load('[lab]\nenv = "overlay"\noverlay = "routed"\n[topology]\ntemplate = "tree"\n')
+    # h2 sits on two links (to two routers); the workload runs from it
+    two_links = ('[topology]\nnodes = {h1 = "host", h2 = "host", h3 = "host", x = "router", y = "router"}\n'
+                 'links = [{name = "a", a = "h1", b = "x"}, {name = "b", a = "h2", b = "x"}, '
+                 '{name = "c", a = "h2", b = "y"}, {name = "d", a = "y", b = "h3"}, {name = "e", a = "x", b = "y"}]\n')
+    with pytest.raises(ScenarioError, match="host 'h2' of the topology has 2 links, and a guest takes over a host on "
+                       "one link only"):
+        _load(f'[lab]\nenv = "vm"\n{two_links}clients = ["h2"]\nserver = "h3"\n')
+    # the same graph with its workload between the one-link hosts, and a workload of its own from h2 in bare
+    assert _load(f'[lab]\nenv = "vm"\n{two_links}clients = ["h1"]\nserver = "h3"\n')
+    with pytest.raises(ScenarioError, match="host 'h2'"):
+        _load(f'[lab]\nenv = "vm"\n{two_links}clients = ["h1"]\nserver = "h3"\n'
+              '[workload.x]\ntool = "ping"\nclients = ["h2"]\nserver = "h3"\n')
 
 
 def test_a_topologys_hosts_run_in_containers_and_a_matrix_over_env_builds_a_graph_each():

@@ -249,7 +249,9 @@ class GraphBench(DumbbellBench):
         else:
             # The workloads' hosts in the variant's environment, each behind the namespace the graph wired
             # for it (LabContext.wired), as a dumbbell container's wired namespace sits on the switch; the topology's other hosts stay bare: no workload runs there.
-            env = environments.create(variant, LabContext(self.run_prefix, registry, switch=None, wired=wired))
+            routers = [lab.namespace(n) for n, spec in graph.nodes.items() if spec.kind == "router"]
+            env = environments.create(variant, LabContext(self.run_prefix, registry, switch=None, wired=wired,
+                                                          routers=routers))
             _keep_apart(lab.built, env)
         for number, (name, cpu) in enumerate(placed, 1):
             cpu = cpu if self.pin_cpus else None
@@ -271,12 +273,15 @@ class GraphBench(DumbbellBench):
         return lab
 
     def _wired(self, lab: GraphLabView, name: str) -> WiredNamespace:
-        """Host `name` as the graph wired it: its namespace, its first link's end and its addresses."""
+        """Host `name` as the graph wired it: its namespace, its first link's end, its addresses and routes."""
         assert lab.built is not None
+        plan = lab.built.plan
         ns = lab.namespace(name)
-        first = lab.built.plan.interfaces[name][0]
+        first = plan.interfaces[name][0]
         return WiredNamespace(ns=ns, iface=Interface(ns, first.ifname), port=None,
-                              ipv4=lab.built.plan.address(name, 4), ipv6=lab.built.plan.address(name, 6))
+                              ipv4=plan.address(name, 4), ipv6=plan.address(name, 6),
+                              prefixlens=plan.prefixlens[(name, first.ifname)],
+                              routes=[(str(r.dst), r.gateway) for r in plan.routes.get(name, [])])
 
 
 def _keep_apart(built: GraphLab, env: NamespaceEnvironment) -> None:

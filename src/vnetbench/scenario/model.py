@@ -444,10 +444,10 @@ class ScaleSpec(Strict):
 MEASURED = "measured"
 
 
-# The environments a declared topology's workload hosts can run in: those that sit behind a namespace the lab
-# wires (runner/graph_bench.py). The engines' containers hang off the engine's own bridge, an overlay joins
-# its nodes over one shared segment, and a guest takes over its node's addresses: none fits a graph's host yet.
-TOPOLOGY_ENVS = ("bare", "container")
+# The environments a declared topology's workload hosts can run in: those that sit behind, or take over, a
+# namespace the lab wires (runner/graph_bench.py). The engines' containers hang off the engine's own bridge and
+# namespaces, which the graph cannot wire: not yet.
+TOPOLOGY_ENVS = ("bare", "container", "overlay", "vm")
 
 
 class Scenario(Strict):
@@ -623,9 +623,17 @@ class Scenario(Strict):
                              "(real hosts' network is what it is); remove one")
         if self.lab.env not in TOPOLOGY_ENVS:
             raise ValueError(f"lab.env = {self.lab.env!r} with a [topology] table: a declared topology's "
-                             f"workload hosts run in {' or '.join(repr(e) for e in TOPOLOGY_ENVS)} so far; choose "
+                             f"workload hosts run in {', '.join(repr(e) for e in TOPOLOGY_ENVS)} so far; choose "
                              "one of those, or drop the [topology] table for the dumbbell, where every "
                              "environment runs")
+        if self.lab.env == "vm":
+            # A guest takes over its host's addresses and routes on the host's one link (a bridge port to its
+            # TAP); a host on several links would need a NIC per link in its guest.
+            multi = [h for h in self._workload_hosts(graph) if len(graph.links_of(h)) != 1]
+            if multi:
+                raise ValueError(f"lab.env = \"vm\": host {multi[0]!r} of the topology has "
+                                 f"{len(graph.links_of(multi[0]))} links, and a guest takes over a host on one link "
+                                 "only; run the workloads between hosts on one link each, or choose another env")
         if "bottleneck" not in graph.links:
             # Compared with the defaults (a configuration's scenario is validated again with every field set);
             # no rate at all is what this topology's lab gets below.
@@ -637,6 +645,21 @@ class Scenario(Strict):
                                  f"{', '.join(list(graph.links)[:12])})")
             self.lab.bottleneck = None  # no link carries the lab's default rate
         return self
+
+    def _workload_hosts(self, graph: Any) -> list[str]:
+        """The topology's hosts the active workloads run on, as far as this scenario names them (a matrix may
+        name the rest: each configuration is checked again with its own)."""
+        assert self.topology is not None
+        hosts: dict[str, None] = {}
+        for w in [None, *self.active.values()]:
+            clients = None if w is None or not w.own_endpoints else w.clients
+            server = None if w is None or not w.own_endpoints else w.server
+            try:
+                cs, sv = self.topology.endpoints(graph, required=False, clients=clients, server=server)
+            except ScenarioError:
+                continue  # said by the checks above
+            hosts.update(dict.fromkeys([*cs, sv]))
+        return list(hosts)
 
     @model_validator(mode="after")
     def _workloads(self) -> "Scenario":

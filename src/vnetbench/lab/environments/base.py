@@ -78,6 +78,9 @@ class LabContext:
     # Namespaces the lab wired itself before the environment came (a declared topology's hosts, joined to
     # their links with the graph's addresses): attach_namespace hands an endpoint its own instead of making one.
     wired: dict[str, "WiredNamespace"] = field(default_factory=dict)
+    # The lab's IP forwarders between the endpoints' namespaces (a declared topology's routers): a routed overlay
+    # gives them routes to its container blocks, as Calico's BGP tells the fabric's routers.
+    routers: list[Namespace] = field(default_factory=list)
     _subnets: int = 0
 
     def ns_name(self, node: str) -> str:
@@ -190,6 +193,10 @@ class WiredNamespace:
     port: Interface | None  # the switch's end, named after the endpoint (None: a topology's, not one port)
     ipv4: str
     ipv6: str
+    prefixlens: tuple[int, int] = (UNDERLAY_V4_PREFIXLEN, UNDERLAY_V6_PREFIXLEN)  # of ipv4 and ipv6 on iface
+    # Its routes beyond its own segment (destination, gateway): a topology's host behind a router; a guest that
+    # takes over the namespace's addresses takes these too.
+    routes: list[tuple[str, str]] = field(default_factory=list)
 
 
 @dataclass

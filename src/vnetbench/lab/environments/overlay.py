@@ -18,6 +18,11 @@ addresses (static routes here, BGP in Calico)::
 
 The underlay is the lab's switch, so whatever impairs a node's link (the
 bottleneck, an emulated delay) acts on the encapsulated traffic, as on a WAN.
+
+On a declared topology the underlay is the graph: each node is a host's namespace as the graph wired it, and
+nodes may be routers apart. VXLAN crosses them as any UDP does. Routed, every node and every router of the
+graph gets a route to each node's block via its own next hop toward that node's address (what BGP between
+Calico's nodes and the fabric's routers would install); on one segment that is the node itself, as above.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ from vnetbench.lab.environments.base import (EnvironmentOptions, SUBNET_V4_PREFI
                                              Endpoint, LabContext, NamespaceEnvironment, WiredNamespace, Subnet,
                                              add_default_routes, add_route, attach_namespace, enable_forwarding,
                                              new_namespace, namespace_node, register)
-from vnetbench.lab.nodes import Interface, Link
+from vnetbench.lab.nodes import Interface, Link, Namespace
 
 VXLAN_PORT = 4789  # IANA
 VXLAN_OVERHEAD_V4 = 50  # outer Ethernet 14 + IPv4 20 + UDP 8 + VXLAN 8
@@ -72,6 +77,7 @@ class OverlayEnvironment(NamespaceEnvironment):
         self.nodes: list[tuple[WiredNamespace, Subnet | None, Attached]] = []
         self.segment: Subnet | None = None  # vxlan: the one overlay subnet of this variant
         self.vni: int | None = None
+        self.fabric_routes: dict[str, dict[str, str]] = {}  # routed: router namespace -> {block: next hop}
 
     def inner_mtu(self, underlay_mtu: int) -> int:
         return underlay_mtu - VXLAN_OVERHEAD_V4 if self.mode == "vxlan" else underlay_mtu
@@ -96,8 +102,11 @@ class OverlayEnvironment(NamespaceEnvironment):
             c4, c6 = self.segment.v4(n), self.segment.v6(n)
             node.ns.ipr.link("add", ifname=BRIDGE, kind="bridge")
             bridge = Interface(node.ns, BRIDGE)
+            # Not bound to the underlay interface (no vxlan_link): the kernel deletes a VXLAN device whose lower
+            # device leaves the namespace, and an emulator spliced onto a topology's host-side link end moves
+            # that end away. The unicast flood entries below name no device either: routing picks the way out.
             node.ns.ipr.link("add", ifname=VXLAN_DEV, kind="vxlan", vxlan_id=self.vni, vxlan_port=VXLAN_PORT,
-                             vxlan_local=node.ipv4, vxlan_link=node.iface.index, vxlan_learning=1)
+                             vxlan_local=node.ipv4, vxlan_learning=1)
             vxlan = Interface(node.ns, VXLAN_DEV)
             vxlan.set_mtu(mtu)
             for dev in (vxlan, link.a):
@@ -137,10 +146,18 @@ class OverlayEnvironment(NamespaceEnvironment):
                     node.ns.ipr.fdb("append", ifindex=index, lladdr="00:00:00:00:00:00", dst=peer.ipv4)
                 att.node.env_facts["vxlan_remotes"] = [p.ipv4 for p, _ in peers]
             else:
-                for peer, block in peers:
-                    add_route(node.ns, block.cidr4, peer.ipv4)
-                    add_route(node.ns, block.cidr6, peer.ipv6)
-                att.node.env_facts["routes"] = {b.cidr4: p.ipv4 for p, b in peers}
+                routes = {cidr: next_hop(node.ns, address) for peer, block in peers
+                          for cidr, address in ((block.cidr4, peer.ipv4), (block.cidr6, peer.ipv6))}
+                for cidr, via in routes.items():
+                    add_route(node.ns, cidr, via)
+                att.node.env_facts["routes"] = {k: v for k, v in routes.items() if ":" not in k}
+        if self.mode == "routed":
+            for router in self.ctx.routers:
+                learnt = self.fabric_routes[router.name] = {}
+                for node, block, _att in self.nodes:
+                    for cidr, address in ((block.cidr4, node.ipv4), (block.cidr6, node.ipv6)):  # type: ignore[union-attr]
+                        learnt[cidr] = next_hop(router, address)
+                        add_route(router, cidr, learnt[cidr])
 
     def vxlan_counters(self) -> dict[str, dict[str, int]]:
         """{host name: {tx_packets, rx_packets, tx_bytes, rx_bytes}} of each node's VXLAN device."""
@@ -165,4 +182,14 @@ class OverlayEnvironment(NamespaceEnvironment):
                         "model": "VXLAN in a per-node bridge, head-end replication (Docker overlay / Flannel / Weave)"})
         else:
             out["model"] = "per-node container blocks, static routes via underlay addresses (Calico, no BGP)"
+            if self.fabric_routes:
+                out["fabric_routes"] = self.fabric_routes
         return out
+
+
+def next_hop(ns: Namespace, address: str) -> str:
+    """Whom `ns` hands a packet for `address` to: its route's gateway, or `address` itself where that is on one
+    of its links."""
+    found = ns.ipr.route("get", dst=address, family=10 if ":" in address else 2)
+    gateway = found[0].get_attr("RTA_GATEWAY") if found else None
+    return gateway or address

@@ -271,6 +271,19 @@ def check_guest(host: GuestNode, options: VmOptions) -> None:
                        f"for (the driver's limit); choose another nic or mtu")
     if options.offload is not None:
         host.env_facts["offload"] = host.set_offload(options.offload)
+    for dst, gateway in host.extra.get("routes", []):
+        host.guest.check(["ip", "-6" if ":" in dst else "-4", "route", "replace", dst, "via", gateway, "dev", "eth0"])
+    if host.extra.get("routes"):
+        host.env_facts["routes"] = {dst: gateway for dst, gateway in host.extra["routes"]}
+
+
+def give_up_addresses(iface: Interface) -> None:
+    """Take `iface`'s addresses out of its namespace: a guest bridged to it owns them now, and the namespace must
+    not answer for them. The routes through it go too: IPv4's with their addresses, IPv6's when attach_vm turns
+    IPv6 off on the bridge's ports."""
+    ipr = iface.ns.ipr
+    for msg in ipr.get_addr(index=iface.index):
+        ipr.addr("del", index=iface.index, address=msg.get_attr("IFA_ADDRESS"), prefixlen=msg["prefixlen"])
 
 
 def _with_prefix(addr: str, default: int) -> str:
@@ -357,20 +370,33 @@ class VmEnvironment(EnvironmentType):
         from vnetbench.lab.environments.base import Attached, new_namespace, underlay_addresses
 
         ctx = self.ctx
-        ns = new_namespace(ctx, endpoint.name)
-        link = Link.connect(ctx.switch, endpoint.name, ns, "eth0", ctx.registry, mtu=endpoint.mtu)
-        ctx.switch.ipr.link("set", index=link.a.index, master=ctx.switch.index(ctx.bridge))
-        v4, v6 = underlay_addresses(endpoint.number)
+        wired = ctx.wired.get(endpoint.name)
+        routes: list[tuple[str, str]] = []
+        if wired is None:
+            ns = new_namespace(ctx, endpoint.name)
+            link = Link.connect(ctx.switch, endpoint.name, ns, "eth0", ctx.registry, mtu=endpoint.mtu)
+            ctx.switch.ipr.link("set", index=link.a.index, master=ctx.switch.index(ctx.bridge))
+            port, uplink = link.a, link.b
+            v4, v6 = underlay_addresses(endpoint.number)
+        else:
+            # A declared topology's host: the guest takes over what the graph gave its namespace (the addresses
+            # on its one link, its routes) and the namespace becomes the guest's hypervisor, bridging that link
+            # to the guest's TAP as a dumbbell's guest node bridges its switch port.
+            ns, port, uplink = wired.ns, wired.port, wired.iface
+            v4, v6 = (f"{a}/{n}" for a, n in zip((wired.ipv4, wired.ipv6), wired.prefixlens))
+            routes = list(wired.routes)
+            give_up_addresses(uplink)
         if self._workdir is None:
             self._workdir = _workdir(ctx, ctx.registry)
         options = replace(self.options, mtu=endpoint.mtu)
-        host = attach_vm(ctx, ctx.registry, ns, endpoint.name, endpoint.number, link.b, v4, v6, endpoint.cpu,
+        host = attach_vm(ctx, ctx.registry, ns, endpoint.name, endpoint.number, uplink, v4, v6, endpoint.cpu,
                          options, workdir=self._workdir / f"vm-{endpoint.name}", wait=False)
+        host.extra["routes"] = routes  # installed in the guest once it answers (check_guest)
         # While `auto` has no KVM verdict yet, this guest is the probe: the guests after it start
         # straight under the accelerator it finds (all of them still boot in parallel).
         host.guest.settle_accelerator()
         self.nodes.append(host)
-        att = Attached(node=host, port=link.a, uplink=link.b, offload_ifaces=host.host_interfaces())
+        att = Attached(node=host, port=port, uplink=uplink, offload_ifaces=host.host_interfaces())
         self.attached.append(att)
         return att
 
