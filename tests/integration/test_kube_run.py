@@ -6,6 +6,7 @@ refused before anything is made there, and nothing of a run left on the cluster,
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -80,6 +81,78 @@ def test_a_scenario_runs_between_pods_on_two_nodes(kube_cluster, tmp_path, netwo
     # Nothing of the run is left on the cluster.
     assert vnetbench_namespaces(k8s) == []
     assert "nothing of vnetbench's is left" in kube_cli(k8s, "clean", "--kube", "--check").stdout
+
+
+SWEEP = """name = "kube-sweep"
+[lab]
+bottleneck = "unlimited"
+senders = 1
+[kube]
+receiver = "node2"
+[matrix]
+"kube.network" = ["pod", "host"]
+"kube.placement" = ["same-node", "cross-node"]
+[workload.stream]
+tool = "iperf3"
+duration = "2s"
+omit = "1s"
+[repeat]
+repetitions = 1
+warmup = false
+"""
+# What TCP may put in a segment on each path, set by the MTU of the device it leaves by (less 40 bytes of headers
+# and 12 of timestamps): the pod network's veths and bridge are the CNI's 1450 (VXLAN's 50 taken from the
+# fabric's 1500), on one node as across; the nodes' own network is the fabric's 1500 across; within a node, a
+# node sending to its own address, the loopback device's 65536 (TCP holds a segment to half the largest window
+# the peer offered: 32768 here), above any link's.
+SWEEP_MSS = {("pod", "same-node"): (1398, 1398), ("pod", "cross-node"): (1398, 1398),
+             ("host", "cross-node"): (1448, 1448), ("host", "same-node"): (9001, 65483)}
+
+
+def test_a_sweep_of_network_and_placement_measures_each_path_in_one_run(kube_cluster, tmp_path):
+    k8s = kube_cluster
+    proc = run_here(k8s, tmp_path, text=SWEEP)
+    run_id = run_id_of(proc)
+    with Store(tmp_path / "r.db") as store:
+        trials = store.trials(run_id, with_raw=True)
+        assert len(trials) == 4 and all(t["status"] == "ok" for t in trials), [t["reason"] for t in trials]
+        configs = {c["key"]: c for c in store.configurations(run_id)}
+        values = store.values(run_id)
+    for t in trials:
+        config = configs[t["config_key"]]
+        where = (config["labels"]["kube.network"], config["labels"]["kube.placement"])
+        state = config["lab_state"]["environment"]
+        assert (state["network"], state["placement"]) == where, state
+        pods = state["pods"]
+        receiver, sender = (next(p for name, p in pods.items() if name.startswith(role)) for role in "rs")
+        assert receiver["node"] == "node2" and sender["node"] == ("node2" if where[1] == "same-node" else "node1")
+        assert receiver["network"] == sender["network"] == where[0]
+        mss = [json.loads(out)["start"]["tcp_mss_default"] for out in _iperf3_outputs(t["raw"])]
+        low, high = SWEEP_MSS[where]
+        assert mss and all(low <= m <= high for m in mss), (where, mss)
+        assert values[config["key"]]["throughput.rx_mbps"][0] > 500, (where, values[config["key"]])
+    # one receiver pod per network, shared by both placements; each endpoint shown where it ran
+    assert f"r = pod vnb-{run_id[:6]}/r on node node2" in proc.stdout
+    assert f"r = pod vnb-{run_id[:6]}/r2 on node node2" in proc.stdout
+    assert vnetbench_namespaces(k8s) == []
+
+
+def _iperf3_outputs(raw: dict) -> list[str]:
+    """The iperf3 clients' JSON texts in a trial's raw record, wherever they sit in it."""
+    found: list[str] = []
+
+    def walk(x: object) -> None:
+        if isinstance(x, dict):
+            for v in x.values():
+                walk(v)
+        elif isinstance(x, list):
+            for v in x:
+                walk(v)
+        elif isinstance(x, str) and '"tcp_mss_default"' in x:
+            found.append(x)
+
+    walk(raw)
+    return found
 
 
 def test_what_a_cluster_run_cannot_do_is_refused_before_anything_is_made(kube_cluster, tmp_path):

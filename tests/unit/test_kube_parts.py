@@ -144,17 +144,68 @@ def kube_configs(text: str = KUBE_SCENARIO):
 def test_the_kube_table_places_one_pod_per_endpoint_the_last_node_taking_the_senders_left():
     from vnetbench.kube.bench import placement
 
-    place = placement(kube_configs(), "k.toml", "localhost/vnetbench/tools:abc")
-    assert (place.receiver, place.senders, place.network) == ("node2", ["node1", "node3", "node3"], "pod")
-    specs = {s.name: s for s in place.pod_specs()}
-    assert {n: s.node for n, s in specs.items()} == {"r": "node2", "s1": "node1", "s2": "node3", "s3": "node3"}
+    plan = placement(kube_configs(), "k.toml", "localhost/vnetbench/tools:abc")
+    assert plan.resolve(["node1", "node2", "node3"]) == []
+    [place] = plan.placements.values()
+    assert (place.receiver, place.senders, place.network, place.kind) == \
+        ("node2", ("node1", "node3", "node3"), "pod", "cross-node")
+    specs, groups = plan.pods()
+    assert {s.name: s.node for s in specs} == {"r": "node2", "s1": "node1", "s2": "node3", "s3": "node3"}
+    assert groups == {place.key: ("r", ["s1", "s2", "s3"])}
     assert all(s.image == "localhost/vnetbench/tools:abc" and s.pull_policy == "Never" and s.net_admin
-               and not s.host_network for s in specs.values())
+               and not s.host_network for s in specs)
     host = placement(kube_configs(KUBE_SCENARIO.replace('senders = ["node1", "node3"]',
                                                         'senders = "node1"\nnetwork = "host"\nimage = "reg/t:1"\n'
                                                         'image_pull_policy = "IfNotPresent"')), "k.toml", "")
-    assert host.senders == ["node1"] * 3 and host.image == "reg/t:1" and host.pull_policy == "IfNotPresent"
-    assert all(s.host_network for s in host.pod_specs())
+    assert host.resolve(["node1", "node2"]) == []
+    [place] = host.placements.values()
+    assert place.senders == ("node1",) * 3 and host.image == "reg/t:1" and host.pull_policy == "IfNotPresent"
+    assert all(s.host_network for s in host.pods()[0])
+
+
+SWEPT = KUBE_SCENARIO.replace('senders = ["node1", "node3"]\n', '').replace(
+    "senders = 3", "senders = 2").replace(
+    "[workload.stream]", '[matrix]\n"kube.network" = ["pod", "host"]\n"kube.placement" = ["same-node", "cross-node"]\n'
+    "[workload.stream]")
+
+
+def test_a_sweep_of_network_and_placement_shares_a_pod_per_node_and_network():
+    from vnetbench.kube.bench import placement
+
+    configs = kube_configs(SWEPT)
+    plan = placement(configs, "k.toml", "img:1")
+    assert plan.nodes() == ["node2"]  # cross-node nodes are the cluster's: known once it is read
+    # cross-node senders go on the Ready nodes other than the receiver's, the last taking the senders left
+    assert plan.resolve(["node1", "node2"]) == []
+    by_labels = {(c.labels["kube.network"], c.labels["kube.placement"]): plan.placements[c.key] for c in configs}
+    assert {k: (p.senders, p.kind) for k, p in by_labels.items()} == {
+        ("pod", "same-node"): (("node2", "node2"), "same-node"), ("pod", "cross-node"): (("node1", "node1"), "cross-node"),
+        ("host", "same-node"): (("node2", "node2"), "same-node"), ("host", "cross-node"): (("node1", "node1"), "cross-node")}
+    specs, groups = plan.pods()
+    # a receiver pod per network (both placements measure against it), a sender pod per node, network and place
+    assert [(s.name, s.node, s.host_network) for s in specs if s.name.startswith("r")] == \
+        [("r", "node2", False), ("r2", "node2", True)]
+    assert len([s for s in specs if s.name.startswith("s")]) == 8
+    assert {groups[p.key][0] for k, p in by_labels.items() if k[0] == "pod"} == {"r"}
+    assert len({tuple(groups[p.key][1]) for p in by_labels.values()}) == 4
+    assert str(by_labels[("host", "cross-node")]) == "kube(network=host, r=node2, s=node1)"
+    # a cluster of one node has no cross-node placement
+    alone = placement(configs, "k.toml", "img:1")
+    assert alone.resolve(["node2"]) == ["kube.placement = \"cross-node\" needs a Ready node besides the receiver's "
+                                        "'node2' (Ready: node2)"]
+
+
+def test_a_placement_that_contradicts_the_senders_named_is_refused():
+    from vnetbench.errors import ScenarioError
+
+    with pytest.raises(ScenarioError, match="kube.placement = \"same-node\" puts the senders on the receiver's node"):
+        kube_configs(KUBE_SCENARIO.replace('[kube]\n', '[kube]\nplacement = "same-node"\n'))
+    with pytest.raises(ScenarioError, match="kube.placement = \"cross-node\" keeps the senders off"):
+        kube_configs(KUBE_SCENARIO.replace('senders = ["node1", "node3"]', 'senders = ["node2"]\nplacement = "cross-node"'))
+    from vnetbench.kube.bench import placement
+
+    with pytest.raises(ScenarioError, match="kube.senders: name the nodes"):
+        placement(kube_configs(KUBE_SCENARIO.replace('senders = ["node1", "node3"]\n', '')), "k.toml", "img:1")
 
 
 @pytest.mark.parametrize("change, message", [
@@ -162,8 +213,8 @@ def test_the_kube_table_places_one_pod_per_endpoint_the_last_node_taking_the_sen
     (('senders = 3', 'senders = 3\nenv = "container"'), "lab.env = 'container' needs the local lab"),
     (('senders = 3', 'senders = 3\noffload = "off"'), "leaves the nodes' offloads as they are"),
     (('[kube]\nreceiver = "node2"\nsenders = ["node1", "node3"]\n', ''), "needs a [kube] table"),
-    (('[workload.stream]', '[matrix]\n"kube.network" = ["pod", "host"]\n[workload.stream]'),
-     "matrix.kube.network is not a parameter that can be swept"),  # one placement a run, for now
+    (('[workload.stream]', '[matrix]\n"kube.image" = ["a:1", "b:1"]\n[workload.stream]'),
+     "kube.image and kube.image_pull_policy differ between configurations"),
 ])
 def test_what_a_run_on_a_cluster_cannot_do_is_named_with_the_key(change, message):
     from vnetbench.errors import ScenarioError

@@ -30,37 +30,115 @@ from vnetbench.scenario.plan import Configuration
 KUBE = Variant("bare")
 
 
-@dataclass
+@dataclass(frozen=True)
 class KubePlacement:
-    """Which node each endpoint's pod runs on, and in which network."""
+    """Where one configuration's endpoints run: the receiver's node, each sender's, and the network."""
 
     receiver: str
-    senders: list[str]  # one node per sender the run uses
+    senders: tuple[str, ...]  # one node per sender the configuration uses
     network: str
+
+    @property
+    def key(self) -> str:
+        return f"{self.network}:{self.receiver}:{','.join(self.senders)}"
+
+    @property
+    def kind(self) -> str:
+        """same-node, cross-node, or mixed (some senders on the receiver's node)."""
+        on_receivers = [n == self.receiver for n in self.senders]
+        return "same-node" if all(on_receivers) else "cross-node" if not any(on_receivers) else "mixed"
+
+    def __str__(self) -> str:
+        return f"kube(network={self.network}, r={self.receiver}, s={','.join(dict.fromkeys(self.senders))})"
+
+
+@dataclass
+class KubePlan:
+    """The run's pods: one configuration's placement each (a matrix over kube.network, kube.placement or the
+    nodes gives several), and the pods they need: one per receiver node and network, one per sender node,
+    network and place among the senders. Configurations that share an endpoint's node and network share its
+    pod, so a same-node and a cross-node configuration measure against the same receiver."""
+
     image: str
     pull_policy: str
+    wanted: dict[str, tuple[Any, int]]  # configuration key -> (its KubeSpec, senders it uses)
+    placements: dict[str, KubePlacement] = field(default_factory=dict)  # configuration key -> placement (resolve)
 
-    def pod_specs(self) -> list[pods.PodSpec]:
-        host = self.network == "host"
-        nodes = {"r": self.receiver, **{f"s{i}": n for i, n in enumerate(self.senders, 1)}}
-        # NET_ADMIN: every trial begins without what TCP remembers of earlier ones (`ip tcp_metrics flush`,
-        # DumbbellBench._forget_tcp_metrics): in a pod, its own network's cache; with hostNetwork, the node's, as
-        # on an SSH host.
-        return [pods.PodSpec(name, self.image, node=node, host_network=host, pull_policy=self.pull_policy,
-                             net_admin=True) for name, node in nodes.items()]
+    def nodes(self) -> list[str]:
+        """Every node the run's pods go on, once resolved; before: the nodes the scenario names."""
+        if self.placements:
+            return list(dict.fromkeys(n for p in self.placements.values() for n in (p.receiver, *p.senders)))
+        return list(dict.fromkeys(n for spec, _ in self.wanted.values() for n in (spec.receiver, *spec.senders)))
+
+    def resolve(self, ready: list[str]) -> list[str]:
+        """Each configuration's placement on a cluster whose Ready nodes are `ready` (cross-node senders, where
+        not named, go on the Ready nodes other than the receiver's, in order); the problems, where it cannot."""
+        problems = []
+        for key, (spec, needed) in self.wanted.items():
+            if spec.placement == "same-node":
+                nodes = [spec.receiver]
+            elif spec.senders:
+                nodes = list(spec.senders)
+            else:
+                nodes = [n for n in ready if n != spec.receiver]
+                if not nodes:
+                    problems.append(f"kube.placement = \"cross-node\" needs a Ready node besides the receiver's "
+                                    f"{spec.receiver!r} (Ready: {', '.join(ready) or 'none'})")
+                    continue
+            senders = tuple(nodes[min(i, len(nodes) - 1)] for i in range(needed))
+            self.placements[key] = KubePlacement(spec.receiver, senders, spec.network)
+        return list(dict.fromkeys(problems))
+
+    def pods(self) -> tuple[list[pods.PodSpec], dict[str, tuple[str, list[str]]]]:
+        """The pods to make, and each placement's (receiver pod, sender pods) by its key. Pods are named r, r2,
+        .. and s1, s2, .. in the order the configurations first need them."""
+        receivers: dict[tuple[str, str], str] = {}
+        senders: dict[tuple[str, str, int], str] = {}
+        specs: list[pods.PodSpec] = []
+        groups: dict[str, tuple[str, list[str]]] = {}
+
+        def pod(name: str, node: str, network: str) -> str:
+            # NET_ADMIN: every trial begins without what TCP remembers of earlier ones (`ip tcp_metrics flush`,
+            # DumbbellBench._forget_tcp_metrics): in a pod, its own network's cache; with hostNetwork, the node's,
+            # as on an SSH host.
+            specs.append(pods.PodSpec(name, self.image, node=node, host_network=network == "host",
+                                      pull_policy=self.pull_policy, net_admin=True))
+            return name
+
+        for place in self.placements.values():
+            if place.key in groups:
+                continue
+            rkey = (place.network, place.receiver)
+            if rkey not in receivers:
+                receivers[rkey] = pod("r" if not receivers else f"r{len(receivers) + 1}", place.receiver,
+                                      place.network)
+            names = []
+            for i, node in enumerate(place.senders):
+                skey = (place.network, node, i)
+                if skey not in senders:
+                    senders[skey] = pod(f"s{len(senders) + 1}", node, place.network)
+                names.append(senders[skey])
+            groups[place.key] = (receivers[rkey], names)
+        return specs, groups
 
 
-def placement(configs: list[Configuration], source: str, default_image: str) -> KubePlacement:
-    """The scenario's ``[kube]`` table, checked against what a run on a cluster can do, before anything is made.
-    Raises ScenarioError naming the key and what to change."""
+def placement(configs: list[Configuration], source: str, default_image: str) -> KubePlan:
+    """The scenario's ``[kube]`` table per configuration, checked against what a run on a cluster can do, before
+    anything is made. Raises ScenarioError naming the key and what to change."""
     spec = configs[0].scenario.kube
     if spec is None:
         raise ScenarioError(f"{source}: --kube needs a [kube] table in the scenario naming the nodes the pods run "
                             "on, e.g. [kube] receiver = \"node2\", senders = [\"node1\"]")
     for c in configs:
-        if c.scenario.kube != spec:
-            raise ScenarioError(f"{source} [configuration {c.label_text}]: [kube] differs between configurations; "
-                                "one run places its pods once (sweeping kube.* is not built yet)")
+        own = c.scenario.kube
+        assert own is not None
+        if own.placement is None and not own.senders:  # checked here: a matrix may give either
+            raise ScenarioError(f"{source} [configuration {c.label_text}]: kube.senders: name the nodes the senders' "
+                                "pods run on (senders = [\"node1\"]), or give placement = \"same-node\" or "
+                                "\"cross-node\"")
+        if (own.image, own.image_pull_policy) != (spec.image, spec.image_pull_policy):
+            raise ScenarioError(f"{source} [configuration {c.label_text}]: kube.image and kube.image_pull_policy "
+                                "differ between configurations; one run's pods share one image")
         lab = c.scenario.lab
         if lab.env != "bare":
             raise ScenarioError(f"{source} [configuration {c.label_text}]: lab.env = {lab.env!r} needs the local "
@@ -73,24 +151,26 @@ def placement(configs: list[Configuration], source: str, default_image: str) -> 
         if lab.offload != "on":
             raise ScenarioError(f"{source} [configuration {c.label_text}]: lab.offload = {lab.offload!r}: a run on "
                                 "Kubernetes leaves the nodes' offloads as they are")
-    needed = max(c.active_senders for c in configs)
-    senders = [spec.senders[min(i, len(spec.senders) - 1)] for i in range(needed)]
-    return KubePlacement(spec.receiver, senders, spec.network, spec.image or default_image, spec.image_pull_policy)
+    return KubePlan(spec.image or default_image, spec.image_pull_policy,
+                    {c.key: (c.scenario.kube, c.active_senders) for c in configs})
 
 
 @dataclass
 class KubeBench(DumbbellBench):
-    """The lab's bench with pods for endpoints: one variant (the cluster as it is), no links to condition."""
+    """The lab's bench with pods for endpoints: the cluster as it is, no links to condition; a group of pods per
+    placement the configurations ask for."""
 
     cluster: api.Cluster | None = None
-    place: KubePlacement | None = None
+    plan: KubePlan | None = None
     pod_facts: dict[str, dict[str, Any]] = field(default_factory=dict)
+    _placement_of: dict[str, KubePlacement] = field(default_factory=dict)  # group key -> its placement
 
     @classmethod
     def for_cluster(cls, run_prefix: str, configs: list[Configuration], cluster: api.Cluster,
-                    place: KubePlacement) -> "KubeBench":
-        return cls(run_prefix, senders=len(place.senders), pin_cpus=False, variants=[(KUBE, len(place.senders))],
-                   configs=list(configs), cluster=cluster, place=place)
+                    plan: KubePlan) -> "KubeBench":
+        most = max(len(p.senders) for p in plan.placements.values())
+        return cls(run_prefix, senders=most, pin_cpus=False, variants=[(KUBE, most)], configs=list(configs),
+                   cluster=cluster, plan=plan)
 
     @property
     def namespace(self) -> str:
@@ -105,7 +185,7 @@ class KubeBench(DumbbellBench):
         registry.add(f"namespace {self.namespace} on {cluster.server}",
                      lambda: pods.delete_namespace(cluster, self.namespace))
         pods.create_namespace(cluster, self.namespace, labels)
-        specs = self.place.pod_specs()
+        specs, groups = self.plan.pods()
         pods.create_pods(cluster, self.namespace, specs, labels)
         running = pods.wait_running(cluster, self.namespace, [s.name for s in specs])
         credentials = api.write_credentials(cluster, self.workdir / "kube-credentials.json")
@@ -118,16 +198,28 @@ class KubeBench(DumbbellBench):
             if not (v6 if ip_version == 6 else v4):
                 raise ScenarioError(f"pod {self.namespace}/{s.name} has no IPv{ip_version} address ({', '.join(ips)}): "
                                     f"set lab.ip_version to the cluster's")
+            network = "host" if s.host_network else "pod"
             self.pod_facts[s.name] = {"node": pod.spec.node_name, "pod": f"{self.namespace}/{s.name}",
-                                      "network": self.place.network, "image": s.image,
+                                      "network": network, "image": s.image,
                                       "image_id": next((c.image_id for c in pod.status.container_statuses or []), None)}
             self.lab.endpoints[s.name] = PodNode(s.name, self.namespace, s.name, credentials, registry, ipv4=v4,
                                                  ipv6=v6, node=pod.spec.node_name, host_network=s.host_network,
                                                  facts=self.pod_facts[s.name])
-        self.lab.groups[KUBE] = Group(KUBE, "", None, "r", [f"s{i}" for i in range(1, len(self.place.senders) + 1)])
-        self.lab.bringup_s[KUBE] = 0.0
+        placements = {p.key: p for p in self.plan.placements.values()}
+        for key, (receiver, senders) in groups.items():
+            # Keyed by placement, not variant: the environment is the cluster's in every group.
+            self.lab.groups[key] = Group(KUBE, "", None, receiver, senders)  # type: ignore[index]
+            self._placement_of[key] = placements[key]
+            self.lab.bringup_s[key] = 0.0  # type: ignore[index]
         self.links = LinkManager(self.lab, registry, self.workdir, self.run_prefix, mtu=self.mtu)
         self.start_servers()
+
+    def group(self, config: Configuration) -> Group:
+        assert self.lab is not None and self.plan is not None
+        return self.lab.groups[self.plan.placements[config.key].key]  # type: ignore[index]
+
+    def placement_of(self, group: Group) -> KubePlacement:
+        return next(self._placement_of[k] for k, g in self.lab.groups.items() if g is group)  # type: ignore[union-attr]
 
     @property
     def server_workdir(self) -> str:
@@ -145,11 +237,16 @@ class KubeBench(DumbbellBench):
     def _state_problems(self, config: Configuration) -> list[str]:
         return []
 
+    def unavailable(self, config: Configuration) -> tuple[str, dict[str, Any]] | None:
+        return None  # every pod is Running before the first trial, or the run stops at setup
+
     def variant_name(self, group: Group) -> str:
-        return "kube"
+        return str(self.placement_of(group))
 
     def environment_state(self, config: Configuration) -> dict[str, Any]:
         group = self.group(config)
+        place = self.placement_of(group)
         used = [group.receiver, *group.senders[:config.active_senders]]
-        return {"environment": {"variant": "kube", "env": "bare", "network": self.place.network,
+        return {"environment": {"variant": str(place), "env": "bare", "network": place.network,
+                                "placement": place.kind,
                                 "pods": {n: self.pod_facts.get(n, {}) for n in used}}}

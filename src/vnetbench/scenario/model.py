@@ -321,11 +321,17 @@ SCOPE_ID = re.compile(r"(?!\.{1,2}$)(?!-)[A-Za-z0-9_.-]{1,15}")
 
 class KubeSpec(Strict):
     """Where the endpoints run when the scenario is run on a Kubernetes cluster (``vnetbench run --kube``): one
-    pod per endpoint, on the node named, in the pod network or the node's own (``hostNetwork``)."""
+    pod per endpoint, on the node named, in the pod network or the node's own (``hostNetwork``). ``network`` and
+    ``placement`` may be swept (``"kube.network" = ["pod", "host"]``, ``"kube.placement" = ["same-node",
+    "cross-node"]``), and so may the nodes: the run makes a pod for each distinct endpoint, node and network."""
 
     receiver: str = Field(min_length=1, description="the node the receiver's pod runs on")
-    senders: list[str] = Field(min_length=1, description="the nodes the senders' pods run on, in order (the last "
-                               "is repeated when the scenario uses more senders than nodes are named)")
+    senders: list[str] = Field(default_factory=list, description="the nodes the senders' pods run on, in order (the "
+                               "last is repeated when the scenario uses more senders than nodes are named); with "
+                               "placement = \"cross-node\" the cluster's other Ready nodes by default")
+    placement: Literal["same-node", "cross-node"] | None = Field(
+        default=None, description="'same-node': the senders' pods on the receiver's node (the path stays in the "
+        "node); 'cross-node': on other nodes (across the network between them); unset: on the nodes `senders` names")
     network: Literal["pod", "host"] = Field(default="pod", description="the pods' network: 'pod' (the cluster's "
                                             "pod network, through its CNI) or 'host' (hostNetwork: the nodes' "
                                             "own, the baseline that shows the CNI's cost)")
@@ -339,6 +345,16 @@ class KubeSpec(Strict):
     @classmethod
     def _one_or_more(cls, v: Any) -> Any:
         return [v] if isinstance(v, str) else v
+
+    @model_validator(mode="after")
+    def _placed(self) -> "KubeSpec":
+        if self.placement == "same-node" and any(n != self.receiver for n in self.senders):
+            raise ValueError(f"kube.placement = \"same-node\" puts the senders on the receiver's node "
+                             f"{self.receiver!r}, and kube.senders names {units.brief(self.senders)}: remove one")
+        if self.placement == "cross-node" and self.receiver in self.senders:
+            raise ValueError(f"kube.placement = \"cross-node\" keeps the senders off the receiver's node "
+                             f"{self.receiver!r}, and kube.senders names it: remove one")
+        return self
 
 
 class HostsSpec(Strict):
@@ -364,6 +380,16 @@ class HostsSpec(Strict):
     @classmethod
     def _one_or_more(cls, v: Any) -> Any:
         return [v] if isinstance(v, str) else v
+
+    @model_validator(mode="after")
+    def _placed(self) -> "KubeSpec":
+        if self.placement == "same-node" and any(n != self.receiver for n in self.senders):
+            raise ValueError(f"kube.placement = \"same-node\" puts the senders on the receiver's node "
+                             f"{self.receiver!r}, and kube.senders names {units.brief(self.senders)}: remove one")
+        if self.placement == "cross-node" and self.receiver in self.senders:
+            raise ValueError(f"kube.placement = \"cross-node\" keeps the senders off the receiver's node "
+                             f"{self.receiver!r}, and kube.senders names it: remove one")
+        return self
 
     @field_validator("receiver")
     @classmethod

@@ -26,7 +26,7 @@ from vnetbench.scenario import MAX_CONFIGURATIONS
 from vnetbench.scenario.load import LoadedScenario, format_validation_error
 from vnetbench.impair.model import SCHEDULE_MARGIN_S, LinkSpec, base_rtt, lab_links
 from vnetbench.lab import environments
-from vnetbench.scenario.model import LabSpec, Scenario, StreamWorkload
+from vnetbench.scenario.model import KubeSpec, LabSpec, Scenario, StreamWorkload
 from vnetbench.metrics import qualified
 from vnetbench.topology.fairness import max_min_shares
 from vnetbench.topology.spec import TopologySpec
@@ -197,6 +197,11 @@ def _axis_targets(scenario: Scenario, axis: str) -> list[tuple[str, ...]]:
         return [("topology", axis.split(".", 1)[1])]
     if axis == "workloads":  # which workloads a configuration runs
         return [("workloads",)]
+    if axis.startswith("kube.") and axis.split(".", 1)[1] in KubeSpec.model_fields:
+        if scenario.kube is None:
+            raise ValueError(f"matrix.{axis} sweeps a key of the [kube] table, which this scenario does not have: "
+                             "add one (receiver = \"NODE\", ...)")
+        return [("kube", axis.split(".", 1)[1])]
     parts = axis.split(".")
     if parts[0] == "link":  # a link's own key: link.NAME.DIRECTION.KEY, short for lab.link.NAME.DIRECTION.KEY
         parts = ["lab", *parts]
@@ -221,7 +226,8 @@ def _axis_targets(scenario: Scenario, axis: str) -> list[tuple[str, ...]]:
     sweepable = sorted(set(LabSpec.model_fields) | {f for w in scenario.workload.values()
                                                      for f in type(w).model_fields} - {"tool", "during"})
     raise ValueError(f"matrix.{axis} is not a parameter that can be swept; sweepable: {', '.join(sweepable)} "
-                     "(or workload.NAME.OPTION for one workload's, link.NAME.DIRECTION.KEY for one link's)")
+                     "(or workload.NAME.OPTION for one workload's, link.NAME.DIRECTION.KEY for one link's, "
+                     "topology.KEY, kube.KEY)")
 
 
 def _axis_entries(scenario: Scenario, axis: str, values: list[Any]) -> list[dict[str, Any]]:

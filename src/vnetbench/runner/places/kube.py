@@ -44,7 +44,7 @@ class KubePlace(Place):
     def __init__(self, kubeconfig: str | None, context: str | None):
         self.kubeconfig, self.context = kubeconfig, context
         self.cluster: api.Cluster | None = None
-        self.place: kube_bench.KubePlacement | None = None
+        self.plan: kube_bench.KubePlan | None = None
         self.nodes: dict[str, dict[str, Any]] = {}
         self.server_version: str | None = None
 
@@ -93,17 +93,18 @@ class KubePlace(Place):
                 ) -> tuple[list[Configuration], list[dict[str, object]]]:
         spec = configs[0].scenario.kube
         default_image = tools_image_name() if spec is not None and spec.image is None else ""
-        self.place = kube_bench.placement(configs, loaded.source, default_image)
+        self.plan = plan = kube_bench.placement(configs, loaded.source, default_image)
         self.survey()
-        problems = []
-        for node in dict.fromkeys([self.place.receiver, *self.place.senders]):
-            facts = self.nodes.get(node)
-            if facts is None:
-                problems.append(f"node {node!r} is not in the cluster (nodes: {', '.join(self.nodes) or 'none'})")
-            elif not facts["ready"]:
+        problems = [f"node {node!r} is not in the cluster (nodes: {', '.join(self.nodes) or 'none'})"
+                    for node in plan.nodes() if node not in self.nodes]
+        if not problems:
+            problems = plan.resolve([n for n, f in self.nodes.items() if f["ready"]])
+        for node in plan.nodes() if not problems else []:
+            facts = self.nodes[node]
+            if not facts["ready"]:
                 problems.append(f"node {node!r} is not Ready")
-            elif self.place.pull_policy == "Never" and self.place.image not in facts["images"]:
-                problems.append(f"node {node!r} does not have the image {self.place.image} and kube.image_pull_policy "
+            elif plan.pull_policy == "Never" and plan.image not in facts["images"]:
+                problems.append(f"node {node!r} does not have the image {plan.image} and kube.image_pull_policy "
                                 "is Never: load it there (`vnetbench image --oci FILE` writes vnetbench's; "
                                 "`ctr -n k8s.io images import FILE` on the node), or name an image the node can pull "
                                 "in kube.image with kube.image_pull_policy = \"IfNotPresent\"")
@@ -112,10 +113,12 @@ class KubePlace(Place):
         return configs, []
 
     def facts(self) -> dict[str, Any]:
-        used = dict.fromkeys([self.place.receiver, *self.place.senders]) if self.place else self.nodes
+        plan = self.plan
+        used = plan.nodes() if plan else list(self.nodes)
+        networks = list(dict.fromkeys(p.network for p in plan.placements.values())) if plan else []
         return {"kube": {"server": self.cluster.server if self.cluster else None, "version": self.server_version,
-                         "context": self.context, "network": self.place.network if self.place else None,
-                         "image": self.place.image if self.place else None,
+                         "context": self.context, "network": ", ".join(networks) or None,
+                         "image": plan.image if plan else None,
                          "nodes": {n: {k: v for k, v in self.nodes.get(n, {}).items() if k != "images"} for n in used}}}
 
     def check_resume(self, fingerprint: dict[str, Any], run_id: str) -> None:
@@ -123,7 +126,7 @@ class KubePlace(Place):
             raise VnetbenchError(f"run {run_id} did not run on Kubernetes: resume it without --kube")
 
     def bench(self, run_prefix: str, configs: list[Configuration]) -> kube_bench.KubeBench:
-        return kube_bench.KubeBench.for_cluster(run_prefix, configs, self.connect(), self.place)
+        return kube_bench.KubeBench.for_cluster(run_prefix, configs, self.connect(), self.plan)
 
     def doctor(self, args: argparse.Namespace) -> int:
         """The cluster's nodes: Ready, kernel, runtime, and whether each has vnetbench's tools image."""
