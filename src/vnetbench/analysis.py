@@ -481,10 +481,24 @@ def _differences(store: Store, run_a: str, run_b: str, matched: list[tuple[str, 
         for k in (set(facts_a) | set(facts_b)) - {"clock"}:
             flat_a[f"hosts.{host}.{k}"] = facts_a.get(k)
             flat_b[f"hosts.{host}.{k}"] = facts_b.get(k)
+    # What `run --kube` ran on: the cluster, its version, the pods' image and network, and each node's facts
+    # (kernel, runtime, ... and its devices' MTUs and the pod network's encapsulation); the context's name and
+    # the nodes' addresses name the same cluster differently, and are left out.
+    kube_a, kube_b = _flat("kube", fa.get("kube") or {}), _flat("kube", fb.get("kube") or {})
+    for k in set(kube_a) | set(kube_b):
+        if k != "kube.context" and ".addresses." not in k:
+            flat_a[k], flat_b[k] = kube_a.get(k), kube_b.get(k)
     for k in sorted(flat_a):
         if flat_a[k] != flat_b.get(k):
             out.append({"what": "machine", "name": k, "a": str(flat_a[k]), "b": str(flat_b.get(k))})
     return out
+
+
+def _flat(prefix: str, value: Any) -> dict[str, Any]:
+    """A nested record as dotted keys: {"kube.nodes.node1.kernel": "6.1", ...}."""
+    if not isinstance(value, dict) or not value:
+        return {prefix: value}
+    return {k: v for key, sub in value.items() for k, v in _flat(f"{prefix}.{key}", sub).items()}
 
 
 def compare_runs(

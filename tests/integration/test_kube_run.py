@@ -78,6 +78,17 @@ def test_a_scenario_runs_between_pods_on_two_nodes(kube_cluster, tmp_path, netwo
     assert fingerprint["kube"]["version"] == "v1.34.4"
     assert all(n["ready"] and n["container_runtime"].startswith("containerd://")
                for n in fingerprint["kube"]["nodes"].values())
+    # Each node's devices as read from its own network (the run's hostNetwork pods, or pods made to read them):
+    # the pod network's VXLAN, the fabric's MTU; each pod-network pod's own interface at the CNI's MTU.
+    for name, node in fingerprint["kube"]["nodes"].items():
+        assert node["encapsulation"] == "vxlan (flannel.1: VNI 1, UDP 8472, MTU 1450)", (name, node)
+        assert node["interfaces"]["u0"]["mtu"] == 1500 and node["interfaces"]["cni0"]["kind"] == "bridge", node
+        assert f"node {name}: kernel" in shown and "encapsulation vxlan (flannel.1: VNI 1, UDP 8472, MTU 1450)" in shown
+    [config] = [c for c in store.configurations(run_id) if c["labels"]["proto"] == "tcp"]
+    pods_state = config["lab_state"]["environment"]["pods"]
+    for pod in pods_state.values():
+        expected = {"pod": {"eth0": {"mtu": 1450, "kind": "veth"}}, "host": "its node's (hostNetwork)"}[network]
+        assert pod["interfaces"] == expected, pod
     # Nothing of the run is left on the cluster.
     assert vnetbench_namespaces(k8s) == []
     assert "nothing of vnetbench's is left" in kube_cli(k8s, "clean", "--kube", "--check").stdout

@@ -223,6 +223,25 @@ def test_what_runs_on_hosts_ran_on_is_diffed_host_by_host(store):
                      "hosts.client-1": ("a host of this run", "None"), "hosts.client-2": ("None", "a host of this run")}
 
 
+def test_what_runs_on_a_cluster_ran_on_is_diffed_node_by_node_down_to_its_devices(store):
+    a = add_run(store, "aaaaaaaaaaaa", [(UDP, {RX: jitter(95, 5)})])
+    b = add_run(store, "bbbbbbbbbbbb", [(UDP, {RX: jitter(76, 5)})])
+    node = {"kernel": "6.1", "addresses": {"InternalIP": "198.18.254.1"},
+            "encapsulation": "vxlan (flannel.1: MTU 1450)",
+            "interfaces": {"flannel.1": {"mtu": 1450, "kind": "vxlan"}, "u0": {"mtu": 1500, "kind": "veth"}}}
+    store.update_fingerprint(a, {"kube": {"version": "v1.34.4", "context": "lab", "nodes": {"node1": node}}})
+    store.update_fingerprint(b, {"kube": {"version": "v1.34.4", "context": "other-name", "nodes": {"node1": {
+        **node, "addresses": {"InternalIP": "10.0.0.1"}, "encapsulation": "none",
+        "interfaces": {"u0": {"mtu": 9000, "kind": "veth"}}}}}})
+    diffs = {d["name"]: (d["a"], d["b"]) for d in analysis.compare_runs(store, a, b).differences
+             if d["what"] == "machine"}
+    # the context's name and the node's address are names, not facts of the path: not named
+    assert diffs == {"kube.nodes.node1.encapsulation": ("vxlan (flannel.1: MTU 1450)", "none"),
+                     "kube.nodes.node1.interfaces.flannel.1.mtu": ("1450", "None"),
+                     "kube.nodes.node1.interfaces.flannel.1.kind": ("vxlan", "None"),
+                     "kube.nodes.node1.interfaces.u0.mtu": ("1500", "9000")}
+
+
 # ------------------------------------------------------------------ within one run
 
 

@@ -16,6 +16,8 @@ import pytest
 from vnetbench.errors import EnvironmentProblem
 from vnetbench.kube import api, exec as kexec, pods
 
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+
 
 def test_the_exec_url_carries_every_argument_as_its_own_command_parameter():
     url = kexec.exec_url("https://198.18.254.254:6443/", "vnb-abc123", "r", "tools",
@@ -179,8 +181,10 @@ def test_a_sweep_of_network_and_placement_shares_a_pod_per_node_and_network():
     assert plan.resolve(["node1", "node2"]) == []
     by_labels = {(c.labels["kube.network"], c.labels["kube.placement"]): plan.placements[c.key] for c in configs}
     assert {k: (p.senders, p.kind) for k, p in by_labels.items()} == {
-        ("pod", "same-node"): (("node2", "node2"), "same-node"), ("pod", "cross-node"): (("node1", "node1"), "cross-node"),
-        ("host", "same-node"): (("node2", "node2"), "same-node"), ("host", "cross-node"): (("node1", "node1"), "cross-node")}
+        ("pod", "same-node"): (("node2", "node2"), "same-node"),
+        ("pod", "cross-node"): (("node1", "node1"), "cross-node"),
+        ("host", "same-node"): (("node2", "node2"), "same-node"),
+        ("host", "cross-node"): (("node1", "node1"), "cross-node")}
     specs, groups = plan.pods()
     # a receiver pod per network (both placements measure against it), a sender pod per node, network and place
     assert [(s.name, s.node, s.host_network) for s in specs if s.name.startswith("r")] == \
@@ -201,7 +205,8 @@ def test_a_placement_that_contradicts_the_senders_named_is_refused():
     with pytest.raises(ScenarioError, match="kube.placement = \"same-node\" puts the senders on the receiver's node"):
         kube_configs(KUBE_SCENARIO.replace('[kube]\n', '[kube]\nplacement = "same-node"\n'))
     with pytest.raises(ScenarioError, match="kube.placement = \"cross-node\" keeps the senders off"):
-        kube_configs(KUBE_SCENARIO.replace('senders = ["node1", "node3"]', 'senders = ["node2"]\nplacement = "cross-node"'))
+        kube_configs(KUBE_SCENARIO.replace('senders = ["node1", "node3"]',
+                                           'senders = ["node2"]\nplacement = "cross-node"'))
     from vnetbench.kube.bench import placement
 
     with pytest.raises(ScenarioError, match="kube.senders: name the nodes"):
@@ -292,3 +297,17 @@ def test_a_run_resumes_only_where_it_ran():
     with pytest.raises(Exception, match="did not run on Kubernetes: resume it without --kube"):
         KubePlace(None, None).check_resume({"hosts": {}}, "abc")
     KubePlace(None, None).check_resume({"kube": {"server": "https://k:6443"}}, "abc")
+
+
+def test_a_nodes_devices_give_their_mtus_and_the_pod_networks_tunnel():
+    """Recorded `ip -d -j link show` of a namespace set up as the test cluster's nodes are: a VXLAN device as
+    flannel makes it, the CNI's bridge and a pod's veth on it."""
+    from vnetbench.kube.netfacts import encapsulation, interfaces
+
+    devices = interfaces((FIXTURES / "ip_link_node_vxlan.json").read_text())
+    assert devices == {"vb1": {"mtu": 1500, "kind": "veth", "in": "bridge"}, "vb0": {"mtu": 1450, "kind": "veth"},
+                       "flannel.1": {"mtu": 1450, "kind": "vxlan", "vni": 1, "port": 8472},
+                       "cni0": {"mtu": 1500, "kind": "bridge"}}
+    assert encapsulation(devices) == "vxlan (flannel.1: VNI 1, UDP 8472, MTU 1450)"
+    assert encapsulation({"eth0": {"mtu": 1500, "kind": "device"}}) == "none"
+    assert interfaces("") == {}

@@ -16,9 +16,9 @@ import shutil
 from dataclasses import dataclass, field
 from typing import Any
 
-from vnetbench.errors import ScenarioError
+from vnetbench.errors import LabError, ScenarioError
 from vnetbench.impair.links import LinkManager, lab_links
-from vnetbench.kube import api, pods
+from vnetbench.kube import api, netfacts, pods
 from vnetbench.kube.node import PodNode
 from vnetbench.lab.environments import Variant
 from vnetbench.lab.teardown import Registry
@@ -163,6 +163,7 @@ class KubeBench(DumbbellBench):
     cluster: api.Cluster | None = None
     plan: KubePlan | None = None
     pod_facts: dict[str, dict[str, Any]] = field(default_factory=dict)
+    node_facts: dict[str, dict[str, Any]] = field(default_factory=dict)  # node -> its devices, as read (netfacts)
     _placement_of: dict[str, KubePlacement] = field(default_factory=dict)  # group key -> its placement
 
     @classmethod
@@ -205,6 +206,7 @@ class KubeBench(DumbbellBench):
             self.lab.endpoints[s.name] = PodNode(s.name, self.namespace, s.name, credentials, registry, ipv4=v4,
                                                  ipv6=v6, node=pod.spec.node_name, host_network=s.host_network,
                                                  facts=self.pod_facts[s.name])
+        self._read_devices(specs, credentials, registry)
         placements = {p.key: p for p in self.plan.placements.values()}
         for key, (receiver, senders) in groups.items():
             # Keyed by placement, not variant: the environment is the cluster's in every group.
@@ -213,6 +215,36 @@ class KubeBench(DumbbellBench):
             self.lab.bringup_s[key] = 0.0  # type: ignore[index]
         self.links = LinkManager(self.lab, registry, self.workdir, self.run_prefix, mtu=self.mtu)
         self.start_servers()
+
+    def _read_devices(self, specs: list[pods.PodSpec], credentials: Any, registry: Registry) -> None:
+        """Each pod's network devices and MTUs, and each node's (netfacts): from a pod of the run on the node's
+        own network where there is one, else from a pod made on it for this alone. A node whose network no pod
+        may join (a namespace's Pod Security forbids hostNetwork) is recorded as unknown, with the reason."""
+        plan, cluster, lab = self.plan, self.cluster, self.lab
+        assert plan is not None and cluster is not None and lab is not None
+        for s in specs:
+            devices = _devices(lab.endpoints[s.name])
+            if s.host_network:
+                self.node_facts.setdefault(self.pod_facts[s.name]["node"], _node_devices(devices))
+                self.pod_facts[s.name]["interfaces"] = "its node's (hostNetwork)"
+            else:
+                self.pod_facts[s.name]["interfaces"] = devices
+        unread = [n for n in plan.nodes() if n not in self.node_facts]
+        readers = [pods.PodSpec(f"n{k}", plan.image, node=n, host_network=True, pull_policy=plan.pull_policy)
+                   for k, n in enumerate(unread, 1)]
+        if not readers:
+            return
+        try:
+            pods.create_pods(cluster, self.namespace, readers, pods.run_labels(self.run_prefix))
+            pods.wait_running(cluster, self.namespace, [r.name for r in readers], timeout_s=60)
+        except LabError as e:
+            for n in unread:
+                self.node_facts[n] = {"unknown": f"no pod on the node's own network could be made to read them: {e}"}
+            return
+        for r in readers:
+            reader = PodNode(r.name, self.namespace, r.name, credentials, registry, ipv4="", node=r.node or "",
+                             host_network=True)
+            self.node_facts[r.node or ""] = _node_devices(_devices(reader))
 
     def group(self, config: Configuration) -> Group:
         assert self.lab is not None and self.plan is not None
@@ -250,3 +282,17 @@ class KubeBench(DumbbellBench):
         return {"environment": {"variant": str(place), "env": "bare", "network": place.network,
                                 "placement": place.kind,
                                 "pods": {n: self.pod_facts.get(n, {}) for n in used}}}
+
+
+def _devices(node: PodNode) -> dict[str, Any]:
+    proc = node.run(netfacts.IP_LINK, timeout=30)
+    if proc.returncode != 0:
+        return {"error": f"`{' '.join(netfacts.IP_LINK)}` in pod {node.pod} exited {proc.returncode}: "
+                         f"{proc.stderr.strip()[-300:]}"}
+    return netfacts.interfaces(proc.stdout)
+
+
+def _node_devices(devices: dict[str, Any]) -> dict[str, Any]:
+    if "error" in devices:
+        return {"unknown": devices["error"]}
+    return {"interfaces": devices, "encapsulation": netfacts.encapsulation(devices)}

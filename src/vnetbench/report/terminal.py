@@ -114,6 +114,28 @@ def host_lines(fp: dict) -> list[str]:
     return out
 
 
+def cluster_lines(fp: dict) -> list[str]:
+    """For a `run --kube`: the cluster, then one line per node it used: what it runs, and its pod network's
+    encapsulation and devices' MTUs as the run read them."""
+    kube = fp.get("kube")
+    if not isinstance(kube, dict):
+        return []
+    out = [f"cluster: Kubernetes {kube.get('version') or '?'} at {kube.get('server') or '?'}  network "
+           f"{kube.get('network') or '?'}  image {kube.get('image') or '?'}"]
+    for name, facts in (kube.get("nodes") or {}).items():
+        if not isinstance(facts, dict):
+            continue
+        devices = facts.get("interfaces")
+        # the node's own devices: its uplinks, bridges and tunnels (its pods' veths on a bridge are many)
+        mtus = ", ".join(f"{dev} {d.get('mtu')}" for dev, d in devices.items() if isinstance(d, dict)
+                         and not d.get("in")) if isinstance(devices, dict) else ""
+        network = (f"  encapsulation {facts['encapsulation']}  MTU {mtus}" if "encapsulation" in facts else
+                   f"  devices unknown: {facts['unknown']}" if "unknown" in facts else "")
+        out.append(f"node {name}: kernel {facts.get('kernel', '?')}  {facts.get('container_runtime', '?')}  "
+                   f"cpu {facts.get('cpu', '?')}  memory {facts.get('memory', '?')}{network}")
+    return out
+
+
 def endpoint_places(fp: dict) -> list[tuple[str, str, str, str, str, str]]:
     """The run's endpoint -> node mapping (fingerprint "endpoints"), as text: (variant, endpoint, node,
     addresses, interface, cpu), "" where not known. Whatever a database holds there is taken as text."""
@@ -317,7 +339,7 @@ def show(store: Store, run_id: str, console: Console, metrics: list[str] | None 
     fp = run["fingerprint"]
     tools = "  ".join(f"{name} {_short_version(v)}" for name, v in (fp.get("tools") or {}).items() if v)
     console.print(escape(f"kernel {fp.get('kernel')}  cpu {fp.get('cpu_model')} x{fp.get('cpus')}  {tools}"))
-    for line in (*host_lines(fp), *endpoint_lines(fp), *calibration.lines(fp.get("calibration"))):
+    for line in (*host_lines(fp), *cluster_lines(fp), *endpoint_lines(fp), *calibration.lines(fp.get("calibration"))):
         console.print(escape(line), highlight=False)
     if isinstance(fp.get("topology"), dict):
         topology_view(fp["topology"], console, rows=12)

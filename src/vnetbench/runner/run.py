@@ -136,6 +136,7 @@ def execute(loaded: LoadedScenario, store: Store, *, resume_run_id: str | None =
                 fp["calibration"] = [*fp.get("calibration", []), {"before": session}]
             bench.setup()
             fp["endpoints"] = bench.endpoints()  # as this session built them (a resumed run's are new ones)
+            fp.update(place.facts())  # and the place as building found it (a cluster's devices and MTUs)
             store.update_fingerprint(run_id, fp)
             with _progress(console, progress) as bar:
                 trial = _TrialRunner(bench, store, run_id, console, bar, tally, on_trial)

@@ -45,6 +45,7 @@ class KubePlace(Place):
         self.kubeconfig, self.context = kubeconfig, context
         self.cluster: api.Cluster | None = None
         self.plan: kube_bench.KubePlan | None = None
+        self._bench: kube_bench.KubeBench | None = None
         self.nodes: dict[str, dict[str, Any]] = {}
         self.server_version: str | None = None
 
@@ -116,17 +117,21 @@ class KubePlace(Place):
         plan = self.plan
         used = plan.nodes() if plan else list(self.nodes)
         networks = list(dict.fromkeys(p.network for p in plan.placements.values())) if plan else []
+        # each node's devices, once the run's bench has read them (netfacts)
+        devices = self._bench.node_facts if self._bench is not None else {}
         return {"kube": {"server": self.cluster.server if self.cluster else None, "version": self.server_version,
                          "context": self.context, "network": ", ".join(networks) or None,
                          "image": plan.image if plan else None,
-                         "nodes": {n: {k: v for k, v in self.nodes.get(n, {}).items() if k != "images"} for n in used}}}
+                         "nodes": {n: {**{k: v for k, v in self.nodes.get(n, {}).items() if k != "images"},
+                                       **devices.get(n, {})} for n in used}}}
 
     def check_resume(self, fingerprint: dict[str, Any], run_id: str) -> None:
         if not fingerprint.get("kube"):
             raise VnetbenchError(f"run {run_id} did not run on Kubernetes: resume it without --kube")
 
     def bench(self, run_prefix: str, configs: list[Configuration]) -> kube_bench.KubeBench:
-        return kube_bench.KubeBench.for_cluster(run_prefix, configs, self.connect(), self.plan)
+        self._bench = kube_bench.KubeBench.for_cluster(run_prefix, configs, self.connect(), self.plan)
+        return self._bench
 
     def doctor(self, args: argparse.Namespace) -> int:
         """The cluster's nodes: Ready, kernel, runtime, and whether each has vnetbench's tools image."""
