@@ -3,7 +3,9 @@ pods the scenario's ``[kube]`` table places.
 
 The run has a namespace of its own (named by the run's prefix, labelled: :mod:`vnetbench.kube.pods`), one
 pod per endpoint (``r`` on ``kube.receiver``'s node, ``s1``.. on ``kube.senders``'), in the pod network or
-the nodes' own (``kube.network``). Workloads run in the pods through the API's exec
+the nodes' own (``kube.network``). A matrix over ``kube.network``, ``kube.placement`` (same-node,
+cross-node) or the nodes gives each configuration a placement of its own (:class:`KubePlan`): the pods of
+every placement are made at setup, a group of them per placement, as a lab's environment variants are. Workloads run in the pods through the API's exec
 (:class:`vnetbench.kube.node.PodNode`); servers are started once and restarted as in the lab. Nothing on the
 nodes is changed: link conditions and offloads are refused before anything is made (conditions inside the
 pods, opt-in, come later), and this machine's CPU is not the pods' (CPU on the nodes: later).
