@@ -278,7 +278,15 @@ def test_plan_says_where_the_pods_go_and_what_a_cluster_refuses(tmp_path):
     assert "links: none: a run on Kubernetes changes nothing on the cluster's network" in text
     planned = json.loads(subprocess.run([sys.executable, "-m", "vnetbench", "plan", str(scenario), "--json"],
                                         capture_output=True, text=True, timeout=120).stdout)
-    assert planned["kube"]["receiver"] == "node2" and planned["kube"]["network"] == "pod"
+    [placed] = planned["kube"]
+    assert placed["receiver"] == "node2" and placed["network"] == "pod" and placed["senders"] == ["node1", "node3"]
+    swept = tmp_path / "swept.toml"
+    swept.write_text(SWEPT)
+    text = " ".join(subprocess.run([sys.executable, "-m", "vnetbench", "plan", str(swept)], capture_output=True,
+                                   text=True, timeout=120).stdout.split())
+    for line in ("receiver on node node2, senders on the receiver's node, in the pod network",
+                 "receiver on node node2, senders on the cluster's other Ready nodes, in the nodes' own network"):
+        assert line in text, text
     from vnetbench.runner import calibration
 
     assert planned["estimated_s"]["setup"] < calibration.SECONDS  # this machine is not calibrated: the pods do not run on it

@@ -744,10 +744,16 @@ def plan_view(plan: Any, console: Console, rows: int = 20) -> None:
             console.print(f"  {escape(h)}'s traffic through its interface {escape(i)}", soft_wrap=True,
                           highlight=False)
     if plan.kube:
-        network = "the nodes' own network (hostNetwork)" if plan.kube["network"] == "host" else "the pod network"
-        console.print(f"endpoints as pods of a Kubernetes cluster (vnetbench run ... --kube): receiver on node "
-                      f"{escape(plan.kube['receiver'])}, senders on {escape(', '.join(plan.kube['senders']))}, in "
-                      f"{network}; the cluster is checked when the run starts", soft_wrap=True)
+        console.print("endpoints as pods of a Kubernetes cluster (vnetbench run ... --kube); the cluster is checked "
+                      "when the run starts:", soft_wrap=True)
+        for k in plan.kube:
+            network = "the nodes' own network (hostNetwork)" if k["network"] == "host" else "the pod network"
+            senders = {"same-node": "on the receiver's node",
+                       "cross-node": "on " + (", ".join(k["senders"]) if k["senders"] else
+                                              "the cluster's other Ready nodes")}.get(
+                k.get("placement") or "", "on " + ", ".join(k["senders"]))
+            console.print(f"  receiver on node {escape(k['receiver'])}, senders {escape(senders)}, in {network}",
+                          soft_wrap=True, highlight=False)
     if plan.scale:
         console.print(f"scaled: {escape(plan.scale)}", soft_wrap=True, highlight=False)
     for e in plan.left_out:

@@ -13,6 +13,7 @@ rather than guessed; `vnetbench doctor` as root probes everything.
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass, field
 from typing import Any
@@ -56,7 +57,7 @@ class Plan:
     problems: list[str] = field(default_factory=list)  # what stops `run` on this machine
     left_out: list[dict[str, Any]] = field(default_factory=list)  # if_available environments this machine lacks
     hosts: dict[str, Any] | None = None  # the scenario's [hosts] placement (run --hosts INVENTORY)
-    kube: dict[str, Any] | None = None  # the scenario's [kube] placement (run --kube)
+    kube: list[dict[str, Any]] | None = None  # the configurations' [kube] placements, each once (run --kube)
     scale: str | None = None  # the line rate a [scale] table chose here, and why
     topology: dict[str, Any] | None = None  # a declared topology: nodes, links, addresses, routes, paths
 
@@ -273,5 +274,17 @@ def make_plan(loaded: LoadedScenario, max_configurations: int = MAX_CONFIGURATIO
                 repetitions=repetitions, warmup=rep.warmup, setup_s=setup, tools=tools, environments=envs,
                 links=link_info, problems=list(dict.fromkeys(problems)), left_out=left_out,
                 hosts=loaded.scenario.hosts.model_dump() if loaded.scenario.hosts else None,
-                kube=loaded.scenario.kube.model_dump() if loaded.scenario.kube else None,
+                kube=_kube_placements(configs) if loaded.scenario.kube else None,
                 scale=loaded.scale_note, topology=topology_plan(configs))
+
+
+def _kube_placements(configs: list[Configuration]) -> list[dict[str, Any]]:
+    """Each distinct [kube] placement of the configurations (a matrix over kube.* gives several), as the
+    scenario says it: the cluster's nodes are only known when the run starts."""
+    seen: dict[str, dict[str, Any]] = {}
+    for c in configs:
+        spec = c.scenario.kube
+        if spec is not None:
+            entry = {k: v for k, v in spec.model_dump().items() if k not in ("image", "image_pull_policy")}
+            seen.setdefault(json.dumps(entry, sort_keys=True), entry)
+    return list(seen.values())
