@@ -8,7 +8,9 @@ Layout (every address in 198.18.0.0/15, inside namespaces made here; the machine
   vnbtest-k8s-<pid>-nN   N = 1, 2: a veth u0 on fab0 (198.18.254.N/24), its own containerd and kubelet
                          (kubelet on 198.18.254.N:10250), the CNI bridge cni0 with pods in 198.18.N.0/24,
                          and a VXLAN device flannel.1 carrying pod traffic to the other node, programmed as
-                         flannel's VXLAN backend programs it (static neighbour, fdb and route entries)
+                         flannel's VXLAN backend programs it (static neighbour, fdb and route entries);
+                         kube-proxy in nftables mode for ClusterIP Services (198.18.128.0/24), its rules
+                         in the node's own namespace (tables ip/ip6 kube-proxy)
 
 Each node runs in a mount namespace of its own (``unshare --mount``; the machine's root mount is private, so
 nothing made there reaches the machine): /var/lib, /var/log and /run/netns are the node's own directories,
@@ -52,6 +54,7 @@ NETNS_PREFIX = "vnbtest-k8s-"  # not vnb-*: `vnetbench clean` must never take it
 API_ADDRESS = "198.18.254.254"
 API_URL = f"https://{API_ADDRESS}:6443"
 SERVICE_RANGE = "198.18.128.0/24"
+POD_CIDR = "198.18.0.0/20"  # every node's pod subnet, 198.18.N.0/24
 POD_MTU = 1450  # 1500 less the VXLAN header (50 bytes), as flannel sets it
 PAUSE_IMAGE = "localhost/vnetbench/pause:1"
 START_TIMEOUT_S = 180
@@ -273,7 +276,7 @@ class KubeCluster:
         self._wait("the API server answers", self._api_up, ("etcd", "kube-apiserver"))
         self._spawn("kube-controller-manager", [
             *enter, *self.kube("kube-controller-manager"), "--kubeconfig", str(self.kubeconfig),
-            "--leader-elect=false", "--controllers", "serviceaccount,namespace,garbagecollector",
+            "--leader-elect=false", "--controllers", "serviceaccount,namespace,garbagecollector,endpointslice",
             "--use-service-account-credentials=false", "--bind-address", "127.0.0.1"])
         self._spawn("kube-scheduler", [*enter, *self.kube("kube-scheduler"), "--kubeconfig", str(self.kubeconfig),
                                        "--leader-elect=false", "--bind-address", "127.0.0.1"])
@@ -362,6 +365,18 @@ class KubeCluster:
         ])
         self._spawn(f"kubelet-{node}", ["nsenter", f"--net=/run/netns/{self.node_netns(node)}", "unshare",
                                          "--mount", "--propagation", "private", "sh", "-c", script])
+        # kube-proxy in nftables mode: ClusterIP Services as the node's own nftables rules (table ip kube-proxy and
+        # ip6 kube-proxy, in the node's network namespace only). The conntrack limits are the machine's, not a
+        # node's to change: left alone (maxPerCore 0).
+        (d / "kube-proxy.json").write_text(json.dumps({
+            "apiVersion": "kubeproxy.config.k8s.io/v1alpha1", "kind": "KubeProxyConfiguration", "mode": "nftables",
+            "clientConnection": {"kubeconfig": str(self.kubeconfig)}, "hostnameOverride": node,
+            "bindAddress": self.node_address(node), "clusterCIDR": POD_CIDR,
+            "healthzBindAddress": "", "metricsBindAddress": "",
+            "conntrack": {"maxPerCore": 0, "min": 0, "tcpEstablishedTimeout": "0s", "tcpCloseWaitTimeout": "0s",
+                          "udpTimeout": "0s", "udpStreamTimeout": "0s"}}))
+        self._spawn(f"kube-proxy-{node}", ["nsenter", f"--net=/run/netns/{self.node_netns(node)}", str(binary()),
+                                           "kube-proxy", "--config", str(d / "kube-proxy.json")])
 
     def _make_cgroups(self, root: str) -> None:
         """The node's root cgroup in every v1 hierarchy (the kubelet requires it to exist); cpuset's takes

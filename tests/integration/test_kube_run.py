@@ -148,6 +148,63 @@ def test_a_sweep_of_network_and_placement_measures_each_path_in_one_run(kube_clu
     assert vnetbench_namespaces(k8s) == []
 
 
+SERVICE = """name = "kube-service"
+[lab]
+bottleneck = "unlimited"
+senders = 1
+[kube]
+receiver = "node2"
+senders = ["node1"]
+[matrix]
+"kube.path" = ["pod-ip", "service"]
+load = [{proto = "tcp"}, {proto = "udp", offered = "50Mbit"}]
+[workload.stream]
+tool = "iperf3"
+duration = "2s"
+omit = "0s"
+[workload.rr]
+tool = "sockperf"
+proto = "udp"
+payload = 64
+duration = "1s"
+[repeat]
+repetitions = 1
+warmup = false
+"""
+
+
+def test_a_service_in_front_of_the_receiver_carries_streams_and_request_response(kube_cluster, tmp_path):
+    k8s = kube_cluster
+    proc = run_here(k8s, tmp_path, text=SERVICE)
+    run_id = run_id_of(proc)
+    with Store(tmp_path / "r.db") as store:
+        trials = store.trials(run_id, with_raw=True)
+        assert len(trials) == 4 and all(t["status"] == "ok" for t in trials), [t["reason"] for t in trials]
+        configs = {c["key"]: c for c in store.configurations(run_id)}
+        values = store.values(run_id)
+    for t in trials:
+        config = configs[t["config_key"]]
+        path, proto = config["labels"]["kube.path"], config["labels"]["proto"]
+        state = config["lab_state"]["environment"]
+        receiver = next(p for name, p in state["pods"].items() if name.startswith("r"))
+        # the stream went to the Service's ClusterIP (the test cluster's Service range) or the pod's own address
+        [connected] = {json.loads(out)["start"]["connected"][0]["remote_host"] for out in _iperf3_outputs(t["raw"])}
+        if path == "service":
+            assert connected.startswith("198.18.128.") and receiver["service"].endswith(f"ClusterIP {connected}")
+        else:
+            assert connected.startswith("198.18.2.") and "service" not in receiver
+        v = values[config["key"]]
+        # what a path with no shaping carries: UDP all of its 50 Mbit/s, TCP far more; a request-response
+        # round trip in well under a millisecond (one kernel: the pods' veths, the bridge, VXLAN, DNAT)
+        if proto == "udp":
+            assert 49.0 <= v["throughput.rx_mbps"][0] <= 51.0, (path, v["throughput.rx_mbps"])
+        else:
+            assert v["throughput.rx_mbps"][0] > 500, (path, v["throughput.rx_mbps"])
+        assert 0 < v["rr.p50_us"][0] < 1000, (path, v["rr.p50_us"])
+    assert "path=service" in proc.stdout
+    assert vnetbench_namespaces(k8s) == []
+
+
 def _iperf3_outputs(raw: dict) -> list[str]:
     """The iperf3 clients' JSON texts in a trial's raw record, wherever they sit in it."""
     found: list[str] = []
@@ -159,7 +216,7 @@ def _iperf3_outputs(raw: dict) -> list[str]:
         elif isinstance(x, list):
             for v in x:
                 walk(v)
-        elif isinstance(x, str) and '"tcp_mss_default"' in x:
+        elif isinstance(x, str) and '"connected"' in x and '"start"' in x:
             found.append(x)
 
     walk(raw)

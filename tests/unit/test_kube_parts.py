@@ -108,7 +108,8 @@ def test_a_pods_manifest_places_it_labels_it_and_never_pulls_by_default():
     labels = pods.run_labels("vnb-abc123")
     assert labels == {"app.kubernetes.io/managed-by": "vnetbench", "vnetbench.io/run": "vnb-abc123"}
     m = pods.PodSpec("r", "localhost/vnetbench/tools:1", node="node2").manifest(labels)
-    assert m["metadata"] == {"name": "r", "labels": labels}
+    # the run's labels, and its own (what a Service in front of it selects)
+    assert m["metadata"] == {"name": "r", "labels": {**labels, "vnetbench.io/pod": "r"}}
     spec = m["spec"]
     assert spec["nodeName"] == "node2" and spec["hostNetwork"] is False and "nodeSelector" not in spec
     [container] = spec["containers"]
@@ -197,6 +198,26 @@ def test_a_sweep_of_network_and_placement_shares_a_pod_per_node_and_network():
     alone = placement(configs, "k.toml", "img:1")
     assert alone.resolve(["node2"]) == ["kube.placement = \"cross-node\" needs a Ready node besides the receiver's "
                                         "'node2' (Ready: node2)"]
+
+
+def test_a_service_path_gets_a_receiver_pod_of_its_own_and_no_ping():
+    from vnetbench.errors import ScenarioError
+    from vnetbench.kube.bench import placement
+
+    text = KUBE_SCENARIO.replace("[workload.stream]",
+                                 '[matrix]\n"kube.path" = ["pod-ip", "service"]\n[workload.stream]')
+    plan = placement(kube_configs(text), "k.toml", "img:1")
+    assert plan.resolve(["node1", "node2", "node3"]) == []
+    specs, groups = plan.pods()
+    # the Service selects its pod alone: the pod-IP configurations' receiver is another pod, the senders are shared
+    assert sorted(r for r, _ in groups.values()) == ["r", "r2"] and len({tuple(s) for _, s in groups.values()}) == 1
+    assert [s.labels for s in specs if s.name.startswith("r")] == [{"vnetbench.io/pod": "r"},
+                                                                  {"vnetbench.io/pod": "r2"}]
+    assert {str(p) for p in plan.placements.values()} == {"kube(network=pod, r=node2, s=node1,node3)",
+                                                          "kube(network=pod, path=service, r=node2, s=node1,node3)"}
+    with pytest.raises(ScenarioError, match=r"workload.probe \(ping\) with kube.path = \"service\": a ClusterIP "
+                                            "Service carries its ports only"):
+        placement(kube_configs(text + '[workload.probe]\ntool = "ping"\nduring = "stream"\n'), "k.toml", "img:1")
 
 
 def test_a_placement_that_contradicts_the_senders_named_is_refused():

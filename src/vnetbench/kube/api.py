@@ -34,6 +34,13 @@ class Cluster:
     def server(self) -> str:
         return str(self.client.configuration.host)
 
+    @property
+    def discovery(self) -> Any:
+        """The DiscoveryV1Api (EndpointSlices) on the same client."""
+        from kubernetes import client
+
+        return client.DiscoveryV1Api(self.client)
+
     def where(self) -> str:
         """The cluster as a person names it: its API server, kubeconfig and context."""
         return (f"{self.server} (kubeconfig {self.kubeconfig or os.environ.get('KUBECONFIG') or '~/.kube/config'}"

@@ -5,8 +5,10 @@ The run has a namespace of its own (named by the run's prefix, labelled: :mod:`v
 pod per endpoint (``r`` on ``kube.receiver``'s node, ``s1``.. on ``kube.senders``'), in the pod network or
 the nodes' own (``kube.network``). A matrix over ``kube.network``, ``kube.placement`` (same-node,
 cross-node) or the nodes gives each configuration a placement of its own (:class:`KubePlan`): the pods of
-every placement are made at setup, a group of them per placement, as a lab's environment variants are. Workloads run in the pods through the API's exec
-(:class:`vnetbench.kube.node.PodNode`); servers are started once and restarted as in the lab. Nothing on the
+every placement are made at setup, a group of them per placement, as a lab's environment variants are.
+``kube.path = "service"`` puts a ClusterIP Service in front of the receiver's pod, and its senders send to the
+Service. Workloads run in the pods through the API's exec (:class:`vnetbench.kube.node.PodNode`); servers
+are started once and restarted as in the lab. Nothing on the
 nodes is changed: link conditions and offloads are refused before anything is made (conditions inside the
 pods, opt-in, come later), and this machine's CPU is not the pods' (CPU on the nodes: later).
 Teardown deletes the namespace, with everything in it.
@@ -15,6 +17,7 @@ Teardown deletes the namespace, with everything in it.
 from __future__ import annotations
 
 import shutil
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,10 +42,11 @@ class KubePlacement:
     receiver: str
     senders: tuple[str, ...]  # one node per sender the configuration uses
     network: str
+    path: str = "pod-ip"  # or "service": through a ClusterIP Service in front of the receiver's pod
 
     @property
     def key(self) -> str:
-        return f"{self.network}:{self.receiver}:{','.join(self.senders)}"
+        return f"{self.network}:{self.path}:{self.receiver}:{','.join(self.senders)}"
 
     @property
     def kind(self) -> str:
@@ -51,7 +55,8 @@ class KubePlacement:
         return "same-node" if all(on_receivers) else "cross-node" if not any(on_receivers) else "mixed"
 
     def __str__(self) -> str:
-        return f"kube(network={self.network}, r={self.receiver}, s={','.join(dict.fromkeys(self.senders))})"
+        via = ", path=service" if self.path == "service" else ""
+        return f"kube(network={self.network}{via}, r={self.receiver}, s={','.join(dict.fromkeys(self.senders))})"
 
 
 @dataclass
@@ -88,13 +93,13 @@ class KubePlan:
                                     f"{spec.receiver!r} (Ready: {', '.join(ready) or 'none'})")
                     continue
             senders = tuple(nodes[min(i, len(nodes) - 1)] for i in range(needed))
-            self.placements[key] = KubePlacement(spec.receiver, senders, spec.network)
+            self.placements[key] = KubePlacement(spec.receiver, senders, spec.network, spec.path)
         return list(dict.fromkeys(problems))
 
     def pods(self) -> tuple[list[pods.PodSpec], dict[str, tuple[str, list[str]]]]:
         """The pods to make, and each placement's (receiver pod, sender pods) by its key. Pods are named r, r2,
         .. and s1, s2, .. in the order the configurations first need them."""
-        receivers: dict[tuple[str, str], str] = {}
+        receivers: dict[tuple[str, str, str], str] = {}
         senders: dict[tuple[str, str, int], str] = {}
         specs: list[pods.PodSpec] = []
         groups: dict[str, tuple[str, list[str]]] = {}
@@ -110,7 +115,7 @@ class KubePlan:
         for place in self.placements.values():
             if place.key in groups:
                 continue
-            rkey = (place.network, place.receiver)
+            rkey = (place.network, place.path, place.receiver)  # a Service selects its pod alone
             if rkey not in receivers:
                 receivers[rkey] = pod("r" if not receivers else f"r{len(receivers) + 1}", place.receiver,
                                       place.network)
@@ -138,6 +143,12 @@ def placement(configs: list[Configuration], source: str, default_image: str) -> 
             raise ScenarioError(f"{source} [configuration {c.label_text}]: kube.senders: name the nodes the senders' "
                                 "pods run on (senders = [\"node1\"]), or give placement = \"same-node\" or "
                                 "\"cross-node\"")
+        echoes = [n for n, w in c.scenario.active.items() if w.tool == "ping"]
+        if own.path == "service" and echoes:
+            raise ScenarioError(f"{source} [configuration {c.label_text}]: workload.{echoes[0]} (ping) with "
+                                "kube.path = \"service\": a ClusterIP Service carries its ports only, no ICMP echo; "
+                                "measure latency through it with sockperf or irtt (UDP), or keep ping for "
+                                "kube.path = \"pod-ip\"")
         if (own.image, own.image_pull_policy) != (spec.image, spec.image_pull_policy):
             raise ScenarioError(f"{source} [configuration {c.label_text}]: kube.image and kube.image_pull_policy "
                                 "differ between configurations; one run's pods share one image")
@@ -216,7 +227,9 @@ class KubeBench(DumbbellBench):
             self._placement_of[key] = placements[key]
             self.lab.bringup_s[key] = 0.0  # type: ignore[index]
         self.links = LinkManager(self.lab, registry, self.workdir, self.run_prefix, mtu=self.mtu)
+        served = self._put_services_in_front(specs, ip_version)
         self.start_servers()
+        self._wait_services_carry(served)
 
     def _read_devices(self, specs: list[pods.PodSpec], credentials: Any, registry: Registry) -> None:
         """Each pod's network devices and MTUs, and each node's (netfacts): from a pod of the run on the node's
@@ -247,6 +260,52 @@ class KubeBench(DumbbellBench):
             reader = PodNode(r.name, self.namespace, r.name, credentials, registry, ipv4="", node=r.node or "",
                              host_network=True)
             self.node_facts[r.node or ""] = _node_devices(_devices(reader))
+
+    def _put_services_in_front(self, specs: list[pods.PodSpec], ip_version: int) -> list[tuple[str, str, int]]:
+        """A ClusterIP Service in front of each receiver pod a placement reaches by path = "service", on every
+        port of its servers, TCP and UDP (iperf3's UDP tests send to its TCP control port's number); its senders
+        then send to the ClusterIP (PodNode.service_address). Returns (receiver pod, a sender pod, TCP port) to
+        check each Service with once its servers listen."""
+        lab, cluster = self.lab, self.cluster
+        assert lab is not None and cluster is not None
+        fronted = {g.receiver: g.senders[0] for k, g in lab.groups.items() if self._placement_of[k].path == "service"}
+        servers = self.server_specs()
+        checks = []
+        for spec in specs:
+            if spec.name not in fronted:
+                continue
+            mine = sorted({s.port for s in servers if s.node.name == spec.name})
+            ports = [(port, proto) for port in mine for proto in ("TCP", "UDP")]
+            node = lab.endpoints[spec.name]
+            node.service_ip = pods.create_service(cluster, self.namespace, spec, ports, ip_version,
+                                                  pods.run_labels(self.run_prefix))
+            self.pod_facts[spec.name]["service"] = f"{self.namespace}/{spec.name} ClusterIP {node.service_ip}"
+            pods.wait_service_ready(cluster, self.namespace, spec.name, node.address(ip_version))
+            tcp = [s.port for s in servers if s.node.name == spec.name and s.transport == "tcp"]
+            if tcp:
+                checks.append((spec.name, fronted[spec.name], tcp[0]))
+        return checks
+
+    def _wait_services_carry(self, checks: list[tuple[str, str, int]], timeout_s: float = 30.0) -> None:
+        """Until a TCP connection through each Service reaches its server (the Service proxies on the nodes
+        program a new Service within their sync period: the first trial must not find it half-made)."""
+        lab = self.lab
+        assert lab is not None
+        for receiver, sender, port in checks:
+            address = lab.endpoints[receiver].service_ip
+            deadline = time.monotonic() + timeout_s
+            while True:
+                proc = lab.endpoints[sender].run(["sh", "-c", f"busybox nc -w 2 {address} {port} </dev/null"],
+                                                 timeout=10)
+                if proc.returncode == 0:
+                    break
+                if time.monotonic() > deadline:
+                    where = self.cluster.where()  # type: ignore[union-attr]
+                    raise LabError(f"{where}: nothing reaches {receiver}'s server on port {port} through its "
+                                   f"Service {address} from pod {sender} after {timeout_s:.0f} s: "
+                                   f"{proc.stderr.strip()[-200:] or 'no answer'}; is the cluster's Service "
+                                   "proxy (kube-proxy, or the CNI's) running on the nodes?")
+                time.sleep(0.5)
 
     def group(self, config: Configuration) -> Group:
         assert self.lab is not None and self.plan is not None
@@ -282,7 +341,7 @@ class KubeBench(DumbbellBench):
         place = self.placement_of(group)
         used = [group.receiver, *group.senders[:config.active_senders]]
         return {"environment": {"variant": str(place), "env": "bare", "network": place.network,
-                                "placement": place.kind,
+                                "placement": place.kind, "path": place.path,
                                 "pods": {n: self.pod_facts.get(n, {}) for n in used}}}
 
 

@@ -37,11 +37,18 @@ class PodNode(RunsCommands):
         self.cpu: int | None = None
         self.pod_facts = dict(facts or {})
         self.extra: dict[str, Any] = {}
+        self.service_ip: str | None = None  # a ClusterIP Service in front of it (kube.path = "service")
 
     def address(self, ip_version: int) -> str:
         return self.ipv6 if ip_version == 6 else self.ipv4
 
     def service_address(self, ip_version: int) -> str:
+        """Where other pods reach its servers: the ClusterIP of the Service in front of it, else its own."""
+        return self.service_ip or self.address(ip_version)
+
+    def echo_address(self, ip_version: int) -> str:
+        """Its own address: a ClusterIP carries the Service's ports only, no ICMP echo (the path check pings the
+        pod the Service sends to)."""
         return self.address(ip_version)
 
     def facts(self) -> dict[str, Any]:

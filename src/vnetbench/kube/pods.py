@@ -19,6 +19,7 @@ from vnetbench.errors import LabError
 from vnetbench.kube.api import MANAGED_BY, RUN_LABEL, Cluster
 
 CONTAINER = "tools"
+POD_LABEL = "vnetbench.io/pod"
 # Waiting reasons that no wait ends: the pod is refused with the reason at once.
 HOPELESS = {"ErrImageNeverPull", "InvalidImageName", "CreateContainerConfigError", "CreateContainerError",
             "ImagePullBackOff", "ErrImagePull", "CrashLoopBackOff", "RunContainerError"}
@@ -45,6 +46,11 @@ class PodSpec:
     net_admin: bool = False  # NET_ADMIN on its own interfaces: tc inside the pod, when the user opts in
     pull_policy: str = "Never"
 
+    @property
+    def labels(self) -> dict[str, str]:
+        """Its own label: what a Service in front of it selects (the pod alone, not the run's others)."""
+        return {POD_LABEL: self.name}
+
     def manifest(self, labels: dict[str, str]) -> dict[str, Any]:
         capabilities = ["NET_RAW", *(["NET_ADMIN"] if self.net_admin else [])]
         spec: dict[str, Any] = {
@@ -58,8 +64,42 @@ class PodSpec:
             spec["nodeName"] = self.node
         if self.node_selector:
             spec["nodeSelector"] = dict(self.node_selector)
-        return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": self.name, "labels": dict(labels)},
+        return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": self.name, "labels": {**labels, **self.labels}},
                 "spec": spec}
+
+
+def create_service(cluster: Cluster, namespace: str, pod: PodSpec, ports: list[tuple[int, str]],
+                   ip_version: int, labels: dict[str, str]) -> str:
+    """A ClusterIP Service in front of `pod` alone, on these (port, protocol) pairs, of one IP family; its
+    ClusterIP. Named after the pod; deleted with the run's namespace."""
+    from kubernetes.client.exceptions import ApiException
+
+    body = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": pod.name, "labels": dict(labels)},
+            "spec": {"type": "ClusterIP", "selector": pod.labels, "ipFamilies": [f"IPv{ip_version}"],
+                     "ports": [{"name": f"{proto.lower()}-{port}", "port": port, "targetPort": port,
+                                "protocol": proto} for port, proto in ports]}}
+    try:
+        made = cluster.core.create_namespaced_service(namespace, body)
+    except ApiException as e:
+        raise LabError(f"{cluster.where()}: creating Service {namespace}/{pod.name}: {_reason(e)}") from None
+    return str(made.spec.cluster_ip)
+
+
+def wait_service_ready(cluster: Cluster, namespace: str, name: str, pod_ip: str, timeout_s: float = 60.0) -> None:
+    """Until the Service's EndpointSlices hold the pod's address, ready: from then on the cluster's Service
+    proxies are told to send to it (they program it within their sync period)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        slices = cluster.discovery.list_namespaced_endpoint_slice(
+            namespace, label_selector=f"kubernetes.io/service-name={name}").items
+        if any(pod_ip in (ep.addresses or []) and (ep.conditions is None or ep.conditions.ready is not False)
+               for s in slices for ep in s.endpoints or []):
+            return
+        if time.monotonic() > deadline:
+            raise LabError(f"{cluster.where()}: Service {namespace}/{name} has no ready endpoint at {pod_ip} after "
+                           f"{timeout_s:.0f} s: the cluster's EndpointSlice controller is not running, or the pod is "
+                           f"not ready\n{_events(cluster, namespace)}")
+        time.sleep(0.3)
 
 
 def create_namespace(cluster: Cluster, name: str, labels: dict[str, str]) -> None:

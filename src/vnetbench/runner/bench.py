@@ -192,21 +192,7 @@ class DumbbellBench:
         """Every server the run's workloads keep on each variant's endpoints (iperf3: one per sender on
         the receiver; sockperf: a TCP and a UDP server), restarted from scratch; then wait until all
         listen."""
-        groups = groups if groups is not None else list(self.lab.groups.values())
-        groups = [g for g in groups if g.unavailable is None]
-        per_tool: dict[str, list[Any]] = {}  # tool -> its distinct options over the run's configurations
-        for c in self.configs:
-            for w in c.scenario.active.values():
-                if w not in per_tool.setdefault(w.tool, []):
-                    per_tool[w.tool].append(w)
-        if not self.configs:  # a bench made by hand (tests): the iperf3 stream of the first version
-            per_tool = {"iperf3": [registry.driver("iperf3").Options()]}
-        ipv = self.configs[0].scenario.lab.ip_version if self.configs else 4
-        # One server per host and label: groups that share a receiver (a declared topology's) share its servers.
-        specs = list({f"{spec.node.name}:{spec.label}": spec
-                      for g in groups for tool, opts in per_tool.items()
-                      for spec in registry.driver(tool).servers(self.group_endpoints(g), ipv, opts,
-                                                                self.server_workdir)}.values())
+        specs = self.server_specs(groups)
         stopped = set()
         for spec in specs:
             key = f"{spec.node.name}:{spec.label}"
@@ -224,6 +210,24 @@ class DumbbellBench:
             self._servers[key] = spec.node.popen(spec.argv, *self._server_files(key))
         for host in dict.fromkeys(spec.node.name for spec in specs):
             self._wait_listening(host, [s for s in specs if s.node.name == host])
+
+    def server_specs(self, groups: list[Group] | None = None) -> list[Any]:
+        """The servers start_servers keeps (every group's, or these groups'): one per host and label, so that
+        groups that share a receiver (a declared topology's, a cluster's) share its servers."""
+        groups = groups if groups is not None else list(self.lab.groups.values())
+        groups = [g for g in groups if g.unavailable is None]
+        per_tool: dict[str, list[Any]] = {}  # tool -> its distinct options over the run's configurations
+        for c in self.configs:
+            for w in c.scenario.active.values():
+                if w not in per_tool.setdefault(w.tool, []):
+                    per_tool[w.tool].append(w)
+        if not self.configs:  # a bench made by hand (tests): the iperf3 stream of the first version
+            per_tool = {"iperf3": [registry.driver("iperf3").Options()]}
+        ipv = self.configs[0].scenario.lab.ip_version if self.configs else 4
+        return list({f"{spec.node.name}:{spec.label}": spec
+                     for g in groups for tool, opts in per_tool.items()
+                     for spec in registry.driver(tool).servers(self.group_endpoints(g), ipv, opts,
+                                                               self.server_workdir)}.values())
 
     def group_endpoints(self, group: Group) -> TrialEndpoints:
         """A group's endpoints as its workloads' servers see them: its receiver and every sender."""

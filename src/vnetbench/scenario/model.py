@@ -335,6 +335,9 @@ class KubeSpec(Strict):
     network: Literal["pod", "host"] = Field(default="pod", description="the pods' network: 'pod' (the cluster's "
                                             "pod network, through its CNI) or 'host' (hostNetwork: the nodes' "
                                             "own, the baseline that shows the CNI's cost)")
+    path: Literal["pod-ip", "service"] = Field(default="pod-ip", description="how the senders reach the receiver: "
+                                               "'pod-ip' (its pod's address) or 'service' (a ClusterIP Service in "
+                                               "front of it, through the cluster's Service proxy)")
     image: str | None = Field(default=None, description="the pods' image; default: vnetbench's tools image "
                               "(localhost/vnetbench/tools:DIGEST, built from this machine's files), which must "
                               "be loaded on the nodes")
