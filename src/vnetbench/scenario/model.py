@@ -384,16 +384,6 @@ class HostsSpec(Strict):
     def _one_or_more(cls, v: Any) -> Any:
         return [v] if isinstance(v, str) else v
 
-    @model_validator(mode="after")
-    def _placed(self) -> "KubeSpec":
-        if self.placement == "same-node" and any(n != self.receiver for n in self.senders):
-            raise ValueError(f"kube.placement = \"same-node\" puts the senders on the receiver's node "
-                             f"{self.receiver!r}, and kube.senders names {units.brief(self.senders)}: remove one")
-        if self.placement == "cross-node" and self.receiver in self.senders:
-            raise ValueError(f"kube.placement = \"cross-node\" keeps the senders off the receiver's node "
-                             f"{self.receiver!r}, and kube.senders names it: remove one")
-        return self
-
     @field_validator("receiver")
     @classmethod
     def _receiver(cls, v: str) -> str:
