@@ -40,7 +40,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 VNETBENCH = [sys.executable, "-m", "vnetbench"]
 
-# Per built-in: the overrides that keep it to minutes here, every matrix axis kept.
+# Per built-in: the overrides that keep it to minutes here, every matrix axis kept. (cni-cost runs on a
+# Kubernetes cluster, --kube, where nothing between its configurations changes state: not checked here.)
 TRIMS: dict[str, list[str]] = {
     "quick": [],
     "congestion": ["duration=3s", "workload.stream.omit=1s"],

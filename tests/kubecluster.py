@@ -175,6 +175,9 @@ class KubeCluster:
             self._ip("link", "set", f"f{n}", "master", "fab0", "up", netns=self.cp_netns)
             self._ip("addr", "add", f"{self.node_address(node)}/24", "dev", "u0", netns=ns)
             self._ip("link", "set", "u0", "up", netns=ns)
+            # A node's own processes (hostNetwork pods) reach a ClusterIP as on a real node, where the default
+            # route takes it: the route decides before kube-proxy's DNAT does, and a node here has no default.
+            self._ip("route", "add", SERVICE_RANGE, "dev", "u0", netns=ns)
             subprocess.run(["ip", "netns", "exec", ns, "sysctl", "-qw", "net.ipv4.ip_forward=1"], check=True)
             self._ip("link", "add", "flannel.1", "type", "vxlan", "id", "1", "local", self.node_address(node),
                      "dev", "u0", "dstport", "8472", "nolearning", netns=ns)

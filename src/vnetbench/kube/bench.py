@@ -75,25 +75,31 @@ class KubePlan:
         """Every node the run's pods go on, once resolved; before: the nodes the scenario names."""
         if self.placements:
             return list(dict.fromkeys(n for p in self.placements.values() for n in (p.receiver, *p.senders)))
-        return list(dict.fromkeys(n for spec, _ in self.wanted.values() for n in (spec.receiver, *spec.senders)))
+        return list(dict.fromkeys(n for spec, _ in self.wanted.values() for n in (spec.receiver, *spec.senders)
+                                  if n is not None))
 
     def resolve(self, ready: list[str]) -> list[str]:
         """Each configuration's placement on a cluster whose Ready nodes are `ready` (cross-node senders, where
         not named, go on the Ready nodes other than the receiver's, in order); the problems, where it cannot."""
         problems = []
+        ready = sorted(ready)
         for key, (spec, needed) in self.wanted.items():
+            receiver = spec.receiver or (ready[0] if ready else None)
+            if receiver is None:
+                problems.append("no node is Ready to run the receiver's pod")
+                continue
             if spec.placement == "same-node":
-                nodes = [spec.receiver]
+                nodes = [receiver]
             elif spec.senders:
                 nodes = list(spec.senders)
             else:
-                nodes = [n for n in ready if n != spec.receiver]
+                nodes = [n for n in ready if n != receiver]
                 if not nodes:
                     problems.append(f"kube.placement = \"cross-node\" needs a Ready node besides the receiver's "
-                                    f"{spec.receiver!r} (Ready: {', '.join(ready) or 'none'})")
+                                    f"{receiver!r} (Ready: {', '.join(ready) or 'none'})")
                     continue
             senders = tuple(nodes[min(i, len(nodes) - 1)] for i in range(needed))
-            self.placements[key] = KubePlacement(spec.receiver, senders, spec.network, spec.path)
+            self.placements[key] = KubePlacement(receiver, senders, spec.network, spec.path)
         return list(dict.fromkeys(problems))
 
     def pods(self) -> tuple[list[pods.PodSpec], dict[str, tuple[str, list[str]]]]:

@@ -752,7 +752,9 @@ def plan_view(plan: Any, console: Console, rows: int = 20) -> None:
                        "cross-node": "on " + (", ".join(k["senders"]) if k["senders"] else
                                               "the cluster's other Ready nodes")}.get(
                 k.get("placement") or "", "on " + ", ".join(k["senders"]))
-            console.print(f"  receiver on node {escape(k['receiver'])}, senders {escape(senders)}, in {network}",
+            receiver = f"node {k['receiver']}" if k["receiver"] else "the cluster's first Ready node"
+            via = ", through a Service (ClusterIP)" if k.get("path") == "service" else ""
+            console.print(f"  receiver on {escape(receiver)}, senders {escape(senders)}, in {network}{via}",
                           soft_wrap=True, highlight=False)
     if plan.scale:
         console.print(f"scaled: {escape(plan.scale)}", soft_wrap=True, highlight=False)

@@ -325,7 +325,8 @@ class KubeSpec(Strict):
     ``placement`` may be swept (``"kube.network" = ["pod", "host"]``, ``"kube.placement" = ["same-node",
     "cross-node"]``), and so may the nodes: the run makes a pod for each distinct endpoint, node and network."""
 
-    receiver: str = Field(min_length=1, description="the node the receiver's pod runs on")
+    receiver: str | None = Field(default=None, min_length=1, description="the node the receiver's pod runs on; "
+                                 "unset: the cluster's first Ready node by name")
     senders: list[str] = Field(default_factory=list, description="the nodes the senders' pods run on, in order (the "
                                "last is repeated when the scenario uses more senders than nodes are named); with "
                                "placement = \"cross-node\" the cluster's other Ready nodes by default")
@@ -351,10 +352,10 @@ class KubeSpec(Strict):
 
     @model_validator(mode="after")
     def _placed(self) -> "KubeSpec":
-        if self.placement == "same-node" and any(n != self.receiver for n in self.senders):
+        if self.placement == "same-node" and self.senders and any(n != self.receiver for n in self.senders):
             raise ValueError(f"kube.placement = \"same-node\" puts the senders on the receiver's node "
                              f"{self.receiver!r}, and kube.senders names {units.brief(self.senders)}: remove one")
-        if self.placement == "cross-node" and self.receiver in self.senders:
+        if self.placement == "cross-node" and self.receiver is not None and self.receiver in self.senders:
             raise ValueError(f"kube.placement = \"cross-node\" keeps the senders off the receiver's node "
                              f"{self.receiver!r}, and kube.senders names it: remove one")
         return self
