@@ -340,3 +340,18 @@ def test_a_nodes_devices_give_their_mtus_and_the_pod_networks_tunnel():
     assert encapsulation(devices) == "vxlan (flannel.1: VNI 1, UDP 8472, MTU 1450)"
     assert encapsulation({"eth0": {"mtu": 1500, "kind": "device"}}) == "none"
     assert interfaces("") == {}
+
+
+def test_the_cni_cost_builtin_puts_the_receiver_on_the_first_ready_node_and_sweeps_every_path():
+    from vnetbench.kube.bench import placement
+    from vnetbench.scenario.load import load
+    from vnetbench.scenario.plan import expand
+
+    configs = expand(load("cni-cost"))
+    plan = placement(configs, "builtin:cni-cost", "img:1")
+    assert plan.nodes() == []  # nothing named: the cluster says
+    assert plan.resolve(["worker-b", "worker-a", "worker-c"]) == []
+    assert {(p.receiver, p.senders, p.network, p.path, p.kind) for p in plan.placements.values()} == {
+        ("worker-a", (node,), network, path, kind) for network in ("pod", "host") for path in ("pod-ip", "service")
+        for node, kind in (("worker-a", "same-node"), ("worker-b", "cross-node"))}
+    assert placement(configs, "builtin:cni-cost", "img:1").resolve([]) == ["no node is Ready to run the receiver's pod"]
