@@ -52,6 +52,17 @@ def run_here(k8s, tmp_path: Path, network: str = "pod", text: str = SCENARIO, ch
                     "--no-calibration", "--kube", check=check)
 
 
+def run_all_ok(k8s, tmp_path: Path, text: str, trials: int) -> tuple[subprocess.CompletedProcess, list, dict, dict]:
+    """`run --kube` of a scenario whose `trials` trials must all be ok: (the finished process, its trials with
+    their raw records, its configurations by key, its values by configuration key)."""
+    proc = run_here(k8s, tmp_path, text=text)
+    run_id = run_id_of(proc)
+    with Store(tmp_path / "r.db") as store:
+        stored = store.trials(run_id, with_raw=True)
+        assert len(stored) == trials and all(t["status"] == "ok" for t in stored), [t["reason"] for t in stored]
+        return proc, stored, {c["key"]: c for c in store.configurations(run_id)}, store.values(run_id)
+
+
 def vnetbench_namespaces(k8s) -> list[tuple[str, str]]:
     with k8s.entered():
         return pods.namespaces_of_runs(api.connect(str(k8s.kubeconfig)))
@@ -122,13 +133,7 @@ SWEEP_MSS = {("pod", "same-node"): (1398, 1398), ("pod", "cross-node"): (1398, 1
 
 def test_a_sweep_of_network_and_placement_measures_each_path_in_one_run(kube_cluster, tmp_path):
     k8s = kube_cluster
-    proc = run_here(k8s, tmp_path, text=SWEEP)
-    run_id = run_id_of(proc)
-    with Store(tmp_path / "r.db") as store:
-        trials = store.trials(run_id, with_raw=True)
-        assert len(trials) == 4 and all(t["status"] == "ok" for t in trials), [t["reason"] for t in trials]
-        configs = {c["key"]: c for c in store.configurations(run_id)}
-        values = store.values(run_id)
+    proc, trials, configs, values = run_all_ok(k8s, tmp_path, SWEEP, trials=4)
     for t in trials:
         config = configs[t["config_key"]]
         where = (config["labels"]["kube.network"], config["labels"]["kube.placement"])
@@ -143,6 +148,7 @@ def test_a_sweep_of_network_and_placement_measures_each_path_in_one_run(kube_clu
         assert mss and all(low <= m <= high for m in mss), (where, mss)
         assert values[config["key"]]["throughput.rx_mbps"][0] > 500, (where, values[config["key"]])
     # one receiver pod per network, shared by both placements; each endpoint shown where it ran
+    run_id = run_id_of(proc)
     assert f"r = pod vnb-{run_id[:6]}/r on node node2" in proc.stdout
     assert f"r = pod vnb-{run_id[:6]}/r2 on node node2" in proc.stdout
     assert vnetbench_namespaces(k8s) == []
@@ -175,13 +181,7 @@ warmup = false
 
 def test_a_service_in_front_of_the_receiver_carries_streams_and_request_response(kube_cluster, tmp_path):
     k8s = kube_cluster
-    proc = run_here(k8s, tmp_path, text=SERVICE)
-    run_id = run_id_of(proc)
-    with Store(tmp_path / "r.db") as store:
-        trials = store.trials(run_id, with_raw=True)
-        assert len(trials) == 4 and all(t["status"] == "ok" for t in trials), [t["reason"] for t in trials]
-        configs = {c["key"]: c for c in store.configurations(run_id)}
-        values = store.values(run_id)
+    proc, trials, configs, values = run_all_ok(k8s, tmp_path, SERVICE, trials=4)
     for t in trials:
         config = configs[t["config_key"]]
         path, proto = config["labels"]["kube.path"], config["labels"]["proto"]
