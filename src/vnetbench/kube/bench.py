@@ -244,12 +244,13 @@ class KubeBench(DumbbellBench):
         plan, cluster, lab = self.plan, self.cluster, self.lab
         assert plan is not None and cluster is not None and lab is not None
         for s in specs:
-            devices = _devices(lab.endpoints[s.name])
-            if s.host_network:
-                self.node_facts.setdefault(self.pod_facts[s.name]["node"], _node_devices(devices))
-                self.pod_facts[s.name]["interfaces"] = "its node's (hostNetwork)"
-            else:
-                self.pod_facts[s.name]["interfaces"] = devices
+            if not s.host_network:
+                self.pod_facts[s.name]["interfaces"] = _devices(lab.endpoints[s.name])
+                continue
+            self.pod_facts[s.name]["interfaces"] = "its node's (hostNetwork)"
+            node = self.pod_facts[s.name]["node"]
+            if node not in self.node_facts:  # the node's devices once, whichever of its pods reads them
+                self.node_facts[node] = _node_devices(_devices(lab.endpoints[s.name]))
         unread = [n for n in plan.nodes() if n not in self.node_facts]
         readers = [pods.PodSpec(f"n{k}", plan.image, node=n, host_network=True, pull_policy=plan.pull_policy)
                    for k, n in enumerate(unread, 1)]
@@ -280,14 +281,14 @@ class KubeBench(DumbbellBench):
         for spec in specs:
             if spec.name not in fronted:
                 continue
-            mine = sorted({s.port for s in servers if s.node.name == spec.name})
-            ports = [(port, proto) for port in mine for proto in ("TCP", "UDP")]
+            own = [s for s in servers if s.node.name == spec.name]
+            ports = [(port, proto) for port in sorted({s.port for s in own}) for proto in ("TCP", "UDP")]
             node = lab.endpoints[spec.name]
             node.service_ip = pods.create_service(cluster, self.namespace, spec, ports, ip_version,
                                                   pods.run_labels(self.run_prefix))
             self.pod_facts[spec.name]["service"] = f"{self.namespace}/{spec.name} ClusterIP {node.service_ip}"
             pods.wait_service_ready(cluster, self.namespace, spec.name, node.address(ip_version))
-            tcp = [s.port for s in servers if s.node.name == spec.name and s.transport == "tcp"]
+            tcp = [s.port for s in own if s.transport == "tcp"]
             if tcp:
                 checks.append((spec.name, fronted[spec.name], tcp[0]))
         return checks
@@ -344,7 +345,7 @@ class KubeBench(DumbbellBench):
 
     def environment_state(self, config: Configuration) -> dict[str, Any]:
         group = self.group(config)
-        place = self.placement_of(group)
+        place = self.plan.placements[config.key]  # type: ignore[union-attr]
         used = [group.receiver, *group.senders[:config.active_senders]]
         return {"environment": {"variant": str(place), "env": "bare", "network": place.network,
                                 "placement": place.kind, "path": place.path,
