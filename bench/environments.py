@@ -112,7 +112,11 @@ def throughput(variants: list[tuple[str, Variant]], trials: int, duration: int
     return results
 
 
-COLUMNS = ("throughput.rx_mbps", "cpu.util_pct", "cpu.us_per_kb", "cpu.softirq_pct")
+COLUMNS = ("throughput.rx_mbps", "cpu.util_pct", "cpu.us_per_kb", "cpu.softirq_pct", "cpu.container_pct",
+           "cpu.qemu_pct")
+# The part of the machine's busy time an environment's own processes had, where it can tell: an engine's
+# containers (their cgroups) and a guest's QEMU (its threads, from the host).
+OWN = ("cpu.container_pct", "cpu.qemu_pct")
 
 
 def plan_variant(config) -> Variant:
@@ -186,18 +190,20 @@ def measure(args: argparse.Namespace) -> int:
 
     base, base_cost = median("bare", "throughput.rx_mbps"), median("bare", "cpu.us_per_kb")
     print("  CPU: the whole machine's busy time over the measured window (cores x 100), service demand in CPU us "
-          "per KB received, and its softirq part")
+          "per KB received, its softirq part, and the part the environment's own processes had (an engine's "
+          "containers, a guest's QEMU)")
     print(f"  {'environment':28} {'median Mbit/s':>14} {'min..max':>20} {'vs bare':>8} {'CPU %':>6} {'us/KB':>6} "
-          f"{'vs bare':>8} {'softirq %':>9}")
+          f"{'vs bare':>8} {'softirq %':>9} {'own %':>6}")
     for name, _ in tp_envs:
         vals = (results.get(name) or {}).get("throughput.rx_mbps") or []
         if not vals:
             print(f"  {name:28} {'-':>14}")
             continue
         med, cost = statistics.median(vals), median(name, "cpu.us_per_kb")
+        own = next((median(name, m) for m in OWN if (results.get(name) or {}).get(m)), None)
         print(f"  {name:28} {med:>14.0f} {min(vals):>9.0f}..{max(vals):<9.0f} {med / base:>7.2f}x "
               f"{median(name, 'cpu.util_pct'):>6.0f} {cost:>6.2f} {cost / base_cost:>7.2f}x "
-              f"{median(name, 'cpu.softirq_pct'):>9.0f}")
+              f"{median(name, 'cpu.softirq_pct'):>9.0f} {'-' if own is None else f'{own:.0f}':>6}")
     return 0
 
 

@@ -82,6 +82,18 @@ LAB_METRICS = (
     Metric("cpu.foreign_pct", "%", LOWER, "CPU time of processes that are not the run's (other users' work on the "
                                           "lab's machine; kernel threads not counted) over the trial, in cores x 100: "
                                           "noise the machine added", noise=0.5),
+    Metric("cpu.emulator_pct", "%", LOWER, "Of cpu.util_pct, the link emulators' processes (vnb-link, every "
+                                           "thread) over the window, in cores x 100: what the userspace links "
+                                           "cost (an emulator spins its core while it waits for packets)",
+           noise=0.10),
+    Metric("cpu.qemu_pct", "%", LOWER, "Of cpu.util_pct, the guests' QEMU processes seen from the host over the "
+                                       "window (vCPU threads, which run all of a TCG guest's work, and QEMU's "
+                                       "I/O and vhost threads; per kind in the trial's raw record), in cores x "
+                                       "100: what the guests cost their host", noise=0.10),
+    Metric("cpu.container_pct", "%", LOWER, "Of cpu.util_pct, an engine's containers (docker, podman) over the "
+                                            "window: every process in their cgroups (servers, clients, their "
+                                            "system time; per container in the trial's raw record), in cores x 100",
+           noise=0.10),
     # A trial's streams between different hosts (a declared topology's workloads): runner/bench.py.
     Metric("flows.maxmin_fairness", "ratio", HIGHER, "Jain's index of the stream workloads' received throughput, "
                                                      "each relative to its max-min fair share of the links' "
@@ -110,7 +122,7 @@ HEADLINE = ("throughput.rx_mbps", "udp.loss_ratio", "rtt.p50_ms", "rtt.p99_ms", 
 #: What a trial cost in CPU (runner/recorders.CpuRecorder): shown after the headline by `show`, not judged by
 #: compare's default (the machine's other work moves it; `compare --metric cpu.us_per_kb` judges it).
 COST = ("cpu.util_pct", "cpu.us_per_kb", "cpu.us_per_transaction", "cpu.rx_util_pct", "cpu.tx_util_pct",
-        "cpu.probe_pct")
+        "cpu.probe_pct", "cpu.emulator_pct", "cpu.qemu_pct", "cpu.container_pct")
 
 #: The machine's own noise: a trial is marked (kept in the statistics, counted apart by `show`, the report and
 #: `compare`) when over it the hypervisor took, or processes that are not the run's used, more than this much

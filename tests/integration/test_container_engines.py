@@ -250,11 +250,18 @@ def test_an_engine_beside_bare_through_the_cli(engine_host, tmp_path, no_leftove
             assert all(x == pytest.approx(10, rel=0.1) for x in got["throughput.rx_mbps"])
         else:
             assert all(x > 1000 for x in got["throughput.rx_mbps"])  # 39 Gbit/s seen on this machine
+        # the containers' own CPU, from their cgroups: a part of the machine's busy time
+        print(c["labels"], "container", got["cpu.container_pct"], "util", got["cpu.util_pct"])
+        assert all(0 < x <= u + 1 for x, u in zip(got["cpu.container_pct"], got["cpu.util_pct"])), got
     # Every process said what it used in CPU, in the containers (the exec wrapper's `times`) as on bare
     # namespaces (rusage): the probe's share of the trial is counted apart, the same way in both
     for c in store.configurations(run_id):
         assert len(values[c["key"]]["cpu.probe_pct"]) == 2, c["labels"]
+    for c in store.configurations(run_id):
+        assert ("cpu.container_pct" in values[c["key"]]) == (c["labels"]["env"] == kind), c["labels"]
     for t in store.trials(run_id, with_raw=True):
+        if "container" in t["raw"]["cpu"].get("parts_pct", {}):  # each container by its endpoint
+            assert set(t["raw"]["cpu"]["parts_pct"]["container"]) == {f"{kind[0]}-r", f"{kind[0]}-s1"}, t["raw"]["cpu"]
         used = t["raw"]["process_cpu_pct"]  # "workload/host": the hosts are named after their group (b-s1, p-s1)
         assert {k.partition("/")[0] for k in used} == {"stream", "probe"}, used
         # ping is one thread: at most a core over its life (at 10 ms it used under a tick: `times` says 0.00)

@@ -245,6 +245,13 @@ def test_virt_compare_short_run_through_the_cli(tmp_path, no_leftovers):
         # UDP gets its 10 Mbit/s everywhere; TCP carried something (a TCG guest with offloads off on a busy
         # 2-core box: from under 10 Mbit/s).
         assert values[c["key"]]["throughput.rx_mbps"][0] > (9 if c["labels"]["proto"] == "udp" else 1), c["labels"]
+        # a guest's cost to its host, told apart: its QEMU processes' threads, a part of the machine's busy time
+        v = values[c["key"]]
+        if c["labels"]["env"].startswith("vm"):
+            print(c["labels"], "qemu", v["cpu.qemu_pct"], "util", v["cpu.util_pct"])
+            assert 0 < v["cpu.qemu_pct"][0] <= v["cpu.util_pct"][0] + 1, (c["labels"], v)
+        else:
+            assert "cpu.qemu_pct" not in v, c["labels"]
     store.close()
 
 

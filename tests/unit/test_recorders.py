@@ -176,3 +176,124 @@ def test_the_sampler_reads_from_start_to_stop_and_then_ends():
     time.sleep(0.05)
     assert len(reads) == n >= 3 and len(rec.samples) == n
     assert [s[0] for s in rec.samples] == sorted(s[0] for s in rec.samples)
+
+
+def fake_process(root: Path, pid: int, threads: dict[int, tuple[str, int]]) -> None:
+    """A /proc/<pid>/task tree: per thread id its name and nanoseconds on a CPU (schedstat's first field)."""
+    for tid, (name, ns) in threads.items():
+        task = root / str(pid) / "task" / str(tid)
+        task.mkdir(parents=True)
+        (task / "comm").write_text(name + "\n")
+        (task / "schedstat").write_text(f"{ns} 123 45\n")
+
+
+def test_a_processs_threads_are_summed_by_kind_with_their_numbers_folded(tmp_path: Path):
+    fake_process(tmp_path, 7, {7: ("qemu-system-x86", 10), 8: ("CPU 0/TCG", 1_000), 9: ("CPU 1/TCG", 2_000),
+                               10: ("vhost-7", 50)})
+    fake_process(tmp_path, 20, {20: ("vnb-link", 5)})
+    assert recorders.thread_times(7, tmp_path) == {"qemu-system-x86": 10, "CPU #/TCG": 3_000, "vhost-#": 50}
+    assert recorders.thread_times(99, tmp_path) == {}  # gone
+    assert recorders.parts_times({"qemu": [7, 99], "emulator": [20]}, tmp_path) == {
+        "qemu/qemu-system-x86": (10,), "qemu/CPU #/TCG": (3_000,), "qemu/vhost-#": (50,), "emulator/vnb-link": (5,)}
+
+
+def test_a_parts_cpu_is_its_threads_time_over_the_window_per_kind():
+    """Two vCPU threads a full core each, an I/O thread that starts half-way (0 before it existed), and the
+    emulator's core half busy; the window's edges fall between samples."""
+    s = 1e9  # ns a second
+    samples = [(1000.0, {"qemu/CPU #/TCG": (0,), "emulator/vnb-link": (0,)}),
+               (1001.0, {"qemu/CPU #/TCG": (2 * s,), "emulator/vnb-link": (0.5 * s,), "qemu/worker": (0,)}),
+               (1002.0, {"qemu/CPU #/TCG": (4 * s,), "emulator/vnb-link": (1 * s,), "qemu/worker": (0.25 * s,)})]
+    assert recorders.parts_pct(samples, (1000.5, 1002.0)) == {"qemu": {"CPU #/TCG": 200.0, "worker": 16.67},
+                                                              "emulator": {"vnb-link": 50.0}}
+    assert recorders.parts_pct(samples, (1000.0, 1000.4)) is None  # shorter than a judged window
+    assert recorders.parts_pct(samples[:1], (1000.0, 1002.0)) is None
+
+
+def test_the_parts_become_metrics_beside_the_machines_cpu():
+    rec = two_seconds_of_work()
+    rec._parts = {"emulator": [1], "qemu": [2]}
+    rec.part_samples = [(1000.0 + t, {"emulator/vnb-link": (int(t * 1e9),), "qemu/CPU #/KVM": (int(t * 0.1e9),),
+                                      "qemu/qemu-system-x86": (int(t * 0.05e9),)}) for t in (0.0, 1.0, 2.0)]
+    m, raw = Measurement(), {}
+    rec.collect(m, raw, (1000.0, 1002.0))
+    got = values(m)
+    assert got["cpu.emulator_pct"] == pytest.approx(100) and got["cpu.qemu_pct"] == pytest.approx(15)
+    assert raw["cpu"]["parts_pct"]["qemu"] == {"CPU #/KVM": 10.0, "qemu-system-x86": 5.0}
+
+
+def test_a_real_spinning_process_is_sampled_as_the_scheduler_counts_it():
+    """A process that spins, sampled while it runs: its threads' schedstat time agrees with its own utime +
+    stime (/proc/<pid>/stat, 10 ms ticks) read at the same moments, and the recorder asks for the parts when
+    the trial starts and samples them with /proc/stat."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    proc = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        asked = []
+        rec = CpuRecorder("test", interval=0.05, processes=None,
+                          parts=lambda: asked.append(1) or {"emulator": [proc.pid], "qemu": []})
+        rec.start(1.0)
+        time.sleep(1.0)
+        rec.stop()
+        hz = os.sysconf("SC_CLK_TCK")
+        fields = open(f"/proc/{proc.pid}/stat").read().rsplit(")", 1)[1].split()
+        ticks_ns = (int(fields[11]) + int(fields[12])) * 1e9 / hz
+        ns = sum(recorders.thread_times(proc.pid).values())
+    finally:
+        proc.kill()
+        proc.wait()
+    assert asked == [1] and rec._parts == {"emulator": [proc.pid]}  # a part without processes is left out
+    assert len(rec.part_samples) == len(rec.samples) >= 10
+    assert abs(ns - ticks_ns) <= 3 * 1e9 / hz  # a tick at either end, and the read between them
+    m, raw = Measurement(), {}
+    rec.collect(m, raw, (rec.samples[0][0], rec.samples[-1][0]))
+    assert 0 < values(m)["cpu.emulator_pct"] <= 101  # one thread: at most one core
+
+
+def test_a_cgroups_cpu_account_is_read_from_either_version(tmp_path: Path):
+    from vnetbench.lab.cgroups import CpuAccount
+    (tmp_path / "v1").mkdir()
+    (tmp_path / "v1" / "cpuacct.usage").write_text("1500000000\n")
+    (tmp_path / "v2").mkdir()
+    (tmp_path / "v2" / "cpu.stat").write_text("usage_usec 2500000\nuser_usec 2000000\nsystem_usec 500000\n")
+    v1, v2 = CpuAccount("r", tmp_path / "v1" / "cpuacct.usage"), CpuAccount("s1", tmp_path / "v2" / "cpu.stat")
+    assert v1.ns() == 1_500_000_000 and v2.ns() == 2_500_000_000
+    assert CpuAccount("gone", tmp_path / "nowhere" / "cpu.stat").ns() is None
+    fake_process(tmp_path, 7, {7: ("qemu-system-x86", 10)})
+    assert recorders.parts_times({"container": [v1, v2, CpuAccount("gone", tmp_path / "x")], "qemu": [7]},
+                                 tmp_path) == {"container/r": (1_500_000_000,), "container/s1": (2_500_000_000,),
+                                               "qemu/qemu-system-x86": (10,)}
+
+
+def test_this_processs_cgroup_counts_the_cpu_it_spends():
+    """On this machine's own cgroups (v1's cpuacct or v2's cpu.stat, whichever counts here)."""
+    import os
+    import time
+
+    from vnetbench.lab import cgroups
+    account = cgroups.cpu_account("me", os.getpid())
+    assert account is not None
+    before = account.ns()
+    t = time.process_time()
+    while time.process_time() - t < 0.2:
+        pass
+    assert account.ns() - before >= 0.19e9  # its cgroup holds this process and maybe others: at least its time
+
+
+def test_a_guests_part_is_its_qemu_process_and_an_engines_its_containers_cgroups(tmp_path: Path):
+    from types import SimpleNamespace
+
+    from vnetbench.lab.cgroups import CpuAccount
+    from vnetbench.lab.environments.docker import EngineEnvironment
+    from vnetbench.lab.environments.vm import VmEnvironment
+    vm = VmEnvironment.__new__(VmEnvironment)
+    vm.nodes = [SimpleNamespace(guest=SimpleNamespace(pid=41)), SimpleNamespace(guest=SimpleNamespace(pid=None)),
+                SimpleNamespace(guest=SimpleNamespace(pid=43))]
+    assert vm.cpu_parts() == {"qemu": [41, 43]}  # a guest whose QEMU is not running has no part
+    engine = EngineEnvironment.__new__(EngineEnvironment)
+    engine.cpu_accounts = [CpuAccount("d-r", tmp_path / "cpuacct.usage")]
+    assert engine.cpu_parts() == {"container": engine.cpu_accounts}

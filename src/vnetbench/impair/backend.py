@@ -217,5 +217,10 @@ class Backend:
         """False when what apply() set up is gone (an emulator that died): apply again."""
         return True
 
+    def processes(self) -> list[int]:
+        """The processes of this machine that carry the link's packets now (an emulator's); none for the
+        kernel's qdiscs, whose work is softirq."""
+        return []
+
     def idle(self) -> None:
         """The link is not in use for a while (another environment's trials run)."""

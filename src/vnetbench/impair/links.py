@@ -431,5 +431,9 @@ class LinkManager:
                               for c in (s.forward, s.reverse, s.both) if c is not None), default=0.0)
         return total
 
+    def emulator_pids(self) -> list[int]:
+        """The processes that carry the current configuration's links (its emulators'), for the trial's CPU."""
+        return [pid for host in self._active for pid in self.backends[host].processes()]
+
     def uses_emulator(self) -> bool:
         return any(b.name == "userspace" for b in self.backends.values())

@@ -516,6 +516,10 @@ class UserspaceBackend(Backend):
     def healthy(self) -> bool:
         return self.emulator is not None and self.emulator.alive()
 
+    def processes(self) -> list[int]:
+        proc = self.emulator.proc if self.emulator is not None else None
+        return [proc.pid] if proc is not None and proc.poll() is None else []
+
     def idle(self) -> None:
         if self.emulator is not None:
             self.emulator.stop()

@@ -151,6 +151,62 @@ def dirs_of(pid: int) -> dict[str, Path]:
     return out
 
 
+@dataclass(frozen=True)
+class CpuAccount:
+    """The CPU time a cgroup's processes had, every process that was ever in it (an engine's container: its
+    servers, the commands exec'd into it, their system time): cgroup v2's ``cpu.stat`` (usage_usec, kept
+    whether or not the cpu controller is enabled) or v1's ``cpuacct.usage`` (nanoseconds)."""
+
+    label: str  # whose it is ("r", "s1")
+    path: Path  # the counter's file
+
+    def ns(self) -> int | None:
+        try:
+            text = self.path.read_text()
+        except OSError:
+            return None  # the cgroup is gone
+        if self.path.name == "cpuacct.usage":
+            return int(text.strip())
+        usec = next((int(line.split()[1]) for line in text.splitlines() if line.startswith("usage_usec ")), None)
+        return None if usec is None else usec * 1000
+
+
+def cpu_account(label: str, pid: int) -> CpuAccount | None:
+    """The CPU account of the cgroup process `pid` is in (None: neither hierarchy counts its CPU here)."""
+    try:
+        lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        hid, ctrls, rel = line.split(":", 2)
+        if "cpuacct" in ctrls.split(","):
+            mount = next((m for m in _all_v1_mounts() if "cpuacct" in m[1]), None)
+            if mount is not None:
+                path = mount[0] / rel.lstrip("/") / "cpuacct.usage"
+                if path.exists():
+                    return CpuAccount(label, path)
+    v2 = next((line.split(":", 2)[2] for line in lines if line.startswith("0::")), None)
+    for m in _mounts():
+        if m.version == 2 and v2 is not None and (path := m.path / v2.lstrip("/") / "cpu.stat").exists():
+            return CpuAccount(label, path)
+    return None
+
+
+def _all_v1_mounts() -> list[tuple[Path, frozenset[str]]]:
+    """Every cgroup v1 hierarchy with its options (cpuacct, which limits nothing, is not in CONTROLLERS)."""
+    out = []
+    try:
+        lines = Path("/proc/self/mountinfo").read_text().splitlines()
+    except OSError:
+        return out
+    for line in lines:
+        pre, _, post = line.partition(" - ")
+        fields, extra = pre.split(), post.split()
+        if len(fields) >= 5 and len(extra) >= 3 and extra[0] == "cgroup":
+            out.append((Path(fields[4]), frozenset(extra[2].split(","))))
+    return out
+
+
 def availability() -> dict[str, str | None]:
     """{controller: None if usable, else why not} for cpu, cpuset and memory."""
     out: dict[str, str | None] = {}

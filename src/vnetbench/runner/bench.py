@@ -533,7 +533,11 @@ class DumbbellBench:
             out.append(QdiscRecorder(port))
         if group.env is not None:
             out.append(EnvironmentRecorder(group.env))
-        out.append(CpuRecorder("this machine"))  # every endpoint, guest and emulator of the lab runs on it
+        # Every endpoint, guest and emulator of the lab runs on this machine; the emulators' and the guests'
+        # processes are told apart.
+        env = group.env
+        out.append(CpuRecorder("this machine", parts=lambda: {"emulator": self.links.emulator_pids(),
+                                                              **(env.cpu_parts() if env is not None else {})}))
         return out
 
     def _raw_record(self, ctx: TrialContext, runs: list[tuple[str, Started]],

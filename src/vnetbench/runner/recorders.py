@@ -20,6 +20,8 @@ A bench gives the trial its recorders (``DumbbellBench.recorders``); a new kind 
 from __future__ import annotations
 
 import math
+import os
+import re
 import threading
 import time
 from pathlib import Path
@@ -152,6 +154,69 @@ def read_local_stat() -> str:
     return Path("/proc/stat").read_text()
 
 
+def thread_times(pid: int, proc: Path = Path("/proc")) -> dict[str, int]:
+    """Per kind of thread of process `pid`, the CPU time its live threads have had so far, in nanoseconds (each
+    thread's /proc/<pid>/task/<tid>/schedstat, the scheduler's own count, finer than stat's 10 ms ticks). A
+    thread's kind is its name with its standalone numbers folded (QEMU's "CPU 0/TCG" and "CPU 1/TCG" are "CPU #/TCG",
+    its vhost workers "vhost-#"). Empty when the process is gone."""
+    out: dict[str, int] = {}
+    try:
+        tasks = os.scandir(proc / str(pid) / "task")
+    except OSError:
+        return out
+    with tasks:
+        for task in tasks:
+            try:
+                with open(f"{task.path}/comm") as f:
+                    name = f.read().strip()
+                with open(f"{task.path}/schedstat") as f:
+                    ns = int(f.read().split()[0])
+            except (OSError, ValueError, IndexError):
+                continue  # the thread ended meanwhile
+            kind = re.sub(r"\b\d+\b", "#", name)  # "CPU 0/TCG", "vhost-1234"; not "qemu-system-x86"
+            out[kind] = out.get(kind, 0) + ns
+    return out
+
+
+def parts_times(parts: dict[str, list[Any]], proc: Path = Path("/proc")) -> dict[str, tuple[int, ...]]:
+    """For :func:`counters_at`: "part/kind" -> (nanoseconds,) over each part's sources: a process (its pid:
+    its threads by kind) or a cgroup's CPU account (lab/cgroups.CpuAccount: its label is the kind)."""
+    out: dict[str, tuple[int, ...]] = {}
+
+    def add(key: str, ns: int) -> None:
+        out[key] = (out.get(key, (0,))[0] + ns,)
+
+    for part, sources in parts.items():
+        for source in sources:
+            if isinstance(source, int):
+                for kind, ns in thread_times(source, proc).items():
+                    add(f"{part}/{kind}", ns)
+            elif (ns := source.ns()) is not None:
+                add(f"{part}/{source.label}", ns)
+    return out
+
+
+def parts_pct(samples: list[tuple[float, dict[str, tuple[int, ...]]]],
+              window: Window) -> dict[str, dict[str, float]] | None:
+    """Per part, per kind of thread, its CPU over `window` in cores x 100 (None: too short). A kind missing from
+    a sample had no live thread then: 0 so far (a thread that starts within the window counts from its
+    start; one that ends takes its time with it, and its kind counts no less than 0)."""
+    if len(samples) < 2:
+        return None
+    a = max(window[0], samples[0][0])
+    b = min(window[1], samples[-1][0])
+    if b - a < CPU_MIN_WINDOW_S:
+        return None
+    keys = {k for _, s in samples for k in s}
+    filled = [(t, {k: s.get(k, (0,)) for k in keys}) for t, s in samples]
+    before, after = counters_at(filled, a), counters_at(filled, b)
+    out: dict[str, dict[str, float]] = {}
+    for key in sorted(keys):
+        part, _, kind = key.partition("/")
+        out.setdefault(part, {})[kind] = round(max(0.0, after[key][0] - before[key][0]) / 1e9 / (b - a) * 100, 2)
+    return out
+
+
 class CpuRecorder(Recorder):
     """The CPUs of the machine the endpoints run on, sampled from /proc/stat every CPU_SAMPLE_S while the trial
     runs, judged over the window its first workload measured (counters interpolated at its edges):
@@ -166,14 +231,24 @@ class CpuRecorder(Recorder):
     The whole machine is measured, as netperf measures it: the endpoints, the link emulator's core, softirq
     work and whatever else runs there. How much of it was not the run's is ``cpu.foreign_pct`` (runner/foreign.py,
     over the whole trial: other users' processes, in cores x 100). Per CPU, the shares go with the trial's raw
-    record ("cpu"), with the busiest foreign processes."""
+    record ("cpu"), with the busiest foreign processes.
+
+    Where the machine's time went is told by `parts`: what of the lab's machine carries what, by part
+    ({"emulator": [pids], "qemu": [pids], "container": [cgroup CPU accounts]}), asked at the trial's start.
+    Each part is sampled with /proc/stat and judged over the same window: ``cpu.<part>_pct``
+    (``cpu.emulator_pct``, ``cpu.qemu_pct``, ``cpu.container_pct``), in cores x 100, and per kind in the raw
+    record ("parts_pct": a guest's vCPU threads apart from its I/O threads, each container by endpoint)."""
 
     def __init__(self, where: str, read: Callable[[], str] = read_local_stat, interval: float = CPU_SAMPLE_S,
-                 processes: Callable[[], dict[int, foreign.ProcTimes]] | None = foreign.scan):
+                 processes: Callable[[], dict[int, foreign.ProcTimes]] | None = foreign.scan,
+                 parts: Callable[[], dict[str, list[Any]]] | None = None):
         self.where = where
         self.read = read
         self.interval = interval
         self.processes = processes
+        self.parts = parts
+        self._parts: dict[str, list[Any]] = {}
+        self.part_samples: list[tuple[float, dict[str, tuple[int, ...]]]] = []
         self._procs_at_start: tuple[float, dict[int, foreign.ProcTimes]] | None = None
         self._foreign: foreign.ForeignLoad | None = None
         self.samples: list[tuple[float, dict[str, tuple[int, ...]]]] = []
@@ -181,14 +256,19 @@ class CpuRecorder(Recorder):
         self._thread: threading.Thread | None = None
 
     def _sample(self) -> None:
-        self.samples.append((time.time(), parse_proc_stat(self.read())))
+        now = time.time()
+        self.samples.append((now, parse_proc_stat(self.read())))
+        if self._parts:
+            self.part_samples.append((now, parts_times(self._parts)))
 
     def _sampling(self) -> None:
         while not self._done.wait(self.interval):
             self._sample()
 
     def start(self, span_s: float) -> None:
-        self.samples = []
+        self.samples, self.part_samples = [], []
+        # Asked now, after the links' recorder has (re)started the trial's emulators.
+        self._parts = {part: pids for part, pids in (self.parts() if self.parts else {}).items() if pids}
         self._foreign = None
         self._procs_at_start = (time.time(), self.processes()) if self.processes is not None else None
         self._sample()
@@ -226,11 +306,16 @@ class CpuRecorder(Recorder):
                                      "top": [{"command": c, "pid": pid, "pct": pct} for c, pid, pct in self._foreign.top]}
         machine = busy_pct(per_cpu)
         raw["cpu"]["busy_pct"] = round(machine, 2)  # the instruments' own included
+        parts = parts_pct(self.part_samples, window) if self._parts else None
+        if parts:
+            raw["cpu"]["parts_pct"] = parts
         if measurement is None:
             return
         if self._foreign is not None:
             measurement.add("cpu.foreign_pct", self._foreign.pct)
         add_cpu_metrics(measurement, machine, per_cpu)
+        for part, kinds in (parts or {}).items():
+            measurement.add(f"cpu.{part}_pct", sum(kinds.values()))
 
 
 def counters_at(samples: list[tuple[float, dict[str, tuple[int, ...]]]], t: float) -> dict[str, list[float]]:

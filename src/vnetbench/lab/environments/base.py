@@ -158,6 +158,13 @@ class EnvironmentType:
         raw output (runner/recorders.EnvironmentRecorder); None where it counts nothing of its own."""
         return None
 
+    def cpu_parts(self) -> dict[str, list[Any]]:
+        """What of this machine carries the environment's endpoints, by what it is: processes (pids: a guest's
+        QEMU, {"qemu": [pids]}) or cgroups (lab/cgroups.CpuAccount: an engine's containers). Their CPU over
+        each trial is the environment's own cost (``cpu.<what>_pct``, runner/recorders.CpuRecorder). None here:
+        namespaces run the workloads' own processes, which each trial meters as it starts them."""
+        return {}
+
 
 REGISTRY: dict[str, type[EnvironmentType]] = {}
 

@@ -181,8 +181,8 @@ class EngineEnvironment(NamespaceEnvironment):
         self.subnet: Subnet | None = None
         self.engine_ns: Namespace | None = None
         self._next_host = 2
-        self._bridge_ready = False
         self._senders = 0
+        self.cpu_accounts: list[cgroups.CpuAccount] = []  # each container's cgroup, by endpoint
 
     # ------------------------------------------------------------ the network, once per variant
 
@@ -202,15 +202,31 @@ class EngineEnvironment(NamespaceEnvironment):
                 name, driver="bridge", ipam=ipam, enable_ipv6=True, labels={engines.LABEL_RUN: ctx.run_prefix},
                 options={"com.docker.network.bridge.name": name, "com.docker.network.driver.mtu": str(mtu)})
             reg.add(f"{self.kind} network {name}", lambda: _quietly_remove(self.network))
-        if self.engine_ns.has(name):  # Docker makes the bridge with the network
-            self._prepare_bridge()
+        if not self.engine_ns.has(name):
+            self._make_bridge(name, mtu)
+        self._prepare_bridge()
         engines.forget_cni_state(name)  # another run's of this name, long gone: allocation starts afresh
+
+    def _make_bridge(self, name: str, mtu: int) -> None:
+        """The network's bridge, made before any container joins it, for an engine whose network backend makes
+        it only when a first container joins (Podman's CNI or netavark; Docker makes it with the network). The
+        backend then takes this one as it finds it and gives it the gateway addresses; without duplicate
+        address detection on it, the IPv6 one is usable at once. Otherwise a receiver that publishes ports and
+        joins first races the detection: Podman binds the published ports on the gateway addresses right after
+        the backend has set them up, and the bind fails while the address is tentative (seen: "cannot listen on
+        the TCP port: listen tcp6 [2001:2:0:106::1]:5201: bind: cannot assign requested address")."""
+        ns = self.engine_ns
+        assert ns is not None
+        with atomic():
+            ns.ipr.link("add", ifname=name, kind="bridge", mtu=mtu)
+            self.ctx.registry.add(f"bridge {name}", lambda: ns.has(name) and ns.ipr.link("del", index=ns.index(name)))
+        ns.sysctl(f"net.ipv6.conf.{name}.accept_dad", "0")
+        ns.link_up(name)
 
     def _prepare_bridge(self) -> None:
         # The bridge's gateway addresses are the engine host's on this network, where published ports listen
-        # (Docker's userland proxy binds them as the container starts).
+        # (Docker's userland proxy binds them as the container starts; Podman as it sets the container up).
         _without_duplicate_detection(self.engine_ns, f"bridge {self.network.name}", ifname=self.network.name)
-        self._bridge_ready = True
 
     def _free_subnet(self) -> Subnet:
         """The lab's next subnet that no network of the engine overlaps (another run's, or the user's own)."""
@@ -253,8 +269,6 @@ class EngineEnvironment(NamespaceEnvironment):
             port_bindings={f"{port}/{proto}": [(published[0], port), (published[1], port)]
                            for port, proto in ports} if published else None,
             networking_config=client.api.create_networking_config({self.network.name: endpoint_config}))
-        if not self._bridge_ready:  # Podman's network backend makes the bridge when a first container joins
-            self._prepare_bridge()
         ns = attach_namespace(ctx.ns_name(endpoint.name), pid, reg)
         uplink = Interface(ns, "eth0")
         port = Interface(self.engine_ns, _peer_name(ns, self.engine_ns))
@@ -310,7 +324,10 @@ class EngineEnvironment(NamespaceEnvironment):
         with self._errors(f"starting container {name}"):
             container.start()
             container.reload()
-        return container, container.attrs["State"]["Pid"]
+        pid = container.attrs["State"]["Pid"]
+        if (account := cgroups.cpu_account(endpoint.name, pid)) is not None:
+            self.cpu_accounts.append(account)
+        return container, pid
 
     def _cpu(self, endpoint: Endpoint) -> int | None:
         # A cpuset confines the container's processes; pinning them elsewhere would contradict it.
@@ -341,6 +358,9 @@ class EngineEnvironment(NamespaceEnvironment):
 
     def _errors(self, doing: str) -> Any:
         return engine_errors(doing, self.kind)
+
+    def cpu_parts(self) -> dict[str, list[Any]]:
+        return {"container": list(self.cpu_accounts)}
 
     def facts(self) -> dict[str, Any]:
         return {"env": self.kind, "limits": self._limits(), "model": "the engine's own bridge network (user-defined), containers from "

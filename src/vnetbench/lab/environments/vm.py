@@ -430,6 +430,10 @@ class VmEnvironment(EnvironmentType):
             raise LabError(message)
 
 
+    def cpu_parts(self) -> dict[str, list[Any]]:
+        pids = [pid for host in self.nodes if (pid := host.guest.pid) is not None]
+        return {"qemu": pids}
+
     def set_offload(self, on: bool) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
         for host in self.nodes:
