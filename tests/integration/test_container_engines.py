@@ -389,6 +389,32 @@ def test_sysbench_runs_in_a_limited_container_through_the_cli(engine_host, tmp_p
     store.close()
 
 
+def test_a_receiver_that_publishes_its_ports_and_joins_first_gets_them_on_both_gateway_addresses(engine_host):
+    """The receiver is the first container on its network. Podman's backend made the bridge only then, and bound
+    the published ports on the gateway addresses right after: while duplicate address detection held the IPv6
+    one, the bind failed ("listen tcp6 [2001:2:0:106::1]:5201: bind: cannot assign requested address", an
+    order check's run stopped on it). Each lab is a fresh network and a fresh race: three in a row."""
+    kind, _ = engine_host
+    for attempt in range(3):
+        prefix = f"vnb-q{os.getpid() % 1000}{attempt}"
+        lab = build_dumbbell(prefix, 1, variants=[(Variant(kind, publish=True), 1)])
+        try:
+            r = lab.endpoints["r"]
+            env = lab.groups[next(iter(lab.groups))].env
+            bridge = env.network.name
+            gateways = {r.service_address(4), r.service_address(6)}
+            assert gateways == {env.subnet.v4(1), env.subnet.v6(1)}  # published on the engine host's addresses
+            index = env.engine_ns.index(bridge)
+            held = [a for a in env.engine_ns.ipr.get_addr(index=index, family=10)
+                    if a.get_attr("IFA_ADDRESS") == env.subnet.v6(1)]
+            assert held and not any((a["flags"] | (a.get_attr("IFA_FLAGS") or 0)) & 0x40 for a in held), held
+            assert_traffic_both_ways(r, lab.endpoints["s1"], 4)
+        finally:
+            errors = lab.teardown()
+            assert not errors, errors
+    assert not ours_in_engine(engine_host)
+
+
 PUBLISHED = """
 name = "docker-published"
 [lab]

@@ -98,7 +98,7 @@ def _mounts() -> list[Mount]:
                 ctrls = frozenset()
             found.append(Mount(mountpoint, 2, ctrls, own_v2))
         elif fstype == "cgroup":
-            ctrls = frozenset(o for o in options if o in CONTROLLERS)
+            ctrls = frozenset(o for o in options if o in CONTROLLERS or o == "cpuacct")
             if ctrls:
                 own = next((own_v1[c] for c in ctrls if c in own_v1), "/")
                 found.append(Mount(mountpoint, 1, ctrls, own))
@@ -177,34 +177,17 @@ def cpu_account(label: str, pid: int) -> CpuAccount | None:
         lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
     except OSError:
         return None
+    v1 = mount_for("cpuacct")  # a v1 hierarchy: v2 has no cpuacct controller, and counts in cpu.stat instead
     for line in lines:
         hid, ctrls, rel = line.split(":", 2)
-        if "cpuacct" in ctrls.split(","):
-            mount = next((m for m in _all_v1_mounts() if "cpuacct" in m[1]), None)
-            if mount is not None:
-                path = mount[0] / rel.lstrip("/") / "cpuacct.usage"
-                if path.exists():
-                    return CpuAccount(label, path)
-    v2 = next((line.split(":", 2)[2] for line in lines if line.startswith("0::")), None)
-    for m in _mounts():
-        if m.version == 2 and v2 is not None and (path := m.path / v2.lstrip("/") / "cpu.stat").exists():
+        if v1 is not None and "cpuacct" in ctrls.split(",") and (
+                path := v1.path / rel.lstrip("/") / "cpuacct.usage").exists():
             return CpuAccount(label, path)
+        if hid == "0":
+            for m in _mounts():
+                if m.version == 2 and (path := m.path / rel.lstrip("/") / "cpu.stat").exists():
+                    return CpuAccount(label, path)
     return None
-
-
-def _all_v1_mounts() -> list[tuple[Path, frozenset[str]]]:
-    """Every cgroup v1 hierarchy with its options (cpuacct, which limits nothing, is not in CONTROLLERS)."""
-    out = []
-    try:
-        lines = Path("/proc/self/mountinfo").read_text().splitlines()
-    except OSError:
-        return out
-    for line in lines:
-        pre, _, post = line.partition(" - ")
-        fields, extra = pre.split(), post.split()
-        if len(fields) >= 5 and len(extra) >= 3 and extra[0] == "cgroup":
-            out.append((Path(fields[4]), frozenset(extra[2].split(","))))
-    return out
 
 
 def availability() -> dict[str, str | None]:
