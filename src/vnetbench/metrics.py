@@ -90,6 +90,14 @@ LAB_METRICS = (
                                        "window (vCPU threads, which run all of a TCG guest's work, and QEMU's "
                                        "I/O and vhost threads; per kind in the trial's raw record), in cores x "
                                        "100: what the guests cost their host", noise=0.10),
+    Metric("cpu.guest_util_pct", "%", LOWER, "The guests' busy CPU seen from inside them (their own /proc/stat: "
+                                             "user, system, irq, softirq) over the window, less the sampler's "
+                                             "own, in cores x 100 of their vCPUs, the guests together",
+           noise=0.10),
+    Metric("cpu.guest_softirq_pct", "%", LOWER, "Of cpu.guest_util_pct, the guests' softirq time (their "
+                                                "kernels' packet processing), in cores x 100", noise=0.25),
+    Metric("cpu.guest_steal_pct", "%", LOWER, "Time the host took from the guests' vCPUs as their kernels count it "
+                                              "(KVM's steal time; 0 under TCG), in cores x 100", noise=0.5),
     Metric("cpu.container_pct", "%", LOWER, "Of cpu.util_pct, an engine's containers (docker, podman) over the "
                                             "window: every process in their cgroups (servers, clients, their "
                                             "system time; per container in the trial's raw record), in cores x 100",
@@ -122,7 +130,7 @@ HEADLINE = ("throughput.rx_mbps", "udp.loss_ratio", "rtt.p50_ms", "rtt.p99_ms", 
 #: What a trial cost in CPU (runner/recorders.CpuRecorder): shown after the headline by `show`, not judged by
 #: compare's default (the machine's other work moves it; `compare --metric cpu.us_per_kb` judges it).
 COST = ("cpu.util_pct", "cpu.us_per_kb", "cpu.us_per_transaction", "cpu.rx_util_pct", "cpu.tx_util_pct",
-        "cpu.probe_pct", "cpu.emulator_pct", "cpu.qemu_pct", "cpu.container_pct")
+        "cpu.probe_pct", "cpu.emulator_pct", "cpu.qemu_pct", "cpu.container_pct", "cpu.guest_util_pct")
 
 #: The machine's own noise: a trial is marked (kept in the statistics, counted apart by `show`, the report and
 #: `compare`) when over it the hypervisor took, or processes that are not the run's used, more than this much

@@ -248,10 +248,14 @@ def test_virt_compare_short_run_through_the_cli(tmp_path, no_leftovers):
         # a guest's cost to its host, told apart: its QEMU processes' threads, a part of the machine's busy time
         v = values[c["key"]]
         if c["labels"]["env"].startswith("vm"):
-            print(c["labels"], "qemu", v["cpu.qemu_pct"], "util", v["cpu.util_pct"])
+            print(c["labels"], "qemu", v["cpu.qemu_pct"], "util", v["cpu.util_pct"], "inside", v["cpu.guest_util_pct"])
             assert 0 < v["cpu.qemu_pct"][0] <= v["cpu.util_pct"][0] + 1, (c["labels"], v)
+            # ... and the guests' own CPUs from inside: two guests of one vCPU each
+            vcpus = 2 * c["lab_state"]["environment"]["vcpus"]
+            assert 0 < v["cpu.guest_util_pct"][0] <= 100 * vcpus + 1, (c["labels"], v)
+            assert 0 <= v["cpu.guest_softirq_pct"][0] <= v["cpu.guest_util_pct"][0] + 1, (c["labels"], v)
         else:
-            assert "cpu.qemu_pct" not in v, c["labels"]
+            assert "cpu.qemu_pct" not in v and "cpu.guest_util_pct" not in v, c["labels"]
     store.close()
 
 

@@ -297,3 +297,48 @@ def test_a_guests_part_is_its_qemu_process_and_an_engines_its_containers_cgroups
     engine = EngineEnvironment.__new__(EngineEnvironment)
     engine.cpu_accounts = [CpuAccount("d-r", tmp_path / "cpuacct.usage")]
     assert engine.cpu_parts() == {"container": engine.cpu_accounts}
+
+
+GUEST_LOOP_OUTPUT = """vnb-boot 1000100.50 99.98 100.02
+vnb-t 100.20
+cpu  100 0 50 800 0 0 50 0 0 0
+cpu0 100 0 50 800 0 0 50 0 0 0
+softirq 1 2 3
+vnb-t 101.20
+cpu  150 0 75 850 0 0 75 0 0 0
+cpu0 150 0 75 850 0 0 75 0 0 0
+softirq 1 2 3
+vnb-t 102.20
+cpu0 200 0 100 900
+"""
+
+
+def test_a_guests_samples_are_put_on_the_controllers_clock_by_its_uptime():
+    """Booted at 1000100.50 - 100.00 = 1000000.50 on its own clock, 0.25 s ahead of the controller's: the sample
+    at uptime 100.20 was taken at 1000100.45 here. The last sample, cut short (no softirq line), is left out."""
+    samples = recorders.parse_uptime_stamped_stats(GUEST_LOOP_OUTPUT, offset_s=0.25)
+    assert [round(t, 2) for t, _ in samples] == [1000100.45, 1000101.45]
+    assert samples[1][1]["cpu0"] == (150, 0, 75, 850, 0, 0, 75, 0)
+    assert recorders.parse_uptime_stamped_stats(GUEST_LOOP_OUTPUT.replace("1000100.50", "1000100.%N")) == []
+    assert recorders.parse_uptime_stamped_stats(GUEST_LOOP_OUTPUT.split("\n", 1)[1]) == []  # no start line
+
+
+def test_the_guests_cpu_from_inside_is_their_busy_time_less_the_samplers():
+    from types import SimpleNamespace
+    guests = [SimpleNamespace(name="r", offset_s=0.0, cpu_seconds=lambda proc, err: 0.1),
+              SimpleNamespace(name="s1", offset_s=0.0, cpu_seconds=lambda proc, err: None)]
+    rec = recorders.GuestsCpuRecorder(guests, Path("/nonexistent"))
+    # r: its one vCPU half busy (a quarter of it softirq) over 2 s; its sampler used 0.1 s of it over 2 s of life
+    # s1: fully busy, no softirq; its sampler's time not known
+    r = [(1000.0 + t, {"cpu0": (int(25 * t), 0, 0, int(50 * t), 0, 0, int(25 * t), 0)}) for t in (0.0, 1.0, 2.0)]
+    s1 = [(1000.0 + t, {"cpu0": (int(100 * t), 0, 0, 0, 0, 0, 0, 0)}) for t in (0.0, 1.0, 2.0)]
+    rec.samples = {"r": r, "s1": s1}
+    rec._procs = {"r": (SimpleNamespace(started_at=1000.0, ended_at=1002.0), None, None),
+                  "s1": (SimpleNamespace(started_at=1000.0, ended_at=1002.0), None, None)}
+    m, raw = Measurement(), {}
+    rec.collect(m, raw, (1000.0, 1002.0))
+    got = values(m)
+    assert got == pytest.approx({"cpu.guest_util_pct": 50 - 5 + 100, "cpu.guest_softirq_pct": 25,
+                                 "cpu.guest_steal_pct": 0})
+    assert "cpu.util_pct" not in got and set(raw) == {"guest_cpu"}
+    assert raw["guest_cpu"]["machines"]["r"]["sampler_pct"] == 5.0

@@ -31,8 +31,8 @@ from vnetbench.lab.topology import Group, Lab, build_dumbbell
 from vnetbench.metrics import QUALIFIER, base_name, qualified
 from vnetbench.output import write_bytes
 from vnetbench.runner import pathcheck
-from vnetbench.runner.recorders import (CpuRecorder, EnvironmentRecorder, LinkRecorder, QdiscRecorder, Recorder,
-                                        Window, cpu_inside)
+from vnetbench.runner.recorders import (CpuRecorder, EnvironmentRecorder, GuestsCpuRecorder, LinkRecorder,
+                                        QdiscRecorder, Recorder, Window, cpu_inside)
 from vnetbench.scenario.plan import Configuration
 from vnetbench.topology.fairness import share_fairness
 from vnetbench.workloads import ping, registry
@@ -538,6 +538,9 @@ class DumbbellBench:
         env = group.env
         out.append(CpuRecorder("this machine", parts=lambda: {"emulator": self.links.emulator_pids(),
                                                               **(env.cpu_parts() if env is not None else {})}))
+        guests = env.guests() if env is not None else []
+        if guests:
+            out.append(GuestsCpuRecorder(guests, self.workdir))
         return out
 
     def _raw_record(self, ctx: TrialContext, runs: list[tuple[str, Started]],

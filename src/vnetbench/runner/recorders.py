@@ -402,6 +402,33 @@ def parse_stamped_stats(text: str, offset_s: float = 0.0) -> list[tuple[float, d
     return out
 
 
+# A guest's sampler: a TCG guest's forks cost milliseconds of its one emulated core, so after one `date` at the
+# start (GNU date's nanoseconds, busybox's has none) the loop forks at most its `sleep`. Each sample is stamped
+# with the guest's uptime, read by the shell itself, and put on the guest's clock by the start's pair: the date
+# between two uptime reads. /proc/stat's interrupt and context-switch lines, long and unused, are left out.
+GUEST_SAMPLE_S = 0.2
+GUEST_STAT_LOOP = ('read -r u0 _ < /proc/uptime; d=$(date +%s.%N); read -r u1 _ < /proc/uptime; '
+                   'echo "vnb-boot $d $u0 $u1"; '
+                   'while :; do read -r up _ < /proc/uptime; echo "vnb-t $up"; '
+                   'while read -r l; do case $l in intr*|ctxt*|btime*|processes*|procs_*) ;; *) echo "$l" ;; '
+                   f'esac; done < /proc/stat; sleep {GUEST_SAMPLE_S}; done')
+
+
+def parse_uptime_stamped_stats(text: str, offset_s: float = 0.0) -> list[tuple[float, dict[str, tuple[int, ...]]]]:
+    """A guest loop's samples (GUEST_STAT_LOOP) as (controller epoch, counters): each uptime stamp plus the
+    guest's boot time on its own clock (the start's date less the mean of the uptimes read around it), less
+    the guest clock's offset. Nothing without the start's line."""
+    head, _, rest = text.partition("\n")
+    fields = head.split()
+    if len(fields) != 4 or fields[0] != "vnb-boot":
+        return []
+    try:
+        boot = float(fields[1]) - (float(fields[2]) + float(fields[3])) / 2
+    except ValueError:
+        return []
+    return parse_stamped_stats(rest, offset_s - boot)
+
+
 class MachinesCpuRecorder(Recorder):
     """The CPUs of the machines a run reaches through its nodes (run --hosts): on each machine, one sampler
     loop (REMOTE_STAT_LOOP) through one of its nodes, judged over the trial's window as :class:`CpuRecorder`
@@ -423,12 +450,19 @@ class MachinesCpuRecorder(Recorder):
         self._procs: dict[str, tuple[Any, Path, Path]] = {}
         self.samples: dict[str, list[tuple[float, dict[str, tuple[int, ...]]]]] = {}
 
+    loop = REMOTE_STAT_LOOP
+    raw_key = "cpu"
+    where = "the hosts' machines"
+
+    def parse(self, text: str, node: Any) -> list[tuple[float, dict[str, tuple[int, ...]]]]:
+        return parse_stamped_stats(text, getattr(node, "offset_s", 0.0))
+
     def start(self, span_s: float) -> None:
         self._procs, self.samples = {}, {}
         for machine, node in self.sampled_by.items():
             base = self.workdir / f"cpu-{node.name}-{time.time_ns()}"
             out, err = base.with_suffix(".out"), base.with_suffix(".err")
-            proc = node.popen(["sh", "-c", REMOTE_STAT_LOOP], out, err, pin=False, timed=True)
+            proc = node.popen(["sh", "-c", self.loop], out, err, pin=False, timed=True)
             self._procs[machine] = (proc, out, err)
 
     def stop(self) -> None:
@@ -449,7 +483,7 @@ class MachinesCpuRecorder(Recorder):
                 text = out.read_text(errors="replace")
             except OSError:
                 text = ""
-            self.samples[machine] = parse_stamped_stats(text, getattr(node, "offset_s", 0.0))
+            self.samples[machine] = self.parse(text, node)
 
     def _own_pct(self, machine: str, window: Window) -> float:
         """The sampler loop's own CPU over `window`, in cores x 100 (its time spread evenly over its life)."""
@@ -477,13 +511,41 @@ class MachinesCpuRecorder(Recorder):
             machines[label] = {"hosts": self.hosts[machine], "samples": len(samples), "per_cpu_pct": per_cpu,
                                "busy_pct": round(busy[machine], 2), "sampler_pct": round(own, 2)}
             combined.update({f"{label}/{cpu}": shares for cpu, shares in per_cpu.items()})
-        raw["cpu"] = {"where": "the hosts' machines", "window_s": round(window[1] - window[0], 3),
-                      "machines": machines}
+        raw[self.raw_key] = {"where": self.where, "window_s": round(window[1] - window[0], 3),
+                             "machines": machines}
         if measurement is None or len(busy) < len(self.samples):
             return  # a machine not judged: no total that leaves it out
+        self.add_metrics(measurement, busy, combined)
+
+    def add_metrics(self, measurement: Measurement, busy: dict[str, float],
+                    combined: dict[str, dict[str, float]]) -> None:
         add_cpu_metrics(measurement, sum(busy.values()), combined)
         rx = self.machine_of.get(self.receiver.name, self.receiver.name)
         tx = {self.machine_of.get(n.name, n.name) for n in self.senders}
         if rx not in tx and rx in busy and tx <= busy.keys():
             measurement.add("cpu.rx_util_pct", busy[rx])
             measurement.add("cpu.tx_util_pct", sum(busy[m] for m in tx))
+
+
+class GuestsCpuRecorder(MachinesCpuRecorder):
+    """The CPUs of the lab's guests seen from inside, each sampled by a loop of its own (GUEST_STAT_LOOP),
+    judged over the trial's window less the loop's own CPU. Metrics, over the guests together in cores x 100 of
+    their vCPUs: ``cpu.guest_util_pct`` (busy), ``cpu.guest_softirq_pct``, ``cpu.guest_steal_pct`` (the time
+    the host took from the vCPUs, as the guest's kernel counts it: KVM's steal time; 0 under TCG). The host's
+    side of the same guests is ``cpu.qemu_pct`` (CpuRecorder's parts). Raw: "guest_cpu", per guest."""
+
+    loop = GUEST_STAT_LOOP
+    raw_key = "guest_cpu"
+    where = "the guests, from inside"
+
+    def __init__(self, guests: list[Any], workdir: Path):
+        super().__init__(guests[0], guests[1:], {}, workdir)
+
+    def parse(self, text: str, node: Any) -> list[tuple[float, dict[str, tuple[int, ...]]]]:
+        return parse_uptime_stamped_stats(text, getattr(node, "offset_s", 0.0))
+
+    def add_metrics(self, measurement: Measurement, busy: dict[str, float],
+                    combined: dict[str, dict[str, float]]) -> None:
+        measurement.add("cpu.guest_util_pct", sum(busy.values()))
+        measurement.add("cpu.guest_softirq_pct", sum(shares["softirq"] for shares in combined.values()))
+        measurement.add("cpu.guest_steal_pct", sum(shares["steal"] for shares in combined.values()))

@@ -158,6 +158,11 @@ class EnvironmentType:
         raw output (runner/recorders.EnvironmentRecorder); None where it counts nothing of its own."""
         return None
 
+    def guests(self) -> list[Any]:
+        """The endpoints that are machines of their own (a QEMU guest's kernel has CPUs of its own): each trial
+        samples their CPUs from inside too (runner/recorders.GuestsCpuRecorder). None here."""
+        return []
+
     def cpu_parts(self) -> dict[str, list[Any]]:
         """What of this machine carries the environment's endpoints, by what it is: processes (pids: a guest's
         QEMU, {"qemu": [pids]}) or cgroups (lab/cgroups.CpuAccount: an engine's containers). Their CPU over

@@ -144,6 +144,11 @@ class GuestNode(RunsCommands):
     def service_address(self, ip_version: int) -> str:
         return self.address(ip_version)
 
+    @property
+    def offset_s(self) -> float:
+        """How far the guest's clock is ahead of this machine's, as measured after it was set (0: not known)."""
+        return (self.guest.clock_offset or 0.0) / 1000
+
     def command(self, argv: Sequence[str], pin: bool = True, timed: bool = False) -> list[str]:
         vcpus = self.guest.config.vcpus
         return self.guest.command(argv, cpus=str(vcpus - 1) if pin and vcpus > 1 else None, timed=timed)
@@ -429,6 +434,9 @@ class VmEnvironment(EnvironmentType):
                 raise EnvironmentUnavailable(message, [log for e in boot for log in e.evidence])
             raise LabError(message)
 
+
+    def guests(self) -> list[Any]:
+        return list(self.nodes)
 
     def cpu_parts(self) -> dict[str, list[Any]]:
         pids = [pid for host in self.nodes if (pid := host.guest.pid) is not None]
