@@ -261,10 +261,14 @@ def test_run_whose_guest_does_not_boot_fails_only_its_trials(machine_can_run_gue
 @pytest.mark.slow
 def test_kvm_that_hangs_falls_back_to_tcg(lab, tmp_path, monkeypatch):
     """`auto`: a KVM guest that never answers (here a stand-in QEMU that just sleeps) is given up
-    after the probe timeout; the guest then boots under TCG and says why."""
+    after the probe timeout; the guest then boots under TCG and says why, and the failure is kept for the
+    machine's later runs."""
+    import json
+
     from vnetbench.lab.guest import qemu
 
     monkeypatch.setattr(qemu, "_KVM_VERDICT", None)
+    monkeypatch.setattr(qemu, "KVM_FAILURE_FILE", tmp_path / "kvm-failure.json")  # not the machine's own
     monkeypatch.setattr(qemu, "kvm_available", lambda: (True, "/dev/kvm opens"))
     real_argv = qemu.Guest.qemu_argv
     monkeypatch.setattr(qemu.Guest, "qemu_argv",
@@ -279,6 +283,9 @@ def test_kvm_that_hangs_falls_back_to_tcg(lab, tmp_path, monkeypatch):
     assert 2.0 <= facts["kvm_probe_s"] < 5.0
     assert vm.run(["true"]).returncode == 0
     assert qemu._KVM_VERDICT is not None and qemu._KVM_VERDICT[0] is False
+    kept = json.loads((tmp_path / "kvm-failure.json").read_text())
+    assert kept["key"] == vm.guest.kvm_key() and kept["key"]["boot_id"] and kept["key"]["guest_kernel"], kept
+    assert "did not answer over SSH within 2 s" in kept["reason"]
 
 
 def test_doctor_names_what_to_install(monkeypatch):

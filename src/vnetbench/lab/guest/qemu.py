@@ -42,6 +42,7 @@ series recorded in the guest line up with the host's.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -89,6 +90,12 @@ BASE_APPEND = "console=ttyS0 quiet panic=-1 cryptomgr.notests"
 # Verdict of the first KVM probe in this process: (usable, why). None: not probed yet.
 _KVM_VERDICT: tuple[bool, str] | None = None
 _KVM_LOCK = threading.Lock()
+# A KVM that cannot boot a guest is only known by waiting kvm_probe_timeout for it, in every run that boots guests.
+# So the failure is kept until the machine reboots (a file on /run, root's only), for the same host kernel, QEMU
+# and guest kernel: a later run starts its guests under TCG at once, and says when KVM was found unusable. A
+# change of any of them, or a reboot, probes again. Only failures are kept: a KVM that works needs no waiting,
+# and a run that finds it works still probes, so it can still fall back.
+KVM_FAILURE_FILE = Path("/run/vnetbench/kvm-failure.json")
 
 
 class GuestBootError(EnvironmentUnavailable):
@@ -260,6 +267,7 @@ class Guest:
                     os.replace(self.console_log, self.console_log.with_suffix(".kvm-probe.log"))
                 reason = f"KVM probe failed: {problem}"
                 _set_kvm_verdict(False, reason)
+                keep_kvm_failure(self.kvm_key(), reason)
                 self.accel_reason = f"{reason}; fell back to TCG (software emulation)"
                 self._launch("tcg")
                 continue
@@ -392,13 +400,27 @@ class Guest:
             self.accel_reason = f"{why}; using TCG (software emulation)"
             return "tcg"
         verdict = _KVM_VERDICT
+        if verdict is None and (kept := kept_kvm_failure(self.kvm_key())) is not None:
+            _set_kvm_verdict(False, kept)
+            verdict = _KVM_VERDICT
         if verdict is not None:
             ok, reason = verdict
             if not ok:
-                self.accel_reason = f"{reason} (probed earlier in this run); using TCG (software emulation)"
+                when = "" if reason.endswith(KEPT) else " (probed earlier in this run)"
+                self.accel_reason = f"{reason}{when}; using TCG (software emulation)"
                 return "tcg"
             self.accel_reason = f"KVM works: {reason} earlier in this run"
         return "kvm"
+
+    def kvm_key(self) -> dict[str, str | None]:
+        """What a KVM verdict holds for: this boot of this machine, its kernel, QEMU, the guest's kernel."""
+        kernel = self._boot.get("kernel")
+        try:
+            boot_id = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        except OSError:
+            boot_id = None
+        return {"boot_id": boot_id, "host_kernel": os.uname().release, "qemu": qemu_version(),
+                "guest_kernel": kernel.version if kernel is not None else self.config.kernel_version}
 
     def _append(self) -> str:
         c = self.config
@@ -674,6 +696,34 @@ def _set_kvm_verdict(ok: bool, reason: str) -> None:
     with _KVM_LOCK:
         if _KVM_VERDICT is None or not ok:
             _KVM_VERDICT = (ok, reason)
+
+
+KEPT = f"; kept in {KVM_FAILURE_FILE} until the machine reboots, delete it to probe again)"
+
+
+def keep_kvm_failure(key: dict[str, str | None], reason: str) -> None:
+    """Keep a failed KVM probe for later runs on this boot of the machine (best effort: a run without it probes)."""
+    if key.get("boot_id") is None:
+        return
+    try:
+        KVM_FAILURE_FILE.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        tmp = KVM_FAILURE_FILE.with_name(f"{KVM_FAILURE_FILE.name}.{os.getpid()}")
+        tmp.write_text(json.dumps({"key": key, "reason": reason, "at": time.time()}))
+        os.replace(tmp, KVM_FAILURE_FILE)
+    except OSError:
+        pass
+
+
+def kept_kvm_failure(key: dict[str, str | None]) -> str | None:
+    """Why KVM failed earlier on this boot of the machine, for the same `key`; None: not known to fail."""
+    try:
+        doc = json.loads(KVM_FAILURE_FILE.read_text())
+        if doc.get("key") != key or key.get("boot_id") is None:
+            return None
+        at = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(doc["at"])))
+        return f"{doc['reason']} (a run on this machine found it at {at}{KEPT}"
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
 
 
 _QEMU_VERSION: str | None = None
