@@ -56,14 +56,33 @@ TRIMS: dict[str, list[str]] = {
 }
 
 
+RUN_TEARDOWN_S = 120  # a stopped run's teardown: guests, containers and namespaces (seconds at most, here)
+
+
 def run(scenario: str, db: Path, overrides: list[str]) -> str:
     argv = [*VNETBENCH, "run", scenario, "--db", str(db), "--no-progress"]
     for o in overrides:
         argv += ["--set", o]
-    proc = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT)
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen(argv, stdout=out, stderr=err, text=True, cwd=ROOT)
+        try:
+            proc.wait()
+        except BaseException:
+            # Stopped (Ctrl-C, SIGTERM): the run is told as a user would tell it, and tears its lab down (guests,
+            # containers, namespaces) before this script goes on; subprocess.run's SIGKILL would leave all of it.
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=RUN_TEARDOWN_S)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            raise
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read(), err.read()
     if proc.returncode != 0:
-        raise SystemExit(f"vnetbench {' '.join(argv[3:])} exited {proc.returncode}: {proc.stderr[-2000:]}")
-    return proc.stdout.strip().splitlines()[-1].split()[1]
+        raise SystemExit(f"vnetbench {' '.join(argv[3:])} exited {proc.returncode}: {stderr[-2000:]}")
+    return stdout.strip().splitlines()[-1].split()[1]
 
 
 def verdicts(db: Path, a: str, b: str) -> dict[tuple[str, str], tuple[str, str]]:
