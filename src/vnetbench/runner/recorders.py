@@ -406,8 +406,9 @@ def parse_stamped_stats(text: str, offset_s: float = 0.0) -> list[tuple[float, d
 # start (GNU date's nanoseconds, busybox's has none) the loop forks at most its `sleep`. Each sample is stamped
 # with the guest's uptime, read by the shell itself, and put on the guest's clock by the start's pair: the date
 # between two uptime reads. /proc/stat's interrupt and context-switch lines, long and unused, are left out.
+# The guest's shell is busybox's, which runs its own applet for a bare `date` (seconds only): GNU date by its path.
 GUEST_SAMPLE_S = 0.2
-GUEST_STAT_LOOP = ('read -r u0 _ < /proc/uptime; d=$(date +%s.%N); read -r u1 _ < /proc/uptime; '
+GUEST_STAT_LOOP = ('read -r u0 _ < /proc/uptime; d=$($(which date) +%s.%N); read -r u1 _ < /proc/uptime; '
                    'echo "vnb-boot $d $u0 $u1"; '
                    'while :; do read -r up _ < /proc/uptime; echo "vnb-t $up"; '
                    'while read -r l; do case $l in intr*|ctxt*|btime*|processes*|procs_*) ;; *) echo "$l" ;; '
