@@ -201,12 +201,10 @@ def parts_pct(samples: list[tuple[float, dict[str, tuple[int, ...]]]],
     """Per part, per kind of thread, its CPU over `window` in cores x 100 (None: too short). A kind missing from
     a sample had no live thread then: 0 so far (a thread that starts within the window counts from its
     start; one that ends takes its time with it, and its kind counts no less than 0)."""
-    if len(samples) < 2:
+    span = judged_span(samples, window)
+    if span is None:
         return None
-    a = max(window[0], samples[0][0])
-    b = min(window[1], samples[-1][0])
-    if b - a < CPU_MIN_WINDOW_S:
-        return None
+    a, b = span
     keys = {k for _, s in samples for k in s}
     filled = [(t, {k: s.get(k, (0,)) for k in keys}) for t, s in samples]
     before, after = counters_at(filled, a), counters_at(filled, b)
@@ -327,17 +325,23 @@ def counters_at(samples: list[tuple[float, dict[str, tuple[int, ...]]]], t: floa
     return {cpu: [a + f * (b - a) for a, b in zip(c0[cpu], c1[cpu])] for cpu in c0 if cpu in c1}
 
 
+def judged_span(samples: list[tuple[float, Any]], window: Window) -> Window | None:
+    """The part of `window` the samples cover, None when it is shorter than CPU_MIN_WINDOW_S (or fewer than two
+    samples): what a sampled counter is judged over."""
+    if len(samples) < 2:
+        return None
+    a, b = max(window[0], samples[0][0]), min(window[1], samples[-1][0])
+    return (a, b) if b - a >= CPU_MIN_WINDOW_S else None
+
+
 def shares_over(samples: list[tuple[float, dict[str, tuple[int, ...]]]],
                 window: Window) -> dict[str, dict[str, float]] | None:
     """Per CPU, the percent of its time in each STAT_FIELDS state over `window` (None: too short, or fewer
     than two samples)."""
-    if len(samples) < 2:
+    span = judged_span(samples, window)
+    if span is None:
         return None
-    a = max(window[0], samples[0][0])
-    b = min(window[1], samples[-1][0])
-    if b - a < CPU_MIN_WINDOW_S:
-        return None
-    before, after = counters_at(samples, a), counters_at(samples, b)
+    before, after = counters_at(samples, span[0]), counters_at(samples, span[1])
     out = {}
     for cpu in before:
         delta = [y - x for x, y in zip(before[cpu], after[cpu])]
