@@ -243,7 +243,7 @@ class GraphBench(DumbbellBench):
         placed = [*((s, rx_cpu) for s in servers), *zip(clients, tx_cpus)]
         endpoints = {name: Endpoint(name=name, number=number, cpu=cpu if self.pin_cpus else None,
                                     receiver=name in servers,
-                                    mtu=graph.links[graph.links_of(name)[0]].mtu)
+                                    mtu=graph.links_of(name)[0].mtu)
                      for number, (name, cpu) in enumerate(placed, 1)}
         env: NamespaceEnvironment
         provided: dict[str, str] = {}
