@@ -501,3 +501,65 @@ def test_without_the_userland_proxy_published_ports_are_nat_rules_only(tmp_path,
         rr = store.values(run_id)[published["key"]]["rr.p50_us"]
         assert len(rr) == 2 and all(0 < x < 5000 for x in rr), rr
         store.close()
+
+
+ON_A_TOPOLOGY = """
+name = "engine-topology"
+[topology]
+template = "linear"
+hops = 2
+node = "router"
+[lab]
+env = "KIND"
+[lab.link.l1]
+forward = {rate = "30Mbit", buffer = "100kB"}
+[lab.link.l2]
+both = {delay = "5ms"}
+[matrix]
+ip_version = [4, 6]
+[workload.probe]
+tool = "ping"
+interval = "20ms"
+duration = "2s"
+[workload.stream]
+tool = "iperf3"
+duration = "3s"
+omit = "1s"
+[repeat]
+repetitions = 2
+warmup = 0
+"""
+
+
+def test_a_topologys_hosts_as_the_engines_containers_measure_its_links(engine_host, tmp_path, no_leftovers):
+    """Each workload host of a declared topology is a container of the engine with no engine network: the graph
+    wires the host's links, addresses and routes into the container's own namespace (containerlab's nodes), and
+    the workloads run in the container. The chain h1 -l1- x1 -l2- h2 through a router: l1 at 30 Mbit/s, l2 5 ms
+    each way."""
+    kind, _ = engine_host
+    scenario = tmp_path / "topology.toml"
+    scenario.write_text(ON_A_TOPOLOGY.replace("KIND", kind))
+    db = tmp_path / "r.db"
+    run_id = run_id_of(cli("run", str(scenario), "--db", str(db), "--no-progress", timeout=300))
+    with Store(db) as store:
+        trials = store.trials(run_id)
+        assert all(t["status"] == "ok" for t in trials), [t["reason"] for t in trials]
+        endpoints = store.run(run_id)["fingerprint"]["endpoints"]
+        configs = store.configurations(run_id)
+        values = store.values(run_id)
+    (hosts,) = endpoints.values()
+    for name in ("h1", "h2"):  # each host is the engine's container, in its own namespace, at the graph's addresses
+        assert hosts[name]["node"].startswith(f"{kind} container vnb-"), hosts[name]
+        assert hosts[name]["node"].endswith(f"-{name})"), hosts[name]
+        assert hosts[name]["interface"] == "eth0" and hosts[name]["published"] is None, hosts[name]
+    for c in configs:
+        state = c["lab_state"]["environment"]
+        assert state["env"] == kind, state
+        v = values[c["key"]]
+        # the delay is a floor both ways (10 ms); the container is the host, no bridge or NAT in front of it
+        assert all(10 - 0.05 <= x <= 10 + 1.5 for x in v["rtt.min_ms"]), (c["labels"], v["rtt.min_ms"])
+        # 30 Mbit/s of frames: 28.7 Mbit/s of TCP payload over IPv4 (1448 of 1514 bytes), 28.4 over IPv6 (1428)
+        assert all(27.0 <= x <= 29.0 for x in v["throughput.rx_mbps"]), (c["labels"], v["throughput.rx_mbps"])
+        # the workloads ran in the containers: their cgroups carried the stream's processes
+        assert all(x > 0 for x in v["cpu.container_pct"]), v["cpu.container_pct"]
+    assert not ours_in_engine(engine_host)

@@ -72,9 +72,12 @@ def test_link_conditions_name_the_topologys_links_and_the_short_hands_need_a_bot
     s = _load('[topology]\ntemplate = "linear"\n[lab.link.l2]\nforward = {delay = "1ms"}\n').scenario
     assert s.lab.link["l2"].forward.delay == pytest.approx(0.001)
     for env in ("docker", "podman"):
-        with pytest.raises(ScenarioError, match=f"lab.env = '{env}' with a \\[topology\\] table: a declared topology's "
-                           "workload hosts run in 'bare', 'container', 'overlay', 'vm' so far"):
-            _load(f'[lab]\nenv = "{env}"\n[topology]\ntemplate = "linear"\n')
+        # the host is a container whose network is the topology's links: nothing of an engine network's applies
+        assert _load(f'[lab]\nenv = "{env}"\ncpu_quota = "50%"\n[topology]\ntemplate = "linear"\n').scenario.lab.env == env
+        for key, value in (("network", '"bridge"'), ("network", '"host"'), ("publish", "true")):
+            with pytest.raises(ScenarioError, match=f"lab.{key} = .* with lab.env = '{env}' on a \\[topology\\]: each "
+                               "host is a container whose network is the topology's own links"):
+                _load(f'[lab]\nenv = "{env}"\n{key} = {value}\n[topology]\ntemplate = "linear"\n')
 
 
 def test_a_topologys_hosts_run_in_guests_only_where_each_has_one_link():

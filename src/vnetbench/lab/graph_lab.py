@@ -23,7 +23,7 @@ import socket
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Mapping
 
 from pyroute2.netlink import NLM_F_ACK, NLM_F_CREATE, NLM_F_EXCL, NLM_F_REQUEST
 from pyroute2.netlink.rtnl import RTM_NEWADDR, RTM_NEWLINK, RTM_NEWROUTE
@@ -190,14 +190,16 @@ class GraphLab:
         return self.registry.teardown()
 
 
-def build_graph(run_prefix: str, graph: Graph, registry: Registry | None = None) -> GraphLab:
+def build_graph(run_prefix: str, graph: Graph, registry: Registry | None = None,
+                provided: Mapping[str, str] | None = None) -> GraphLab:
     """Make `graph` (checked) in namespaces named ``<run_prefix>-<node>``; everything made is torn down again
-    if any step fails."""
+    if any step fails. `provided`: hosts whose namespace exists already, by name (a container an engine made,
+    whose namespace is the host's own): their links are wired into it."""
     graph.check()
     registry = registry or Registry()
     lab = GraphLab(run_prefix, graph, graph.plan(), registry)
     try:
-        _namespaces(lab)
+        _namespaces(lab, provided or {})
         _links(lab)
         _configure(lab)
         _routes(lab)
@@ -207,16 +209,18 @@ def build_graph(run_prefix: str, graph: Graph, registry: Registry | None = None)
     return lab
 
 
-def _namespaces(lab: GraphLab) -> None:
-    taken = [n for n in lab.graph.nodes if netns.exists(lab.ns_name(n))]
+def _namespaces(lab: GraphLab, provided: Mapping[str, str]) -> None:
+    taken = [n for n in lab.graph.nodes if n not in provided and netns.exists(lab.ns_name(n))]
     if taken:
         raise LabError(f"namespace {lab.ns_name(taken[0])} already exists: a run with this id is active, or run "
                        "`vnetbench clean`")
     for node, spec in lab.graph.nodes.items():
-        name = lab.ns_name(node)
-        with atomic():
-            netns.create(name)
-            lab.registry.add(f"namespace {name}", lambda name=name: netns.remove(name))
+        name = provided.get(node)
+        if name is None:
+            name = lab.ns_name(node)
+            with atomic():
+                netns.create(name)
+                lab.registry.add(f"namespace {name}", lambda name=name: netns.remove(name))
         lab.namespaces[node] = name
         with netns.inside(name):
             for key, value in SYSCTLS[spec.kind].items():

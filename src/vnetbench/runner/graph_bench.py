@@ -231,7 +231,6 @@ class GraphBench(DumbbellBench):
         lab.cpu_wake_latency = wake.hold()
         registry.add("the hold on the CPUs' wake-up latency", wake.release)
         t0 = time.perf_counter()
-        lab.built = build_graph(self.run_prefix, graph, registry)
         variant = self.variants[0][0] if self.variants else Variant(env="bare", mtu=self.mtu)
         kinds = [n.kind for n in graph.nodes.values()]
         shape = (f"{kinds.count('host')} hosts, {kinds.count('switch')} switches, {kinds.count('router')} routers, "
@@ -242,29 +241,38 @@ class GraphBench(DumbbellBench):
         self._slots = {c: i for i, c in enumerate(dict.fromkeys(c for cs, _ in pairs for c in cs))}
         rx_cpu, tx_cpus = _cpu_plan(len(clients))
         placed = [*((s, rx_cpu) for s in servers), *zip(clients, tx_cpus)]
-        wired = {name: self._wired(lab, name) for name, _ in placed}
+        endpoints = {name: Endpoint(name=name, number=number, cpu=cpu if self.pin_cpus else None,
+                                    receiver=name in servers,
+                                    mtu=graph.links_of(name)[0].mtu)
+                     for number, (name, cpu) in enumerate(placed, 1)}
         env: NamespaceEnvironment
+        provided: dict[str, str] = {}
         if variant.env == "bare":
             env = GraphEndpoints(variant, f"namespaces on a declared topology: {shape}")
         else:
-            # The workloads' hosts in the variant's environment, each behind the namespace the graph wired
-            # for it (LabContext.wired), as a dumbbell container's wired namespace sits on the switch; the topology's other hosts stay bare: no workload runs there.
-            routers = [lab.namespace(n) for n, spec in graph.nodes.items() if spec.kind == "router"]
-            env = environments.create(variant, LabContext(self.run_prefix, registry, switch=None, wired=wired,
-                                                          routers=routers))
+            # The workloads' hosts in the variant's environment, each behind the namespace the graph wired for it
+            # (LabContext.wired, filled in below), as a dumbbell container's wired namespace sits on the switch;
+            # or in a namespace the environment makes itself before the graph is wired (an engine's container).
+            # The topology's other hosts stay bare: no workload runs there.
+            ctx = LabContext(self.run_prefix, registry, switch=None)
+            env = environments.create(variant, ctx)
+            provided = {name: ns for name, e in endpoints.items() if (ns := env.host_namespace(e)) is not None}
+        lab.built = build_graph(self.run_prefix, graph, registry, provided=provided)
+        wired = {name: self._wired(lab, name) for name in endpoints}
+        if variant.env != "bare":
+            ctx.wired.update(wired)
+            ctx.routers.extend(lab.namespace(n) for n, spec in graph.nodes.items() if spec.kind == "router")
             _keep_apart(lab.built, env)
-        for number, (name, cpu) in enumerate(placed, 1):
-            cpu = cpu if self.pin_cpus else None
+        for name, endpoint in endpoints.items():
             if variant.env == "bare":
                 node = wired[name]
                 interfaces = [Interface(node.ns, i.ifname) for i in lab.built.plan.interfaces[name]]
                 host = NamespaceNode(name=name, ns=node.ns, registry=registry, ipv4=node.ipv4, ipv6=node.ipv6,
-                                     cpu=cpu, iface=node.iface, env_facts={"env": "bare", "netns": node.ns.name})
+                                     cpu=endpoint.cpu, iface=node.iface,
+                                     env_facts={"env": "bare", "netns": node.ns.name})
                 env.attached.append(Attached(node=host, port=None, uplink=node.iface, offload_ifaces=interfaces))
             else:
-                first_link = lab.built.plan.interfaces[name][0].link
-                host = env.attach(Endpoint(name=name, number=number, cpu=cpu, receiver=name in servers,
-                                           mtu=lab.built.graph.links[first_link].mtu)).node
+                host = env.attach(endpoint).node
             lab.endpoints[name] = host
         env.finish()
         for key in pairs:

@@ -464,10 +464,9 @@ class ScaleSpec(Strict):
 MEASURED = "measured"
 
 
-# The environments a declared topology's workload hosts can run in: those that sit behind, or take over, a
-# namespace the lab wires (runner/graph_bench.py). The engines' containers hang off the engine's own bridge and
-# namespaces, which the graph cannot wire: not yet.
-TOPOLOGY_ENVS = ("bare", "container", "overlay", "vm")
+# The environments a declared topology's workload hosts can run in (runner/graph_bench.py): those that sit
+# behind, or take over, a namespace the lab wires, and an engine's containers, whose namespaces the graph wires.
+TOPOLOGY_ENVS = ("bare", "container", "overlay", "vm", "docker", "podman")
 
 
 class Scenario(Strict):
@@ -646,6 +645,13 @@ class Scenario(Strict):
                              f"workload hosts run in {', '.join(repr(e) for e in TOPOLOGY_ENVS)} so far; choose "
                              "one of those, or drop the [topology] table for the dumbbell, where every "
                              "environment runs")
+        if self.lab.env in ("docker", "podman"):
+            # The container is the host: its links are the topology's, no engine network is in front of it.
+            for key in ("network", "publish"):
+                if getattr(self.lab, key) is not None:
+                    raise ValueError(f"lab.{key} = {getattr(self.lab, key)!r} with lab.env = {self.lab.env!r} on a "
+                                     f"[topology]: each host is a container whose network is the topology's own "
+                                     f"links (no engine network, nothing published); remove lab.{key}")
         if self.lab.env == "vm":
             # A guest takes over its host's addresses and routes on the host's one link (a bridge port to its
             # TAP); a host on several links would need a NIC per link in its guest.

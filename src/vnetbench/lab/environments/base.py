@@ -163,6 +163,13 @@ class EnvironmentType:
         samples their CPUs from inside too (runner/recorders.GuestsCpuRecorder). None here."""
         return []
 
+    def host_namespace(self, endpoint: "Endpoint") -> str | None:
+        """The namespace a declared topology's host is to have, made by this environment before the graph is
+        wired, by name: the graph then wires the host's links into it (an engine's container, whose namespace
+        only the engine can make). None: the graph makes it, and :meth:`attach` finds it in LabContext.wired
+        (bare, container, overlay and vm sit in or behind a namespace of the lab's own)."""
+        return None
+
     def cpu_parts(self) -> dict[str, list[Any]]:
         """What of this machine carries the environment's endpoints, by what it is: processes (pids: a guest's
         QEMU, {"qemu": [pids]}) or cgroups (lab/cgroups.CpuAccount: an engine's containers). Their CPU over

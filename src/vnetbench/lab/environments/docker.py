@@ -183,6 +183,7 @@ class EngineEnvironment(NamespaceEnvironment):
         self._next_host = 2
         self._senders = 0
         self.cpu_accounts: list[cgroups.CpuAccount] = []  # each container's cgroup, by endpoint
+        self._topology_hosts: dict[str, tuple[Any, int]] = {}  # a declared topology's host -> (container, pid)
 
     # ------------------------------------------------------------ the network, once per variant
 
@@ -241,9 +242,23 @@ class EngineEnvironment(NamespaceEnvironment):
 
     # ------------------------------------------------------------ endpoints
 
+    def host_namespace(self, endpoint: Endpoint) -> str:
+        """A declared topology's host is a container of its own with no engine network (`--network none`, as
+        containerlab's nodes): the graph wires the host's links and addresses into the container's namespace,
+        named here as the graph names a host's."""
+        if self.image is None:
+            self.image = engines.tools_image(self.engine)
+        container, pid = self._start_container(endpoint, "none", sysctls={
+            **container_sysctls(), "net.ipv6.conf.all.disable_ipv6": "0", "net.ipv6.conf.default.disable_ipv6": "0"})
+        ns = attach_namespace(self.ctx.ns_name(endpoint.name), pid, self.ctx.registry)
+        self._topology_hosts[endpoint.name] = (container, pid)
+        return ns.name
+
     def attach(self, endpoint: Endpoint) -> Attached:
         if self.image is None:
             self.image = engines.tools_image(self.engine)
+        if endpoint.name in self._topology_hosts:
+            return self._attach_as_topology_host(endpoint)
         if self.variant.network == "host":
             return self._attach_on_its_host_network(endpoint)
         ctx, reg = self.ctx, self.ctx.registry
@@ -301,6 +316,18 @@ class EngineEnvironment(NamespaceEnvironment):
         host = EngineNode(endpoint.name, self.engine, container, ns, reg, node.ipv4, node.ipv6, self._cpu(endpoint),
                           facts, node.iface)
         att = Attached(node=host, port=node.port, uplink=node.iface, offload_ifaces=[node.iface])
+        self.attached.append(att)
+        return att
+
+    def _attach_as_topology_host(self, endpoint: Endpoint) -> Attached:
+        """The container :meth:`host_namespace` made, once the graph has wired its namespace."""
+        container, pid = self._topology_hosts[endpoint.name]
+        wired = self.ctx.wired[endpoint.name]
+        facts = self._facts(container, pid, wired.ns, wired.ipv4, wired.ipv6,
+                            network="none of the engine's: a declared topology's host, its links in the container")
+        host = EngineNode(endpoint.name, self.engine, container, wired.ns, self.ctx.registry, wired.ipv4,
+                          wired.ipv6, self._cpu(endpoint), facts, wired.iface)
+        att = Attached(node=host, port=None, uplink=wired.iface, offload_ifaces=[wired.iface])
         self.attached.append(att)
         return att
 
