@@ -556,6 +556,8 @@ def test_a_topologys_hosts_as_the_engines_containers_measure_its_links(engine_ho
         state = c["lab_state"]["environment"]
         assert state["env"] == kind, state
         v = values[c["key"]]
+        print(kind, c["labels"], "rtt.min", v["rtt.min_ms"], "tcp", v["throughput.rx_mbps"], "containers",
+              v["cpu.container_pct"])
         # the delay is a floor both ways (10 ms); the container is the host, no bridge or NAT in front of it
         assert all(10 - 0.05 <= x <= 10 + 1.5 for x in v["rtt.min_ms"]), (c["labels"], v["rtt.min_ms"])
         # 30 Mbit/s of frames: 28.7 Mbit/s of TCP payload over IPv4 (1448 of 1514 bytes), 28.4 over IPv6 (1428)
