@@ -98,10 +98,10 @@ LAB_METRICS = (
                                                 "kernels' packet processing), in cores x 100", noise=0.25),
     Metric("cpu.guest_steal_pct", "%", LOWER, "Time the host took from the guests' vCPUs as their kernels count it "
                                               "(KVM's steal time; 0 under TCG), in cores x 100", noise=0.5),
-    Metric("cpu.container_pct", "%", LOWER, "Of cpu.util_pct, an engine's containers (docker, podman) over the "
-                                            "window: every process in their cgroups (servers, clients, their "
-                                            "system time; per container in the trial's raw record), in cores x 100",
-           noise=0.10),
+    Metric("cpu.container_pct", "%", LOWER, "An engine's containers (docker, podman) over the window: every "
+                                            "process in their cgroups (servers, clients, their system time, and "
+                                            "the instruments that ran there, which cpu.util_pct leaves out; per "
+                                            "container in the trial's raw record), in cores x 100", noise=0.10),
     # A trial's streams between different hosts (a declared topology's workloads): runner/bench.py.
     Metric("flows.maxmin_fairness", "ratio", HIGHER, "Jain's index of the stream workloads' received throughput, "
                                                      "each relative to its max-min fair share of the links' "
