@@ -86,10 +86,10 @@ LAB_METRICS = (
                                            "thread) over the window, in cores x 100: what the userspace links "
                                            "cost (an emulator spins its core while it waits for packets)",
            noise=0.10),
-    Metric("cpu.qemu_pct", "%", LOWER, "Of cpu.util_pct, the guests' QEMU processes seen from the host over the "
-                                       "window (vCPU threads, which run all of a TCG guest's work, and QEMU's "
-                                       "I/O and vhost threads; per kind in the trial's raw record), in cores x "
-                                       "100: what the guests cost their host", noise=0.10),
+    Metric("cpu.qemu_pct", "%", LOWER, "Of the machine's busy time, the guests' QEMU processes seen from the "
+                                       "host over the window (vCPU threads, which run all of a TCG guest's work, "
+                                       "and QEMU's I/O and vhost threads; per kind in the trial's raw record), in "
+                                       "cores x 100: what the guests cost their host", noise=0.10),
     Metric("cpu.guest_util_pct", "%", LOWER, "The guests' busy CPU seen from inside them (their own /proc/stat: "
                                              "user, system, irq, softirq) over the window, less the sampler's "
                                              "own, in cores x 100 of their vCPUs, the guests together",
