@@ -266,7 +266,7 @@ class CpuRecorder(Recorder):
     def start(self, span_s: float) -> None:
         self.samples, self.part_samples = [], []
         # Asked now, after the links' recorder has (re)started the trial's emulators.
-        self._parts = {part: pids for part, pids in (self.parts() if self.parts else {}).items() if pids}
+        self._parts = {part: sources for part, sources in (self.parts() if self.parts else {}).items() if sources}
         self._foreign = None
         self._procs_at_start = (time.time(), self.processes()) if self.processes is not None else None
         self._sample()
@@ -448,6 +448,10 @@ class MachinesCpuRecorder(Recorder):
     receiver's machine is not a sender's, ``cpu.rx_util_pct`` and ``cpu.tx_util_pct`` (netperf's remote and
     local sides). Raw: per machine its hosts, per-CPU shares, busy and the sampler's own share."""
 
+    loop = REMOTE_STAT_LOOP  # the sampler each machine runs
+    raw_key = "cpu"  # where the trial's raw record keeps what it saw
+    where = "the hosts' machines"
+
     def __init__(self, receiver: Any, senders: list[Any], machine_of: dict[str, str], workdir: Path):
         self.receiver, self.senders, self.workdir = receiver, senders, workdir
         self.machine_of = machine_of  # host name -> its machine (boot id)
@@ -460,10 +464,6 @@ class MachinesCpuRecorder(Recorder):
             self.sampled_by.setdefault(machine, node)
         self._procs: dict[str, tuple[Any, Path, Path]] = {}
         self.samples: dict[str, list[tuple[float, dict[str, tuple[int, ...]]]]] = {}
-
-    loop = REMOTE_STAT_LOOP
-    raw_key = "cpu"
-    where = "the hosts' machines"
 
     def parse(self, text: str, node: Any) -> list[tuple[float, dict[str, tuple[int, ...]]]]:
         return parse_stamped_stats(text, getattr(node, "offset_s", 0.0))
