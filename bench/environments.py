@@ -112,11 +112,10 @@ def throughput(variants: list[tuple[str, Variant]], trials: int, duration: int
     return results
 
 
-COLUMNS = ("throughput.rx_mbps", "cpu.util_pct", "cpu.us_per_kb", "cpu.softirq_pct", "cpu.container_pct",
-           "cpu.qemu_pct")
 # The part of the machine's busy time an environment's own processes had, where it can tell: an engine's
 # containers (their cgroups) and a guest's QEMU (its threads, from the host).
 OWN = ("cpu.container_pct", "cpu.qemu_pct")
+COLUMNS = ("throughput.rx_mbps", "cpu.util_pct", "cpu.us_per_kb", "cpu.softirq_pct", *OWN)
 
 
 def plan_variant(config) -> Variant:
