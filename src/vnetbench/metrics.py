@@ -67,14 +67,15 @@ LAB_METRICS = (
                                        "else ran, less the instruments' own processes (cpu.probe_pct)", noise=0.10),
     Metric("cpu.rx_util_pct", "%", LOWER, "On real hosts (run --hosts), where the receiver's machine is not a "
                                           "sender's: its busy CPU over the window, in cores x 100 (netperf's remote "
-                                          "side), the instruments' own processes there included", noise=0.10),
+                                          "side), less the instruments that ran there", noise=0.10),
     Metric("cpu.tx_util_pct", "%", LOWER, "On real hosts, where they are not the receiver's: the senders' machines' "
-                                          "busy CPU over the window, together, in cores x 100 (netperf's local side)",
+                                          "busy CPU over the window, together, in cores x 100 (netperf's local side), "
+                                          "less the instruments that ran there",
            noise=0.10),
     Metric("cpu.probe_pct", "%", LOWER, "CPU the instruments beside the traffic (ping, irtt, sockperf, ss running "
                                         "during another workload) used in their own processes over the same window, "
-                                        "in cores x 100; not in cpu.util_pct (ping below a 10 ms interval spins a "
-                                        "core)", noise=0.25),
+                                        "in cores x 100; taken out of cpu.util_pct and of the part or guest that ran "
+                                        "them (ping below a 10 ms interval spins a core)", noise=0.25),
     Metric("cpu.softirq_pct", "%", LOWER, "Of cpu.util_pct, the time in softirq (packet processing outside any "
                                           "process), in cores x 100", noise=0.25),
     Metric("cpu.steal_pct", "%", LOWER, "Time the hypervisor gave the lab machine's vCPUs to others over the "
@@ -88,20 +89,23 @@ LAB_METRICS = (
            noise=0.10),
     Metric("cpu.qemu_pct", "%", LOWER, "Of the machine's busy time, the guests' QEMU processes seen from the "
                                        "host over the window (vCPU threads, which run all of a TCG guest's work, "
-                                       "and QEMU's I/O and vhost threads; per kind in the trial's raw record), in "
-                                       "cores x 100: what the guests cost their host", noise=0.10),
+                                       "and QEMU's I/O and vhost threads; per kind in the trial's raw record), less "
+                                       "the instruments that ran in the guests, in cores x 100: what the guests "
+                                       "cost their host", noise=0.10),
     Metric("cpu.guest_util_pct", "%", LOWER, "The guests' busy CPU seen from inside them (their own /proc/stat: "
                                              "user, system, irq, softirq) over the window, less the sampler's "
-                                             "own, in cores x 100 of their vCPUs, the guests together",
+                                             "own and the instruments that ran there, in cores x 100 of their "
+                                             "vCPUs, the guests together",
            noise=0.10),
     Metric("cpu.guest_softirq_pct", "%", LOWER, "Of cpu.guest_util_pct, the guests' softirq time (their "
                                                 "kernels' packet processing), in cores x 100", noise=0.25),
     Metric("cpu.guest_steal_pct", "%", LOWER, "Time the host took from the guests' vCPUs as their kernels count it "
                                               "(KVM's steal time; 0 under TCG), in cores x 100", noise=0.5),
     Metric("cpu.container_pct", "%", LOWER, "An engine's containers (docker, podman) over the window: every "
-                                            "process in their cgroups (servers, clients, their system time, and "
-                                            "the instruments that ran there, which cpu.util_pct leaves out; per "
-                                            "container in the trial's raw record), in cores x 100", noise=0.10),
+                                            "process in their cgroups (servers, clients, their system time) less "
+                                            "the instruments that ran there, as cpu.util_pct; per container in "
+                                            "the trial's raw record, instruments included), in cores x 100",
+           noise=0.10),
     # A trial's streams between different hosts (a declared topology's workloads): runner/bench.py.
     Metric("flows.maxmin_fairness", "ratio", HIGHER, "Jain's index of the stream workloads' received throughput, "
                                                      "each relative to its max-min fair share of the links' "

@@ -142,6 +142,7 @@ def test_an_instruments_cpu_inside_the_window_is_counted_and_the_leaders_is_not(
     assert cpu is not None and BUSY_S - 0.02 <= cpu < BUSY_S + 0.5
     assert pct == pytest.approx(100 * cpu / (window[1] - window[0]))
     assert set(raw["process_cpu_pct"]) == {"stream/s1", "probe/s1"}
+    assert raw["instruments_cpu_pct"] == {node.name: pytest.approx(pct, abs=0.01)}  # by the endpoint it ran on
     # The window's second half of the probe's life: half of it.
     half = instruments_cpu(ctx, runs, ((started + ended) / 2, ended + 1.0), ended, {})
     assert half == pytest.approx(100 * cpu / 2 / (ended + 1.0 - (started + ended) / 2))
@@ -219,13 +220,15 @@ def test_the_receivers_and_the_senders_machines_are_measured_apart_less_the_samp
     rec = _recorder({"r": "boot-a", "s1": "boot-b"})
     _give(rec, "boot-a", 40, own_cpu_s=0.1)  # 40 % busy, 5 % of it the sampler
     _give(rec, "boot-b", 70)
-    m, raw = Measurement(), {}
+    m, raw = Measurement(), {"instruments_cpu_pct": {"s1": 20.0}}  # a ping on the sender used 20 % of a core
     m.add("throughput.rx_mbps", 100.0)
+    m.add("cpu.probe_pct", 20.0)
     rec.collect(m, raw, (1000.0, 1002.0))
     got = {s.metric: s.value for s in m.samples}
-    assert got["cpu.rx_util_pct"] == pytest.approx(35) and got["cpu.tx_util_pct"] == pytest.approx(70)
-    assert got["cpu.util_pct"] == pytest.approx(105)
+    assert got["cpu.rx_util_pct"] == pytest.approx(35) and got["cpu.tx_util_pct"] == pytest.approx(50)
+    assert got["cpu.util_pct"] == pytest.approx(85)  # the instruments taken out once, where they ran
     assert raw["cpu"]["machines"]["r"]["sampler_pct"] == pytest.approx(5)
+    assert raw["cpu"]["machines"]["s1"]["instruments_pct"] == pytest.approx(20)
     assert raw["cpu"]["machines"]["s1"]["hosts"] == ["s1"]
 
 

@@ -335,10 +335,50 @@ def test_the_guests_cpu_from_inside_is_their_busy_time_less_the_samplers():
     rec.samples = {"r": r, "s1": s1}
     rec._procs = {"r": (SimpleNamespace(started_at=1000.0, ended_at=1002.0), None, None),
                   "s1": (SimpleNamespace(started_at=1000.0, ended_at=1002.0), None, None)}
-    m, raw = Measurement(), {}
+    m, raw = Measurement(), {"instruments_cpu_pct": {"s1": 20.0, "elsewhere": 7.0}}  # a ping in s1: 20 % of it
     rec.collect(m, raw, (1000.0, 1002.0))
     got = values(m)
-    assert got == pytest.approx({"cpu.guest_util_pct": 50 - 5 + 100, "cpu.guest_softirq_pct": 25,
+    assert got == pytest.approx({"cpu.guest_util_pct": 50 - 5 + 100 - 20, "cpu.guest_softirq_pct": 25,
                                  "cpu.guest_steal_pct": 0})
-    assert "cpu.util_pct" not in got and set(raw) == {"guest_cpu"}
+    assert "cpu.util_pct" not in got and set(raw) == {"guest_cpu", "instruments_cpu_pct"}
     assert raw["guest_cpu"]["machines"]["r"]["sampler_pct"] == 5.0
+
+
+def test_an_instruments_cpu_is_taken_out_of_the_part_that_ran_it_as_out_of_the_machine():
+    """A guest's ping used 20 % of a core: it is in the QEMU part's time and the machine's busy time, and is
+    taken out of both; the emulator, which ran no instrument, keeps all of its own. Parts may not go below 0."""
+    rec = CpuRecorder("here", read=lambda: "", processes=None, parts=lambda: {},
+                      part_of={"r": "qemu", "s1": "qemu"}.get)
+    rec._parts = {"emulator": [1], "qemu": [2]}
+    # one CPU: 150 of 200 ticks busy over 2 s (two CPUs: 150 cores x 100)
+    rec.samples = [(1000.0 + t, {"cpu0": (100 * t, 0, 0, 0, 0, 0, 0, 0), "cpu1": (50 * t, 0, 0, 50 * t, 0, 0, 0, 0)})
+                   for t in (0, 1, 2)]
+    rec.part_samples = [(1000.0 + t, {"emulator/vnb-link": (int(0.3e9 * t),), "qemu/CPU #/TCG": (int(1.1e9 * t),)})
+                        for t in (0, 1, 2)]
+    m = Measurement()
+    m.add("cpu.probe_pct", 20.0)
+    raw = {"instruments_cpu_pct": {"s1": 20.0}}
+    rec.collect(m, raw, (1000.0, 1002.0))
+    got = values(m)
+    assert got["cpu.util_pct"] == pytest.approx(130) and got["cpu.qemu_pct"] == pytest.approx(90)
+    assert got["cpu.emulator_pct"] == pytest.approx(30)
+    assert raw["cpu"]["parts_pct"]["qemu"] == {"CPU #/TCG": 110.0}  # as sampled, the instrument in it
+    m = Measurement()
+    rec.collect(m, {"instruments_cpu_pct": {"r": 500.0}}, (1000.0, 1002.0))
+    assert values(m)["cpu.qemu_pct"] == 0
+
+
+def test_a_guest_holds_its_endpoints_processes_and_an_engine_its_containers():
+    from types import SimpleNamespace
+
+    from vnetbench.lab.cgroups import CpuAccount
+    from vnetbench.lab.environments.base import EnvironmentType
+    from vnetbench.lab.environments.docker import EngineEnvironment
+    from vnetbench.lab.environments.vm import VmEnvironment
+    vm = VmEnvironment.__new__(VmEnvironment)
+    vm.nodes = [SimpleNamespace(name="r"), SimpleNamespace(name="s1")]
+    assert (vm.cpu_part_of("r"), vm.cpu_part_of("s2")) == ("qemu", None)
+    engine = EngineEnvironment.__new__(EngineEnvironment)
+    engine.cpu_accounts = [CpuAccount("r", Path("/x"))]
+    assert (engine.cpu_part_of("r"), engine.cpu_part_of("s1")) == ("container", None)  # s1 has no account
+    assert EnvironmentType.cpu_part_of(object(), "r") is None

@@ -537,7 +537,8 @@ class DumbbellBench:
         # processes are told apart.
         env = group.env
         out.append(CpuRecorder("this machine", parts=lambda: {"emulator": self.links.emulator_pids(),
-                                                              **(env.cpu_parts() if env is not None else {})}))
+                                                              **(env.cpu_parts() if env is not None else {})},
+                               part_of=env.cpu_part_of if env is not None else None))
         guests = env.guests() if env is not None else []
         if guests:
             out.append(GuestsCpuRecorder(guests, self.workdir))
@@ -714,11 +715,14 @@ def instruments_cpu(ctx: TrialContext, runs: list[tuple[str, Started]], window: 
     CPU over `window`, in cores x 100 (None: the trial ran none, or one's time is not known). Each process's
     CPU seconds (its node's ``cpu_seconds``: rusage on reaping here, the exec wrapper's ``times`` in a
     container or guest) are spread evenly over its life and the part inside the window counted. Every
-    process's own share of a core over its life goes with the trial's raw record ("process_cpu_pct")."""
+    process's own share of a core over its life goes with the trial's raw record ("process_cpu_pct"), and the
+    instruments' share by the endpoint they ran on ("instruments_cpu_pct"): the recorders take each endpoint's
+    out of the machine, guest or container that ran it."""
     workloads = ctx.config.scenario.workload
     leaders = {lead for lead, _ in ctx.config.scenario.phases()}
     per_process: dict[str, float] = {}
-    inside, unknown, any_instrument = 0.0, False, False
+    by_endpoint: dict[str, float] = {}
+    unknown, any_instrument = False, False
     for name, s in runs:
         instrument = name not in leaders and registry.of(workloads[name]).instrument
         any_instrument |= instrument
@@ -730,13 +734,16 @@ def instruments_cpu(ctx: TrialContext, runs: list[tuple[str, Started]], window: 
                 continue
             life = max(end - start, 1e-3)
             per_process[f"{name}/{label}"] = round(100 * cpu / life, 1)
-            if instrument and window is not None:
-                inside += cpu_inside(cpu, start, end, window)
+            if instrument and window is not None and window[1] > window[0]:
+                endpoint = ctx.host_of(proc).name
+                share = 100 * cpu_inside(cpu, start, end, window) / (window[1] - window[0])
+                by_endpoint[endpoint] = by_endpoint.get(endpoint, 0.0) + share
     if per_process:
         raw["process_cpu_pct"] = per_process
     if not any_instrument or unknown or window is None or window[1] <= window[0]:
         return None
-    return 100 * inside / (window[1] - window[0])
+    raw["instruments_cpu_pct"] = {endpoint: round(pct, 2) for endpoint, pct in by_endpoint.items()}
+    return sum(by_endpoint.values())
 
 
 def _shift(s: Started, seconds: float) -> None:

@@ -234,17 +234,21 @@ class CpuRecorder(Recorder):
     Where the machine's time went is told by `parts`: what of the lab's machine carries what, by part
     ({"emulator": [pids], "qemu": [pids], "container": [cgroup CPU accounts]}), asked at the trial's start.
     Each part is sampled with /proc/stat and judged over the same window: ``cpu.<part>_pct``
-    (``cpu.emulator_pct``, ``cpu.qemu_pct``, ``cpu.container_pct``), in cores x 100, and per kind in the raw
-    record ("parts_pct": a guest's vCPU threads apart from its I/O threads, each container by endpoint)."""
+    (``cpu.emulator_pct``, ``cpu.qemu_pct``, ``cpu.container_pct``), in cores x 100, less the instruments that
+    ran in it (`part_of` says which part holds an endpoint's processes), and per kind in the raw record
+    ("parts_pct": a guest's vCPU threads apart from its I/O threads, each container by endpoint; instruments
+    included)."""
 
     def __init__(self, where: str, read: Callable[[], str] = read_local_stat, interval: float = CPU_SAMPLE_S,
                  processes: Callable[[], dict[int, foreign.ProcTimes]] | None = foreign.scan,
-                 parts: Callable[[], dict[str, list[Any]]] | None = None):
+                 parts: Callable[[], dict[str, list[Any]]] | None = None,
+                 part_of: Callable[[str], str | None] | None = None):
         self.where = where
         self.read = read
         self.interval = interval
         self.processes = processes
         self.parts = parts
+        self.part_of = part_of  # an endpoint -> the part its processes run in (an instrument's CPU is taken out)
         self._parts: dict[str, list[Any]] = {}
         self.part_samples: list[tuple[float, dict[str, tuple[int, ...]]]] = []
         self._procs_at_start: tuple[float, dict[int, foreign.ProcTimes]] | None = None
@@ -311,9 +315,14 @@ class CpuRecorder(Recorder):
             return
         if self._foreign is not None:
             measurement.add("cpu.foreign_pct", self._foreign.pct)
-        add_cpu_metrics(measurement, machine, per_cpu)
+        # Every instrument ran on this machine: its processes, or the guest or container that ran them.
+        add_cpu_metrics(measurement, max(0.0, machine - (measurement.value("cpu.probe_pct") or 0.0)), per_cpu)
+        instruments: dict[str, float] = {}
+        for endpoint, pct in raw.get("instruments_cpu_pct", {}).items():
+            if (part := self.part_of(endpoint) if self.part_of else None) is not None:
+                instruments[part] = instruments.get(part, 0.0) + pct
         for part, kinds in (parts or {}).items():
-            measurement.add(f"cpu.{part}_pct", sum(kinds.values()))
+            measurement.add(f"cpu.{part}_pct", max(0.0, sum(kinds.values()) - instruments.get(part, 0.0)))
 
 
 def counters_at(samples: list[tuple[float, dict[str, tuple[int, ...]]]], t: float) -> dict[str, list[float]]:
@@ -362,12 +371,11 @@ def busy_pct(per_cpu: dict[str, dict[str, float]]) -> float:
     return sum(shares[f] for shares in per_cpu.values() for f in BUSY_FIELDS)
 
 
-def add_cpu_metrics(measurement: Measurement, machine: float, per_cpu: dict[str, dict[str, float]]) -> None:
-    """cpu.util_pct, softirq, steal and the service demand from the busy CPU of the machine(s) (`machine`,
-    cores x 100, vnetbench's own sampler already taken out) and their per-CPU shares."""
-    # The instruments' processes (runner/bench.instruments_cpu) are not the traffic's cost: a ping below a
-    # 10 ms interval spins a core while it waits for nothing.
-    busy = max(0.0, machine - (measurement.value("cpu.probe_pct") or 0.0))
+def add_cpu_metrics(measurement: Measurement, busy: float, per_cpu: dict[str, dict[str, float]]) -> None:
+    """cpu.util_pct, softirq, steal and the service demand from the busy CPU of the machine(s) (`busy`,
+    cores x 100, vnetbench's own sampler and the trial's instruments already taken out: a ping below a 10 ms
+    interval spins a core while it waits for nothing, which is not the traffic's cost) and their per-CPU
+    shares."""
     measurement.add("cpu.util_pct", busy)
     measurement.add("cpu.softirq_pct", sum(shares["softirq"] for shares in per_cpu.values()))
     measurement.add("cpu.steal_pct", sum(shares["steal"] for shares in per_cpu.values()))
@@ -443,7 +451,8 @@ def parse_uptime_stamped_stats(text: str, offset_s: float = 0.0) -> list[tuple[f
 class MachinesCpuRecorder(Recorder):
     """The CPUs of the machines a run reaches through its nodes (run --hosts): on each machine, one sampler
     loop (REMOTE_STAT_LOOP) through one of its nodes, judged over the trial's window as :class:`CpuRecorder`
-    judges this machine's. Hosts with one boot id are one machine, counted once (two inventory hosts may be
+    judges this machine's, less the sampler's own CPU and the trial's instruments that ran on the machine's
+    hosts. Hosts with one boot id are one machine, counted once (two inventory hosts may be
     containers of one machine). Metrics: those of CpuRecorder over the machines together, and where the
     receiver's machine is not a sender's, ``cpu.rx_util_pct`` and ``cpu.tx_util_pct`` (netperf's remote and
     local sides). Raw: per machine its hosts, per-CPU shares, busy and the sampler's own share."""
@@ -518,9 +527,12 @@ class MachinesCpuRecorder(Recorder):
                 machines[label] = {"samples": len(samples), "error": "too few samples over the window"}
                 continue
             own = self._own_pct(machine, window)
-            busy[machine] = max(0.0, busy_pct(per_cpu) - own)
+            # the trial's instruments that ran on the machine's hosts (runner/bench.instruments_cpu)
+            instruments = sum(raw.get("instruments_cpu_pct", {}).get(host, 0.0) for host in self.hosts[machine])
+            busy[machine] = max(0.0, busy_pct(per_cpu) - own - instruments)
             machines[label] = {"hosts": self.hosts[machine], "samples": len(samples), "per_cpu_pct": per_cpu,
-                               "busy_pct": round(busy[machine], 2), "sampler_pct": round(own, 2)}
+                               "busy_pct": round(busy[machine], 2), "sampler_pct": round(own, 2),
+                               "instruments_pct": round(instruments, 2)}
             combined.update({f"{label}/{cpu}": shares for cpu, shares in per_cpu.items()})
         raw[self.raw_key] = {"where": self.where, "window_s": round(window[1] - window[0], 3),
                              "machines": machines}
@@ -540,7 +552,7 @@ class MachinesCpuRecorder(Recorder):
 
 class GuestsCpuRecorder(MachinesCpuRecorder):
     """The CPUs of the lab's guests seen from inside, each sampled by a loop of its own (GUEST_STAT_LOOP),
-    judged over the trial's window less the loop's own CPU. Metrics, over the guests together in cores x 100 of
+    judged over the trial's window less the loop's own CPU and the instruments that ran there. Metrics, over the guests together in cores x 100 of
     their vCPUs: ``cpu.guest_util_pct`` (busy), ``cpu.guest_softirq_pct``, ``cpu.guest_steal_pct`` (the time
     the host took from the vCPUs, as the guest's kernel counts it: KVM's steal time; 0 under TCG). The host's
     side of the same guests is ``cpu.qemu_pct`` (CpuRecorder's parts). Raw: "guest_cpu", per guest."""

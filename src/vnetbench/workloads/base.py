@@ -225,6 +225,10 @@ class TrialContext:
         self.launched.append((proc, host, out.with_suffix(".err")))
         return proc, out
 
+    def host_of(self, proc: subprocess.Popen) -> Any:
+        """The host a process this trial started runs on."""
+        return next(host for p, host, _ in self.launched if p is proc)
+
     def cpu_seconds(self, proc: subprocess.Popen) -> float | None:
         """The CPU seconds a process this trial started used (None: not known), once it has ended."""
         return next((host.cpu_seconds(p, err) for p, host, err in self.launched if p is proc), None)

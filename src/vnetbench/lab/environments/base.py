@@ -177,6 +177,12 @@ class EnvironmentType:
         namespaces run the workloads' own processes, which each trial meters as it starts them."""
         return {}
 
+    def cpu_part_of(self, endpoint: str) -> str | None:
+        """The part of :meth:`cpu_parts` whose CPU time holds what runs on `endpoint` (a guest's QEMU, a
+        container's cgroup): an instrument's own CPU there is taken out of that part, as it is out of the
+        machine's busy time. None: no part holds it."""
+        return None
+
 
 REGISTRY: dict[str, type[EnvironmentType]] = {}
 

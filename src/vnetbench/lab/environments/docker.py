@@ -389,6 +389,9 @@ class EngineEnvironment(NamespaceEnvironment):
     def cpu_parts(self) -> dict[str, list[Any]]:
         return {"container": list(self.cpu_accounts)}
 
+    def cpu_part_of(self, endpoint: str) -> str | None:
+        return "container" if any(account.label == endpoint for account in self.cpu_accounts) else None
+
     def facts(self) -> dict[str, Any]:
         return {"env": self.kind, "limits": self._limits(), "model": "the engine's own bridge network (user-defined), containers from "
                 "the tools image", **self.engine.describe(),

@@ -442,6 +442,9 @@ class VmEnvironment(EnvironmentType):
         pids = [pid for host in self.nodes if (pid := host.guest.pid) is not None]
         return {"qemu": pids}
 
+    def cpu_part_of(self, endpoint: str) -> str | None:
+        return "qemu" if any(host.name == endpoint for host in self.nodes) else None
+
     def set_offload(self, on: bool) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
         for host in self.nodes:
