@@ -78,6 +78,20 @@ def test_a_scenario_runs_between_pods_on_two_nodes(kube_cluster, tmp_path, netwo
     # under 2 ms (the pods share one kernel: the path is veth, bridge and VXLAN, or the fabric's veths).
     tcp, udp = check_unshaped_streams(store, run_id, trials=4)
     assert all(0 < x < 1000 for x in tcp["rr.p50_us"]), tcp["rr.p50_us"]
+    # The nodes' CPUs, sampled in the pods. The test cluster's nodes share this machine's kernel (one boot id):
+    # one machine, counted once, no receiver's and senders' sides apart.
+    for t in store.trials(run_id, with_raw=True):
+        cpu = t["raw"]["cpu"]
+        print(network, cpu["machines"], t["config_key"])
+        assert cpu["where"] == "the pods' nodes" and list(cpu["machines"]) == ["r+s1"], cpu
+        machine = cpu["machines"]["r+s1"]
+        assert machine["samples"] >= 3 * cpu["window_s"] and machine["sampler_pct"] < 10, machine
+    for values in (tcp, udp):
+        assert all(0 < x <= 100 * os.cpu_count() + 1 for x in values["cpu.util_pct"]), values["cpu.util_pct"]
+        assert "cpu.rx_util_pct" not in values and all(x > 0 for x in values["cpu.us_per_kb"])
+    print("tcp util", tcp["cpu.util_pct"], "udp util", udp["cpu.util_pct"])
+    # a TCP stream only the cores bound keeps one of them busy at least
+    assert all(x >= 80 for x in tcp["cpu.util_pct"]), tcp["cpu.util_pct"]
     # Where each endpoint ran, stored with the run and shown: the pods, their nodes, their network.
     addresses = {"pod": ("198.18.2.", "198.18.1."), "host": ("198.18.254.2", "198.18.254.1")}[network]
     shown = proc.stdout

@@ -24,6 +24,10 @@ from vnetbench.runner import recorders
 from vnetbench.runner.recorders import CpuRecorder
 from vnetbench.workloads.base import Measurement, Started, TrialContext, TrialEndpoints
 
+
+def values(m: Measurement) -> dict[str, float]:
+    return {s.metric: s.value for s in m.samples}
+
 BUSY_S = 0.3
 # A child that computes until it has used BUSY_S of CPU, then says so on standard error.
 BUSY = [sys.executable, "-c", f"import sys, time\nwhile time.process_time() < {BUSY_S}: pass\n"
@@ -270,3 +274,58 @@ def test_the_sampler_loop_reads_this_machines_cpus_through_the_wrapper(tmp_path)
     # beside it; the loop's own forks a few percent of a core
     assert 90 <= machine["busy_pct"] <= 200, machine
     assert 0 < machine["sampler_pct"] < 20, machine
+
+
+class InPod(Here):
+    """A node whose shell is busybox's, as a pod of the tools image runs commands (its `sh` and `read -t`)."""
+
+    def __init__(self, name: str, bin_dir: Path) -> None:
+        super().__init__(name, wrapped=True)
+        self.bin_dir = bin_dir
+        self.offset_s = 0.0
+
+    def command(self, argv, pin=True, timed=False):
+        import os
+        return ["env", f"PATH={self.bin_dir}:{os.environ['PATH']}", *super().command(argv, pin, timed)]
+
+
+@pytest.mark.skipif(not Path("/bin/busybox").exists(), reason="/bin/busybox is missing")
+def test_a_nodes_cpu_is_sampled_in_a_pod_by_busybox_and_put_on_this_clock_by_its_uptime(tmp_path):
+    """The node loop as a pod runs it (busybox's shell, through the exec wrapper): the pod's uptime against this
+    machine's clock (within half the shortest round trip, and /proc/uptime's 10 ms), its samples stamped by
+    uptime land on this clock, five a second, and a child busy for a known CPU time is seen as a core."""
+    import os
+
+    from vnetbench.runner.hosts_bench import UPTIME_CLOCK, clock_offset
+    from vnetbench.runner.recorders import UPTIME_SAMPLE_S, NodesCpuRecorder
+
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "sh").symlink_to("/bin/busybox")
+    node = InPod("r", tmp_path / "bin")
+    clock = clock_offset(node, samples=4, clock=UPTIME_CLOCK)
+    expected = time.clock_gettime(time.CLOCK_BOOTTIME) - time.time()  # /proc/uptime counts boot time
+    assert abs(clock["offset_ms"] / 1e3 - expected) <= clock["uncertainty_ms"] / 1e3 + 0.011, (clock, expected)
+    node.offset_s = clock["offset_ms"] / 1e3
+    rec = NodesCpuRecorder(node, [InPod("s1", tmp_path / "bin")], {"r": "boot", "s1": "boot"}, tmp_path)
+    started = time.time()
+    rec.start(2.0)
+    assert time.time() - started < 5  # it waited for the first sample, which came
+    t0 = time.time()
+    busy = subprocess.run([sys.executable, "-c", "import time\nwhile time.process_time() < 2.0: pass"])
+    t1 = time.time()
+    time.sleep(0.5)
+    rec.stop()
+    assert busy.returncode == 0
+    samples = rec.samples["boot"]
+    stamps = [t for t, _ in samples]
+    assert started - 0.05 <= stamps[0] <= t0 + 0.05 and stamps[-1] <= time.time() + 0.05, (started, stamps)
+    gaps = [b - a for a, b in zip(stamps, stamps[1:])]
+    assert UPTIME_SAMPLE_S - 0.02 <= sorted(gaps)[len(gaps) // 2] <= UPTIME_SAMPLE_S + 0.1, gaps
+    assert set(samples[0][1]) == {f"cpu{i}" for i in range(os.cpu_count())}
+    m, raw = Measurement(), {}
+    inset = 0.25
+    rec.collect(m, raw, (t0 + inset, t1 - inset))
+    machine = raw["cpu"]["machines"]["r+s1"]
+    assert 90 <= machine["busy_pct"] <= 200, machine
+    assert 0 <= machine["sampler_pct"] < 10, machine  # it forks only at its start
+    assert raw["cpu"]["where"] == "the pods' nodes" and 90 <= values(m)["cpu.util_pct"] <= 200

@@ -29,7 +29,8 @@ from vnetbench.lab.environments import Variant
 from vnetbench.lab.teardown import Registry
 from vnetbench.lab.topology import Group, Lab
 from vnetbench.runner.bench import DumbbellBench
-from vnetbench.runner.recorders import LinkRecorder, Recorder
+from vnetbench.runner.hosts_bench import UPTIME_CLOCK, clock_offset, machine_id
+from vnetbench.runner.recorders import LinkRecorder, NodesCpuRecorder, Recorder
 from vnetbench.scenario.plan import Configuration
 
 KUBE = Variant("bare")
@@ -183,6 +184,7 @@ class KubeBench(DumbbellBench):
     plan: KubePlan | None = None
     pod_facts: dict[str, dict[str, Any]] = field(default_factory=dict)
     node_facts: dict[str, dict[str, Any]] = field(default_factory=dict)  # node -> its devices, as read (netfacts)
+    machine_of: dict[str, str] = field(default_factory=dict)  # pod -> its node's machine (boot id): CPUs counted once
     _placement_of: dict[str, KubePlacement] = field(default_factory=dict)  # group key -> its placement
 
     @classmethod
@@ -225,6 +227,7 @@ class KubeBench(DumbbellBench):
             self.lab.endpoints[s.name] = PodNode(s.name, self.namespace, s.name, credentials, registry, ipv4=v4,
                                                  ipv6=v6, node=pod.spec.node_name, host_network=s.host_network,
                                                  facts=self.pod_facts[s.name])
+            self._read_clock(self.lab.endpoints[s.name])
         self._read_devices(specs, credentials, registry)
         placements = {p.key: p for p in self.plan.placements.values()}
         for key, (receiver, senders) in groups.items():
@@ -236,6 +239,16 @@ class KubeBench(DumbbellBench):
         served = self._put_services_in_front(specs, ip_version)
         self.start_servers()
         self._wait_services_carry(served)
+
+    def _read_clock(self, node: PodNode) -> None:
+        """Which machine the pod's node is (its kernel's boot id), and its uptime against the controller's
+        clock: what its node's CPU samples are judged by (NodesCpuRecorder)."""
+        self.machine_of[node.name] = machine_id(node, node.node or node.name)
+        clock = clock_offset(node, clock=UPTIME_CLOCK)
+        if clock.get("offset_ms") is None:
+            raise LabError(f"pod {node.namespace}/{node.pod}: its node's uptime cannot be read: {clock.get('note')}")
+        node.offset_s = clock["offset_ms"] / 1e3
+        self.pod_facts[node.name]["uptime_clock_uncertainty_ms"] = clock["uncertainty_ms"]
 
     def _read_devices(self, specs: list[pods.PodSpec], credentials: Any, registry: Registry) -> None:
         """Each pod's network devices and MTUs, and each node's (netfacts): from a pod of the run on the node's
@@ -326,7 +339,12 @@ class KubeBench(DumbbellBench):
         return "/tmp"  # in the pods: the tools image's own, and the pod's alone
 
     def recorders(self, group: Group) -> list[Recorder]:
-        return [LinkRecorder(self.links)]  # this machine's CPUs are not the nodes'
+        """The links' counters, and the CPUs of the pods' nodes, sampled in the pods (this machine's are not
+        the nodes')."""
+        assert self.lab is not None
+        return [LinkRecorder(self.links),
+                NodesCpuRecorder(self.lab.endpoints[group.receiver], [self.lab.endpoints[n] for n in group.senders],
+                                 self.machine_of, self.workdir)]
 
     def _realise(self, config: Configuration) -> bool:
         return False  # nothing on the cluster changes between configurations

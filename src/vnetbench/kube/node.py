@@ -38,6 +38,9 @@ class PodNode(RunsCommands):
         self.pod_facts = dict(facts or {})
         self.extra: dict[str, Any] = {}
         self.service_ip: str | None = None  # a ClusterIP Service in front of it (kube.path = "service")
+        # its node's uptime less the controller's clock (runner/hosts_bench.clock_offset of UPTIME_CLOCK): what
+        # puts its node's CPU samples on the controller's clock
+        self.offset_s = 0.0
 
     def address(self, ip_version: int) -> str:
         return self.ipv6 if ip_version == 6 else self.ipv4

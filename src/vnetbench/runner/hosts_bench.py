@@ -21,7 +21,7 @@ import socket
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Sequence
 
 from vnetbench.errors import EnvironmentProblem, HostError, HostsGone, ScenarioError
 from vnetbench.hosts import preflight as host_preflight
@@ -246,31 +246,39 @@ def survey_hosts(place: Placement, connect: Callable[[InventoryHost], SshConnect
 CLOCK_SAMPLES = 8
 
 
-def _machine(conn: SshConnection, name: str) -> str:
-    """The machine a host is, as far as its CPUs go: its kernel's boot id (hosts that are containers or
-    namespaces of one machine share it); the host's own name where it cannot be read."""
+def machine_id(conn: Any, name: str) -> str:
+    """The machine a host (or a pod: anything with ``run(argv)``) is, as far as its CPUs go: its kernel's boot
+    id (hosts that are containers or namespaces of one machine share it); the host's own name where it cannot
+    be read."""
     done = conn.run(["cat", "/proc/sys/kernel/random/boot_id"])
     return done.stdout.strip() if done.returncode == 0 and done.stdout.strip() else name
 
 
-def clock_offset(conn: SshConnection, samples: int = CLOCK_SAMPLES) -> dict[str, Any]:
-    """The host's clock minus the controller's, as NTP estimates it: the host's time is read between two
-    local readings t0 and t1, so it is (t0 + t1) / 2 give or take half the round trip; the sample with the
-    shortest round trip bounds it best. Over SSH a round trip is a few ms (a channel, a fork on the host),
-    which is the stored `uncertainty_ms`; one-way delays need clocks far closer than that (PTP, or NTP on the
-    hosts' own network), which this measures only the upper bound of."""
+# A host's wall clock, in seconds; a node's uptime (the clock its pods' CPU samplers stamp with: busybox's date,
+# the tools image's, has whole seconds only).
+WALL_CLOCK = ("date", "+%s.%N")
+UPTIME_CLOCK = ("cat", "/proc/uptime")
+
+
+def clock_offset(conn: Any, samples: int = CLOCK_SAMPLES, clock: Sequence[str] = WALL_CLOCK) -> dict[str, Any]:
+    """The host's clock minus the controller's, as NTP estimates it: the host's time (`clock`'s first word,
+    read through ``conn.run``: an SSH connection, a pod) is read between two local readings t0 and t1, so it
+    is (t0 + t1) / 2 give or take half the round trip; the sample with the shortest round trip bounds it best.
+    Over SSH a round trip is a few ms (a channel, a fork on the host), which is the stored `uncertainty_ms`;
+    one-way delays need clocks far closer than that (PTP, or NTP on the hosts' own network), which this
+    measures only the upper bound of."""
     best: tuple[float, float] | None = None
     trips = []
     for _ in range(samples):
         t0 = time.time()
-        done = conn.run(["date", "+%s.%N"])
+        done = conn.run(list(clock))
         t1 = time.time()
         trips.append(t1 - t0)
         try:
-            remote = float(done.stdout.strip())
-        except ValueError:
+            remote = float(done.stdout.split()[0])
+        except (ValueError, IndexError):
             return {"offset_ms": None, "uncertainty_ms": None,
-                    "note": f"`date +%s.%N` printed {done.stdout.strip()[:40]!r} (a date without %N?)"}
+                    "note": f"`{' '.join(clock)}` printed {done.stdout.strip()[:40]!r} (a date without %N?)"}
         if best is None or t1 - t0 < best[1]:
             best = (remote - (t0 + t1) / 2, t1 - t0)
     offset, rtt = best
@@ -337,7 +345,7 @@ class HostsBench(DumbbellBench):
             clock = self.host_facts.get(host.name, {}).get("clock") or {}
             node.offset_s = (clock.get("offset_ms") or 0.0) / 1e3
             self.lab.endpoints[host.name] = node
-            self.machine_of[host.name] = _machine(conn, host.name)
+            self.machine_of[host.name] = machine_id(conn, host.name)
         self.lab.groups[BARE] = Group(BARE, "", None, self.place.receiver.name, [h.name for h in self.place.senders])
         self.lab.bringup_s[BARE] = 0.0
         self.links = HostLinkManager(self.lab, registry, self.workdir, self.run_prefix, auto=dict(self.place.backends),

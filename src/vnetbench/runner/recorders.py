@@ -414,23 +414,28 @@ def parse_stamped_stats(text: str, offset_s: float = 0.0) -> list[tuple[float, d
     return out
 
 
-# A guest's sampler: a TCG guest's forks cost milliseconds of its one emulated core (a loop forking `sleep` five
-# times a second used 8-13 % of it, measured), so the loop forks only at its start: a FIFO to wait on (held open
-# for reading and writing, nothing ever written: `read -t` on it is a sleep without a process) and one `date`
-# (GNU date by its path: busybox's shell runs its own applet for a bare `date`, whose seconds are whole). Each
-# sample is stamped with the guest's uptime, read by the shell itself, and put on the guest's clock by the
-# start's date between two uptime reads. /proc/stat's interrupt and context-switch lines, long and unused, are
-# left out.
-GUEST_SAMPLE_S = 0.2
-GUEST_STAT_LOOP = ('f=/tmp/vnb-cpu-$$; mkfifo "$f" && exec 3<>"$f" && rm "$f" || exit 1; '
-                   'read -r u0 _ < /proc/uptime; d=$($(which date) +%s.%N); read -r u1 _ < /proc/uptime; '
-                   'echo "vnb-boot $d $u0 $u1"; '
-                   'while :; do read -r up _ < /proc/uptime; echo "vnb-t $up"; '
-                   'while read -r l; do case $l in intr*|ctxt*|btime*|processes*|procs_*) ;; *) echo "$l" ;; '
-                   f'esac; done < /proc/stat; read -t {GUEST_SAMPLE_S} -u 3 _; done')
-# How long a trial waits for its guests' samplers to take their first sample (an SSH session into a busy TCG guest
-# takes a second or more): a sampler that starts after the measured window began cannot judge it.
-GUEST_SAMPLER_START_S = 10.0
+# A sampler that forks only at its start (a TCG guest's forks cost milliseconds of its one emulated core: a loop
+# forking `sleep` five times a second used 8-13 % of it, measured): a FIFO to wait on (held open for reading and
+# writing, nothing ever written: `read -t` on it is a sleep without a process). Each sample is stamped with the
+# machine's uptime, read by the shell itself; /proc/stat's interrupt and context-switch lines, long and unused,
+# are left out. Busybox's shell is enough (the tools image's, a guest's).
+UPTIME_SAMPLE_S = 0.2
+UPTIME_STAT_LOOP = ('while :; do read -r up _ < /proc/uptime; echo "vnb-t $up"; '
+                    'while read -r l; do case $l in intr*|ctxt*|btime*|processes*|procs_*) ;; *) echo "$l" ;; '
+                    f'esac; done < /proc/stat; read -t {UPTIME_SAMPLE_S} -u 3 _; done')
+WAIT_FIFO = 'f=/tmp/vnb-cpu-$$; mkfifo "$f" && exec 3<>"$f" && rm "$f" || exit 1; '
+# A guest's: its uptime put on its own clock by one `date` at the start, between two uptime reads (GNU date by
+# its path: busybox's shell runs its own applet for a bare `date`, whose seconds are whole).
+GUEST_STAT_LOOP = (WAIT_FIFO + 'read -r u0 _ < /proc/uptime; d=$($(which date) +%s.%N); read -r u1 _ < /proc/uptime; '
+                   'echo "vnb-boot $d $u0 $u1"; ' + UPTIME_STAT_LOOP)
+# A cluster node's, from inside one of its pods (a pod's /proc/stat and /proc/uptime are its node's): the stamps
+# are put on the controller's clock by the pod's measured uptime offset (PodNode.offset_s), the tools image's
+# busybox date having whole seconds only.
+NODE_STAT_LOOP = WAIT_FIFO + UPTIME_STAT_LOOP
+# How long a trial waits for its samplers to take their first sample (an SSH session into a busy TCG guest takes a
+# second or more, an exec through a cluster's API a few tenths): a sampler that starts after the measured window
+# began cannot judge it.
+SAMPLER_START_S = 10.0
 
 
 def parse_uptime_stamped_stats(text: str, offset_s: float = 0.0) -> list[tuple[float, dict[str, tuple[int, ...]]]]:
@@ -484,6 +489,15 @@ class MachinesCpuRecorder(Recorder):
             out, err = base.with_suffix(".out"), base.with_suffix(".err")
             proc = node.popen(["sh", "-c", self.loop], out, err, pin=False, timed=True)
             self._procs[machine] = (proc, out, err)
+        deadline = time.monotonic() + SAMPLER_START_S
+        for proc, out, _ in self._procs.values():  # each loop's first sample taken before the trial starts
+            while time.monotonic() < deadline and proc.poll() is None:
+                try:
+                    if STAMP in out.read_text(errors="replace"):
+                        break
+                except OSError:
+                    pass
+                time.sleep(0.02)
 
     def stop(self) -> None:
         procs = [proc for proc, _, _ in self._procs.values()]
@@ -564,18 +578,6 @@ class GuestsCpuRecorder(MachinesCpuRecorder):
     def __init__(self, guests: list[Any], workdir: Path):
         super().__init__(guests[0], guests[1:], {}, workdir)
 
-    def start(self, span_s: float) -> None:
-        super().start(span_s)
-        deadline = time.monotonic() + GUEST_SAMPLER_START_S
-        for proc, out, _ in self._procs.values():
-            while time.monotonic() < deadline and proc.poll() is None:
-                try:
-                    if STAMP in out.read_text(errors="replace"):
-                        break
-                except OSError:
-                    pass
-                time.sleep(0.02)
-
     def parse(self, text: str, node: Any) -> list[tuple[float, dict[str, tuple[int, ...]]]]:
         return parse_uptime_stamped_stats(text, getattr(node, "offset_s", 0.0))
 
@@ -584,3 +586,14 @@ class GuestsCpuRecorder(MachinesCpuRecorder):
         measurement.add("cpu.guest_util_pct", sum(busy.values()))
         measurement.add("cpu.guest_softirq_pct", sum(shares["softirq"] for shares in combined.values()))
         measurement.add("cpu.guest_steal_pct", sum(shares["steal"] for shares in combined.values()))
+
+
+class NodesCpuRecorder(MachinesCpuRecorder):
+    """The CPUs of the nodes a cluster run's pods are on, each sampled by NODE_STAT_LOOP in one of its pods and
+    judged as the hosts' machines are: ``cpu.util_pct`` over the nodes together, and ``cpu.rx_util_pct`` and
+    ``cpu.tx_util_pct`` where the receiver's node is not a sender's. Nodes of one boot id are one machine,
+    counted once (a test cluster's nodes on one kernel). The uptime stamps are put on the controller's clock
+    by each pod's measured uptime offset (``offset_s``: its node's uptime less the controller's clock)."""
+
+    loop = NODE_STAT_LOOP
+    where = "the pods' nodes"
