@@ -247,6 +247,18 @@ def test_hosts_of_one_machine_are_counted_once_and_not_split():
     assert list(raw["cpu"]["machines"]) == ["r+s1+s2"]
 
 
+def _a_busy_core(rec) -> tuple[float, float]:
+    """A child busy for 2 CPU seconds while `rec` samples, then `rec` stopped half a second later: the child's
+    span on this clock."""
+    t0 = time.time()
+    busy = subprocess.run([sys.executable, "-c", "import time\nwhile time.process_time() < 2.0: pass"])
+    t1 = time.time()
+    time.sleep(0.5)
+    rec.stop()
+    assert busy.returncode == 0
+    return t0, t1
+
+
 def test_the_sampler_loop_reads_this_machines_cpus_through_the_wrapper(tmp_path):
     """The loop itself, as a host runs it (through the exec wrapper, stopped by closing its input): a child
     busy for a known CPU time shows up as that much of a core, and the loop says its own time."""
@@ -257,12 +269,7 @@ def test_the_sampler_loop_reads_this_machines_cpus_through_the_wrapper(tmp_path)
     assert rec.sampled_by == {"m": node}  # one machine, this one: sampled through the receiver's node
     rec.start(2.0)
     time.sleep(0.5)
-    t0 = time.time()
-    busy = subprocess.run([sys.executable, "-c", "import time\nwhile time.process_time() < 2.0: pass"])
-    t1 = time.time()
-    time.sleep(0.5)
-    rec.stop()
-    assert busy.returncode == 0
+    t0, t1 = _a_busy_core(rec)
     m, raw = Measurement(), {}
     # judged inside the busy span by more than a sample's interval, so that no sample around an edge is idle
     inset = 0.25
@@ -310,12 +317,7 @@ def test_a_nodes_cpu_is_sampled_in_a_pod_by_busybox_and_put_on_this_clock_by_its
     started = time.time()
     rec.start(2.0)
     assert time.time() - started < 5  # it waited for the first sample, which came
-    t0 = time.time()
-    busy = subprocess.run([sys.executable, "-c", "import time\nwhile time.process_time() < 2.0: pass"])
-    t1 = time.time()
-    time.sleep(0.5)
-    rec.stop()
-    assert busy.returncode == 0
+    t0, t1 = _a_busy_core(rec)
     samples = rec.samples["boot"]
     stamps = [t for t, _ in samples]
     assert started - 0.05 <= stamps[0] <= t0 + 0.05 and stamps[-1] <= time.time() + 0.05, (started, stamps)
