@@ -119,6 +119,43 @@ def test_a_scenario_runs_between_pods_on_two_nodes(kube_cluster, tmp_path, netwo
     assert "nothing of vnetbench's is left" in kube_cli(k8s, "clean", "--kube", "--check").stdout
 
 
+def test_pods_kept_to_baseline_pod_security_ping_without_net_raw_and_say_what_they_did_not_do(kube_cluster, tmp_path):
+    """kube.pod_security = "baseline", for a cluster that enforces Pod Security's baseline level: the run's
+    namespace asks the API server to hold its pods to it, ping works by datagram sockets (no NET_RAW), and the
+    record and `show` say that TCP's metrics stayed between trials (no NET_ADMIN to flush them)."""
+    from kubernetes.client.exceptions import ApiException
+
+    k8s = kube_cluster
+    # The test cluster enforces what a namespace's label asks (a server-side dry run: nothing is made): a pod
+    # asking for NET_ADMIN is refused at baseline, the pod a baseline run makes is not.
+    with k8s.entered():
+        cluster = api.connect(str(k8s.kubeconfig))
+        name = "vnb-psa-check"
+        pods.create_namespace(cluster, name, {**pods.run_labels(name), pods.POD_SECURITY_ENFORCE: "baseline"})
+        try:
+            cluster.core.create_namespaced_pod(name, pods.PodSpec("r", "img:1").manifest({}), dry_run="All")
+            with pytest.raises(ApiException) as refused:
+                cluster.core.create_namespaced_pod(name, pods.PodSpec("a", "img:1", net_admin=True).manifest({}),
+                                                   dry_run="All")
+            assert refused.value.status == 403 and "violates PodSecurity" in refused.value.body, refused.value.body
+        finally:
+            pods.delete_namespace(cluster, name)
+    proc = run_here(k8s, tmp_path, text=SCENARIO.replace('network = "NETWORK"',
+                                                         'network = "pod"\npod_security = "baseline"'))
+    run_id = run_id_of(proc)
+    with Store(tmp_path / "r.db") as store:
+        tcp, _ = check_unshaped_streams(store, run_id, trials=4)  # ping's RTT among them: no NET_RAW needed
+        fingerprint = store.run(run_id)["fingerprint"]
+        assert fingerprint["kube"]["pod_security"] == "baseline"
+        for c in store.configurations(run_id):
+            state = c["lab_state"]["environment"]
+            assert state["pod_security"] == "baseline" and state["tcp_metrics"].startswith("not flushed"), state
+        # no pod may join a node's own network to read its devices: said, not guessed
+        assert all("baseline" in n["unknown"] for n in fingerprint["kube"]["nodes"].values())
+    assert "pods kept to Pod Security's baseline level" in " ".join(proc.stdout.split())
+    assert vnetbench_namespaces(k8s) == []
+
+
 SWEEP = """name = "kube-sweep"
 [lab]
 bottleneck = "unlimited"

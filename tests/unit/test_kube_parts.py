@@ -114,11 +114,19 @@ def test_a_pods_manifest_places_it_labels_it_and_never_pulls_by_default():
     assert spec["nodeName"] == "node2" and spec["hostNetwork"] is False and "nodeSelector" not in spec
     [container] = spec["containers"]
     assert container["imagePullPolicy"] == "Never"
-    assert container["securityContext"]["capabilities"]["add"] == ["NET_RAW"]  # ping; NET_ADMIN only if asked
+    # no capability: ping by datagram sockets, which the pod's own network opens to every group
+    assert "securityContext" not in container
+    assert spec["securityContext"] == {"sysctls": [{"name": "net.ipv4.ping_group_range", "value": "0 2147483647"}]}
     assert spec["automountServiceAccountToken"] is False
     h = pods.PodSpec("h", "img:1", node_selector={"zone": "a"}, host_network=True, net_admin=True).manifest(labels)
     assert h["spec"]["hostNetwork"] is True and h["spec"]["nodeSelector"] == {"zone": "a"}
+    # on the node's network: no sysctl of its own, NET_RAW for ping
     assert h["spec"]["containers"][0]["securityContext"]["capabilities"]["add"] == ["NET_RAW", "NET_ADMIN"]
+    assert "securityContext" not in h["spec"]
+    a = pods.PodSpec("a", "img:1", net_admin=True).manifest(labels)
+    assert a["spec"]["containers"][0]["securityContext"]["capabilities"]["add"] == ["NET_ADMIN"]
+    assert [p.pod_security for p in (pods.PodSpec("r", "i"), pods.PodSpec("a", "i", net_admin=True),
+                                     pods.PodSpec("h", "i", host_network=True))] == ["baseline", "privileged", "privileged"]
     assert pods.selector() == "app.kubernetes.io/managed-by=vnetbench"
     assert pods.selector("vnb-abc123") == "app.kubernetes.io/managed-by=vnetbench,vnetbench.io/run=vnb-abc123"
 
@@ -355,3 +363,31 @@ def test_the_cni_cost_builtin_puts_the_receiver_on_the_first_ready_node_and_swee
         ("worker-a", (node,), network, path, kind) for network in ("pod", "host") for path in ("pod-ip", "service")
         for node, kind in (("worker-a", "same-node"), ("worker-b", "cross-node"))}
     assert placement(configs, "builtin:cni-cost", "img:1").resolve([]) == ["no node is Ready to run the receiver's pod"]
+
+
+def test_baseline_pods_ask_for_no_capability_and_the_node_network_is_refused_with_them():
+    from vnetbench.errors import ScenarioError
+    from vnetbench.kube.bench import placement
+
+    plan = placement(kube_configs(KUBE_SCENARIO
+                                  .replace('senders = ["node1", "node3"]', 'senders = ["node1", "node3"]\n'
+                                           'pod_security = "baseline"')), "k.toml", "img")
+    assert plan.pod_security == "baseline" and plan.resolve(["node1", "node2", "node3"]) == []
+    specs, _ = plan.pods()
+    assert all(not s.net_admin and s.pod_security == "baseline" for s in specs)
+    with pytest.raises(ScenarioError, match=r'kube.network = "host" \(hostNetwork\) is what Pod Security\'s '
+                                            r'baseline level forbids'):
+        kube_configs(KUBE_SCENARIO.replace('senders = ["node1", "node3"]', 'senders = ["node1"]\n'
+                                           'pod_security = "baseline"\nnetwork = "host"'))
+    swept = KUBE_SCENARIO + '[matrix]\n"kube.pod_security" = ["privileged", "baseline"]\n'
+    with pytest.raises(ScenarioError, match="kube.pod_security differs between configurations"):
+        placement(kube_configs(swept), "k.toml", "img")
+
+
+def test_a_pod_security_refusal_says_which_key_to_change():
+    from vnetbench.kube.pods import _pod_security_fix
+
+    body = '{"message": "pods \\"r\\" is forbidden: violates PodSecurity \\"baseline:latest\\": non-default capabilities"}'
+    assert "kube.pod_security = \"baseline\"" in _pod_security_fix(pods.PodSpec("r", "i", net_admin=True), body)
+    assert "kube.network = \"pod\"" in _pod_security_fix(pods.PodSpec("h", "i", host_network=True), body)
+    assert _pod_security_fix(pods.PodSpec("r", "i", net_admin=True), '{"message": "quota exceeded"}') == ""

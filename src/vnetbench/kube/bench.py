@@ -70,6 +70,7 @@ class KubePlan:
     image: str
     pull_policy: str
     wanted: dict[str, tuple[Any, int]]  # configuration key -> (its KubeSpec, senders it uses)
+    pod_security: str = "privileged"  # the level every pod keeps to (kube.pod_security)
     placements: dict[str, KubePlacement] = field(default_factory=dict)  # configuration key -> placement (resolve)
 
     def nodes(self) -> list[str]:
@@ -112,11 +113,11 @@ class KubePlan:
         groups: dict[str, tuple[str, list[str]]] = {}
 
         def pod(name: str, node: str, network: str) -> str:
-            # NET_ADMIN: every trial begins without what TCP remembers of earlier ones (`ip tcp_metrics flush`,
-            # DumbbellBench._forget_tcp_metrics): in a pod, its own network's cache; with hostNetwork, the node's,
-            # as on an SSH host.
+            # NET_ADMIN, where the level allows it: every trial begins without what TCP remembers of earlier ones
+            # (`ip tcp_metrics flush`, DumbbellBench._forget_tcp_metrics): in a pod, its own network's cache; with
+            # hostNetwork, the node's, as on an SSH host.
             specs.append(pods.PodSpec(name, self.image, node=node, host_network=network == "host",
-                                      pull_policy=self.pull_policy, net_admin=True))
+                                      pull_policy=self.pull_policy, net_admin=self.pod_security == "privileged"))
             return name
 
         for place in self.placements.values():
@@ -159,6 +160,9 @@ def placement(configs: list[Configuration], source: str, default_image: str) -> 
         if (own.image, own.image_pull_policy) != (spec.image, spec.image_pull_policy):
             raise ScenarioError(f"{source} [configuration {c.label_text}]: kube.image and kube.image_pull_policy "
                                 "differ between configurations; one run's pods share one image")
+        if own.pod_security != spec.pod_security:
+            raise ScenarioError(f"{source} [configuration {c.label_text}]: kube.pod_security differs between "
+                                "configurations; one run's pods keep to one level")
         lab = c.scenario.lab
         if lab.env != "bare":
             raise ScenarioError(f"{source} [configuration {c.label_text}]: lab.env = {lab.env!r} needs the local "
@@ -172,7 +176,7 @@ def placement(configs: list[Configuration], source: str, default_image: str) -> 
             raise ScenarioError(f"{source} [configuration {c.label_text}]: lab.offload = {lab.offload!r}: a run on "
                                 "Kubernetes leaves the nodes' offloads as they are")
     return KubePlan(spec.image or default_image, spec.image_pull_policy,
-                    {c.key: (c.scenario.kube, c.active_senders) for c in configs})
+                    {c.key: (c.scenario.kube, c.active_senders) for c in configs}, pod_security=spec.pod_security)
 
 
 @dataclass
@@ -206,7 +210,10 @@ class KubeBench(DumbbellBench):
         # Registered before it is made: deleting a namespace that was never made is harmless.
         registry.add(f"namespace {self.namespace} on {cluster.server}",
                      lambda: pods.delete_namespace(cluster, self.namespace))
-        pods.create_namespace(cluster, self.namespace, labels)
+        # A namespace of baseline pods asks the API server to hold them to it: a pod of the run that asked for
+        # more would be refused, not run with it. (Privileged is not asked for: the cluster's own level stands.)
+        pods.create_namespace(cluster, self.namespace, {**labels, **({pods.POD_SECURITY_ENFORCE: "baseline"}
+                                                                     if self.plan.pod_security == "baseline" else {})})
         specs, groups = self.plan.pods()
         pods.create_pods(cluster, self.namespace, specs, labels)
         running = pods.wait_running(cluster, self.namespace, [s.name for s in specs])
@@ -265,6 +272,11 @@ class KubeBench(DumbbellBench):
             if node not in self.node_facts:  # the node's devices once, whichever of its pods reads them
                 self.node_facts[node] = _node_devices(_devices(lab.endpoints[s.name]))
         unread = [n for n in plan.nodes() if n not in self.node_facts]
+        if unread and plan.pod_security == "baseline":
+            for n in unread:
+                self.node_facts[n] = {"unknown": "kube.pod_security = \"baseline\": no pod may join the node's own "
+                                                 "network to read them"}
+            return
         readers = [pods.PodSpec(f"n{k}", plan.image, node=n, host_network=True, pull_policy=plan.pull_policy)
                    for k, n in enumerate(unread, 1)]
         if not readers:
@@ -352,6 +364,11 @@ class KubeBench(DumbbellBench):
     def _group_offload_unknown(self, config: Configuration) -> None:
         pass
 
+    def _forget_tcp_metrics(self, nodes: list[Any]) -> str | None:
+        if self.plan is not None and self.plan.pod_security == "baseline":
+            return None  # no NET_ADMIN: the environment's state says the metrics stay (environment_state)
+        return super()._forget_tcp_metrics(nodes)
+
     def _state_problems(self, config: Configuration) -> list[str]:
         return []
 
@@ -365,8 +382,14 @@ class KubeBench(DumbbellBench):
         group = self.group(config)
         place = self.plan.placements[config.key]  # type: ignore[union-attr]
         used = [group.receiver, *group.senders[:config.active_senders]]
+        baseline = self.plan.pod_security == "baseline"  # type: ignore[union-attr]
         return {"environment": {"variant": str(place), "env": "bare", "network": place.network,
                                 "placement": place.kind, "path": place.path,
+                                "pod_security": self.plan.pod_security,  # type: ignore[union-attr]
+                                "tcp_metrics": ("not flushed between trials (kube.pod_security = baseline: no "
+                                                "NET_ADMIN): a connection may start from what earlier trials' "
+                                                "connections to its peer left" if baseline else
+                                                "flushed in every pod before each trial"),
                                 "pods": {n: self.pod_facts.get(n, {}) for n in used}}}
 
 

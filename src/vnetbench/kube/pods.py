@@ -20,6 +20,12 @@ from vnetbench.kube.api import MANAGED_BY, RUN_LABEL, Cluster
 
 CONTAINER = "tools"
 POD_LABEL = "vnetbench.io/pod"
+# A pod in its own network sends ping's echoes by ICMP datagram sockets, which this namespaced sysctl opens to
+# every group: no NET_RAW (kubelets accept the sysctl as safe, and Pod Security's baseline allows it). A pod in
+# its node's network may set no network sysctl, and keeps NET_RAW.
+PING_GROUPS = {"name": "net.ipv4.ping_group_range", "value": "0 2147483647"}
+# The label by which a namespace asks the API server to enforce a Pod Security Standards level on its pods.
+POD_SECURITY_ENFORCE = "pod-security.kubernetes.io/enforce"
 # Waiting reasons that no wait ends: the pod is refused with the reason at once.
 HOPELESS = {"ErrImageNeverPull", "InvalidImageName", "CreateContainerConfigError", "CreateContainerError",
             "ImagePullBackOff", "ErrImagePull", "CrashLoopBackOff", "RunContainerError"}
@@ -43,8 +49,14 @@ class PodSpec:
     node: str | None = None  # nodeName
     node_selector: dict[str, str] = field(default_factory=dict)
     host_network: bool = False
-    net_admin: bool = False  # NET_ADMIN on its own interfaces: tc inside the pod, when the user opts in
+    net_admin: bool = False  # NET_ADMIN on its own interfaces: tcp_metrics flushed, tc inside the pod
     pull_policy: str = "Never"
+
+    @property
+    def pod_security(self) -> str:
+        """The Pod Security Standards level it needs: privileged for the node's network or NET_ADMIN (neither
+        is in baseline's), else baseline."""
+        return "privileged" if self.host_network or self.net_admin else "baseline"
 
     @property
     def labels(self) -> dict[str, str]:
@@ -52,14 +64,17 @@ class PodSpec:
         return {POD_LABEL: self.name}
 
     def manifest(self, labels: dict[str, str]) -> dict[str, Any]:
-        capabilities = ["NET_RAW", *(["NET_ADMIN"] if self.net_admin else [])]
+        capabilities = [*(["NET_RAW"] if self.host_network else []), *(["NET_ADMIN"] if self.net_admin else [])]
+        container: dict[str, Any] = {"name": CONTAINER, "image": self.image, "imagePullPolicy": self.pull_policy}
+        if capabilities:
+            container["securityContext"] = {"capabilities": {"add": capabilities}}
         spec: dict[str, Any] = {
             "automountServiceAccountToken": False, "enableServiceLinks": False, "restartPolicy": "Never",
-            "terminationGracePeriodSeconds": 0, "hostNetwork": self.host_network,
-            "containers": [{"name": CONTAINER, "image": self.image, "imagePullPolicy": self.pull_policy,
-                            "securityContext": {"capabilities": {"add": capabilities}}}]}
+            "terminationGracePeriodSeconds": 0, "hostNetwork": self.host_network, "containers": [container]}
         if self.host_network:
             spec["dnsPolicy"] = "ClusterFirstWithHostNet"
+        else:
+            spec["securityContext"] = {"sysctls": [dict(PING_GROUPS)]}
         if self.node:
             spec["nodeName"] = self.node
         if self.node_selector:
@@ -118,7 +133,24 @@ def create_pods(cluster: Cluster, namespace: str, pods: list[PodSpec], labels: d
         try:
             cluster.core.create_namespaced_pod(namespace, pod.manifest(labels))
         except ApiException as e:
-            raise LabError(f"{cluster.where()}: creating pod {namespace}/{pod.name}: {_reason(e)}") from None
+            raise LabError(f"{cluster.where()}: creating pod {namespace}/{pod.name}: {_reason(e)}"
+                           f"{_pod_security_fix(pod, str(e.body))}") from None
+
+
+def _pod_security_fix(pod: PodSpec, body: str) -> str:
+    """What to change when the cluster's Pod Security refused the pod (empty for any other refusal)."""
+    if "violates PodSecurity" not in body:
+        return ""
+    if pod.host_network:
+        return (". The pod is on its node's network (kube.network = \"host\"), which only the privileged level "
+                "allows: run the pod network alone (kube.network = \"pod\", kube.pod_security = \"baseline\"), or "
+                "where the cluster lets vnetbench's namespaces (vnb-*) run privileged pods")
+    if pod.net_admin:
+        return (". The pod asks for NET_ADMIN (to flush TCP's metrics before each trial), which only the "
+                "privileged level allows: set kube.pod_security = \"baseline\" (no capability; TCP's metrics are "
+                "then not flushed between trials), or run where the cluster lets vnetbench's namespaces (vnb-*) "
+                "run privileged pods")
+    return ""
 
 
 def wait_running(cluster: Cluster, namespace: str, names: list[str], timeout_s: float = 120.0) -> dict[str, Any]:

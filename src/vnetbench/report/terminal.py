@@ -122,6 +122,9 @@ def cluster_lines(fp: dict) -> list[str]:
         return []
     out = [f"cluster: Kubernetes {kube.get('version') or '?'} at {kube.get('server') or '?'}  network "
            f"{kube.get('network') or '?'}  image {kube.get('image') or '?'}"]
+    if kube.get("pod_security") == "baseline":
+        out.append("pods kept to Pod Security's baseline level: no NET_ADMIN, so TCP's metrics were not flushed "
+                   "between trials (a connection may start from what earlier trials' connections to its peer left)")
     for name, facts in (kube.get("nodes") or {}).items():
         if not isinstance(facts, dict):
             continue

@@ -344,6 +344,11 @@ class KubeSpec(Strict):
                               "be loaded on the nodes")
     image_pull_policy: Literal["Never", "IfNotPresent", "Always"] = Field(
         default="Never", description="as a pod's imagePullPolicy: 'Never' takes the image the nodes have")
+    pod_security: Literal["privileged", "baseline"] = Field(
+        default="privileged", description="the Pod Security Standards level the run's pods keep to: "
+        "'privileged' (NET_ADMIN, to flush TCP's metrics before each trial; hostNetwork allowed) or 'baseline', "
+        "for a cluster that enforces it (no capability added, no hostNetwork; TCP's metrics are then not "
+        "flushed between trials, which the record says)")
 
     @field_validator("senders", mode="before", json_schema_input_type=str | list[str])
     @classmethod
@@ -358,6 +363,10 @@ class KubeSpec(Strict):
         if self.placement == "cross-node" and self.receiver is not None and self.receiver in self.senders:
             raise ValueError(f"kube.placement = \"cross-node\" keeps the senders off the receiver's node "
                              f"{self.receiver!r}, and kube.senders names it: remove one")
+        if self.pod_security == "baseline" and self.network == "host":
+            raise ValueError("kube.network = \"host\" (hostNetwork) is what Pod Security's baseline level forbids: "
+                             "set kube.network = \"pod\", or kube.pod_security = \"privileged\" where the "
+                             "cluster allows it")
         return self
 
 

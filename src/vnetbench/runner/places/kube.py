@@ -122,6 +122,7 @@ class KubePlace(Place):
         return {"kube": {"server": self.cluster.server if self.cluster else None, "version": self.server_version,
                          "context": self.context, "network": ", ".join(networks) or None,
                          "image": plan.image if plan else None,
+                         "pod_security": plan.pod_security if plan else None,
                          "nodes": {n: {**{k: v for k, v in self.nodes.get(n, {}).items() if k != "images"},
                                        **devices.get(n, {})} for n in used}}}
 
