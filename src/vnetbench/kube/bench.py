@@ -236,6 +236,7 @@ class KubeBench(DumbbellBench):
                                                  facts=self.pod_facts[s.name])
             self._read_clock(self.lab.endpoints[s.name])
         self._read_devices(specs, credentials, registry)
+        self._check_congestion_controls()
         placements = {p.key: p for p in self.plan.placements.values()}
         for key, (receiver, senders) in groups.items():
             # Keyed by placement, not variant: the environment is the cluster's in every group.
@@ -246,6 +247,31 @@ class KubeBench(DumbbellBench):
         served = self._put_services_in_front(specs, ip_version)
         self.start_servers()
         self._wait_services_carry(served)
+
+    def _check_congestion_controls(self) -> None:
+        """A pod without NET_ADMIN (kube.pod_security = "baseline") may choose only the TCP congestion controls
+        its network allows (net.ipv4.tcp_allowed_congestion_control, which no baseline pod may change): every one
+        the configurations ask for is checked in every pod before the first trial, and one it may not set stops
+        the run here, naming the key, rather than failing each trial."""
+        assert self.plan is not None and self.lab is not None
+        if self.plan.pod_security != "baseline":
+            return
+        wanted: dict[str, str] = {}  # congestion control -> the key that asks for it
+        for c in self.configs:
+            for name, w in c.scenario.active.items():
+                cc = getattr(w, "congestion_control", None)
+                if cc and getattr(w, "proto", "tcp") == "tcp":
+                    wanted.setdefault(cc, f"workload.{name}.congestion_control")
+        for node in self.lab.endpoints.values() if wanted else []:
+            done = node.run(["cat", "/proc/sys/net/ipv4/tcp_allowed_congestion_control"], timeout=30)
+            allowed = done.stdout.split()
+            refused = [(cc, key) for cc, key in wanted.items() if cc not in allowed]
+            if done.returncode == 0 and refused:
+                cc, key = refused[0]
+                raise LabError(f"pod {node.namespace}/{node.pod}: {key} = {cc!r}: a pod kept to Pod Security's "
+                               f"baseline (no NET_ADMIN) may choose only among its network's allowed congestion "
+                               f"controls ({', '.join(allowed)}: net.ipv4.tcp_allowed_congestion_control on the "
+                               f"node): set {key} to one of them, or kube.pod_security = \"privileged\"")
 
     def _read_clock(self, node: PodNode) -> None:
         """Which machine the pod's node is (its kernel's boot id), and its uptime against the controller's
