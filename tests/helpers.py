@@ -152,3 +152,32 @@ def hostile_names():
                               "\u202e", "\u0430", ":", "*", "$(x)", "`", "'", '"', "\\", "~", "%C", "x" * 90,
                               "etc", "cron.daily"])
     return st.lists(pieces, min_size=1, max_size=8).map("".join) | st.text(min_size=1, max_size=300)
+
+
+# A chain of two routers between a sender and a receiver (the linear template, two hops): l1 the bottleneck at
+# 30 Mbit/s forward with a 100 kB buffer, l2 5 ms each way; ping, then a TCP stream, 2 trials a configuration.
+# A test gives its name and what it sweeps or sets (`extra`: TOML tables).
+TWO_HOP_CHAIN = """[topology]
+template = "linear"
+hops = 2
+node = "router"
+[lab.link.l1]
+forward = {rate = "30Mbit", buffer = "100kB"}
+[lab.link.l2]
+both = {delay = "5ms"}
+[workload.probe]
+tool = "ping"
+interval = "20ms"
+duration = "2s"
+[workload.stream]
+tool = "iperf3"
+duration = "3s"
+omit = "1s"
+[repeat]
+repetitions = 2
+warmup = 0
+"""
+
+
+def two_hop_chain(name: str, extra: str) -> str:
+    return f'name = "{name}"\n{extra}' + TWO_HOP_CHAIN

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 import engine_daemon
-from helpers import ROOT, cli, run_id_of, stored_run_id
+from helpers import ROOT, cli, run_id_of, stored_run_id, two_hop_chain
 from vnetbench.lab import cgroups, engines, netns
 from vnetbench.lab.environments import Variant
 from vnetbench.lab.topology import build_dumbbell
@@ -503,32 +503,7 @@ def test_without_the_userland_proxy_published_ports_are_nat_rules_only(tmp_path,
         store.close()
 
 
-ON_A_TOPOLOGY = """
-name = "engine-topology"
-[topology]
-template = "linear"
-hops = 2
-node = "router"
-[lab]
-env = "KIND"
-[lab.link.l1]
-forward = {rate = "30Mbit", buffer = "100kB"}
-[lab.link.l2]
-both = {delay = "5ms"}
-[matrix]
-ip_version = [4, 6]
-[workload.probe]
-tool = "ping"
-interval = "20ms"
-duration = "2s"
-[workload.stream]
-tool = "iperf3"
-duration = "3s"
-omit = "1s"
-[repeat]
-repetitions = 2
-warmup = 0
-"""
+ON_A_TOPOLOGY = two_hop_chain("engine-topology", '[lab]\nenv = "KIND"\n[matrix]\nip_version = [4, 6]\n')
 
 
 def test_a_topologys_hosts_as_the_engines_containers_measure_its_links(engine_host, tmp_path, no_leftovers):

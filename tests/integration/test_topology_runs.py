@@ -14,7 +14,7 @@ import pytest
 
 from vnetbench.lab import netns
 from vnetbench.store.db import Store
-from helpers import ROOT, cli, run_id_of, run_scenario, stored_trials
+from helpers import ROOT, cli, run_id_of, run_scenario, stored_trials, two_hop_chain
 
 pytestmark = pytest.mark.lab
 
@@ -327,31 +327,7 @@ def test_a_killed_topology_run_is_cleaned_and_resumed(tmp_path, no_leftovers):
 
 # The same chain with its workload hosts bare and in containers (vnetbench's Docker-bridge model: each host's
 # namespace the container's node, NAT to a namespace behind it): l1 the bottleneck, l2 5 ms each way.
-CONTAINED = """
-name = "contained"
-[topology]
-template = "linear"
-hops = 2
-node = "router"
-[lab.link.l1]
-forward = {rate = "30Mbit", buffer = "100kB"}
-[lab.link.l2]
-both = {delay = "5ms"}
-[matrix]
-"lab.env" = ["bare", "container"]
-ip_version = [4, 6]
-[workload.probe]
-tool = "ping"
-interval = "20ms"
-duration = "2s"
-[workload.stream]
-tool = "iperf3"
-duration = "3s"
-omit = "1s"
-[repeat]
-repetitions = 2
-warmup = 0
-"""
+CONTAINED = two_hop_chain("contained", '[matrix]\n"lab.env" = ["bare", "container"]\nip_version = [4, 6]\n')
 
 
 def test_a_topologys_hosts_in_containers_measure_the_same_links(tmp_path):
