@@ -88,7 +88,8 @@ def missing() -> str | None:
 
 
 class KubeCluster:
-    """A started cluster: ``kubeconfig`` (admin), ``nodes`` (names), ``enter`` (argv prefix into its
+    """A started cluster: ``kubeconfig`` (admin), ``tenant_kubeconfig`` (a user with no rights but the tests'
+    Roles, user name "tenant"), ``nodes`` (names), ``enter`` (argv prefix into its
     network), ``tools_image`` (the vnetbench tools image on every node), ``stop()``."""
 
     def __init__(self, home: Path, nodes: int = 2):
@@ -100,6 +101,9 @@ class KubeCluster:
         self.made_netns: list[str] = []
         self.admin_token = secrets.token_hex(16)
         self.kubeconfig = home / "admin.kubeconfig"
+        # A user in no group: what it may do is what the tests' Roles give it (a team that may not make namespaces).
+        self.tenant_token = secrets.token_hex(16)
+        self.tenant_kubeconfig = home / "tenant.kubeconfig"
         self.tools_image: oci.OciImage | None = None
         self.last_api_error = ""
         self.machine_sysctls = machine_sysctls()  # as they were before: the nodes must not change them
@@ -217,11 +221,12 @@ class KubeCluster:
                       "-CAcreateserial", "-out", "pki/kc.crt", "-days", "2")
         self._openssl("genrsa", "-out", "pki/sa.key", "2048")
         self._openssl("rsa", "-in", "pki/sa.key", "-pubout", "-out", "pki/sa.pub")
-        tokens = [f'{self.admin_token},admin,admin,"system:masters"']
+        tokens = [f'{self.admin_token},admin,admin,"system:masters"', f"{self.tenant_token},tenant,tenant"]
         self.node_tokens = {node: secrets.token_hex(16) for node in self.nodes}
         tokens += [f'{tok},system:node:{node},{node},"system:nodes"' for node, tok in self.node_tokens.items()]
         (pki / "tokens.csv").write_text("\n".join(tokens) + "\n")
         self._write_kubeconfig(self.kubeconfig, self.admin_token)
+        self._write_kubeconfig(self.tenant_kubeconfig, self.tenant_token)
 
     def _write_kubeconfig(self, path: Path, token: str) -> None:
         path.write_text(json.dumps({

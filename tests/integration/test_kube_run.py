@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from helpers import ROOT, UNSHAPED_LOADS, check_unshaped_streams, run_id_of
-from vnetbench.kube import api, pods
+from vnetbench.kube import api, lock, pods
 from vnetbench.store.db import Store
 
 # The test cluster skips TLS verification by design (its kubeconfig says insecure-skip-tls-verify).
@@ -35,11 +35,12 @@ network = "NETWORK"
 {UNSHAPED_LOADS}"""
 
 
-def kube_cli(k8s, *args: str, check: bool = True, timeout: float = 600) -> subprocess.CompletedProcess:
-    """`vnetbench ARGS --kubeconfig ...` in the control plane's network."""
+def kube_cli(k8s, *args: str, check: bool = True, timeout: float = 600,
+             kubeconfig: Path | None = None) -> subprocess.CompletedProcess:
+    """`vnetbench ARGS --kubeconfig ...` (the admin's, unless another is given) in the control plane's network."""
     proc = subprocess.run([*k8s.enter(), sys.executable, "-W", "ignore", "-m", "vnetbench", *args,
-                           "--kubeconfig", str(k8s.kubeconfig)], capture_output=True, text=True, timeout=timeout,
-                          cwd=ROOT)
+                           "--kubeconfig", str(kubeconfig or k8s.kubeconfig)], capture_output=True, text=True,
+                          timeout=timeout, cwd=ROOT)
     if check and proc.returncode != 0:
         raise AssertionError(f"vnetbench {' '.join(args)} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
     return proc
@@ -265,6 +266,171 @@ def test_a_service_in_front_of_the_receiver_carries_streams_and_request_response
     assert vnetbench_namespaces(k8s) == []
 
 
+# What a team that may not make namespaces is given in its own (the tests' user "tenant"): pods, exec into them,
+# Services, and reading what explains a failure; and, cluster-wide, reading the nodes (their readiness and images).
+TENANT_RULES = [
+    {"apiGroups": [""], "resources": ["pods", "services"], "verbs": ["create", "get", "list", "watch", "delete"]},
+    {"apiGroups": [""], "resources": ["pods/exec"], "verbs": ["create", "get"]},
+    {"apiGroups": [""], "resources": ["events"], "verbs": ["list"]},
+    {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["list"]},
+    {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create", "get", "update", "delete"]}]
+NODE_READER = "vnbtest-node-reader"
+
+
+def _tenant_namespace(k8s, name: str) -> None:
+    """`name`, made by the admin (no vnetbench label), with the tenant's Role in it, a Service of someone else's
+    (no label), and a Service a killed run of vnetbench's left there (labelled, run vnb-dead00)."""
+    from kubernetes import client
+
+    with k8s.entered():
+        cluster = api.connect(str(k8s.kubeconfig))
+        rbac = client.RbacAuthorizationV1Api(cluster.client)
+        tenant = [{"kind": "User", "name": "tenant", "apiGroup": "rbac.authorization.k8s.io"}]
+        cluster.core.create_namespace({"metadata": {"name": name}})
+        rbac.create_namespaced_role(name, {"metadata": {"name": "team"}, "rules": TENANT_RULES})
+        rbac.create_namespaced_role_binding(name, {
+            "metadata": {"name": "team"}, "subjects": tenant,
+            "roleRef": {"kind": "Role", "name": "team", "apiGroup": "rbac.authorization.k8s.io"}})
+        rbac.create_cluster_role({"metadata": {"name": NODE_READER},
+                                  "rules": [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list"]}]})
+        rbac.create_cluster_role_binding({
+            "metadata": {"name": NODE_READER}, "subjects": tenant,
+            "roleRef": {"kind": "ClusterRole", "name": NODE_READER, "apiGroup": "rbac.authorization.k8s.io"}})
+        ports = {"type": "ClusterIP", "selector": {"app": "none"}, "ports": [{"port": 9, "protocol": "TCP"}]}
+        cluster.core.create_namespaced_service(name, {"metadata": {"name": "bystander"}, "spec": ports})
+        cluster.core.create_namespaced_service(name, {"metadata": {"name": "vnb-dead00-r",
+                                                                   "labels": pods.run_labels("vnb-dead00")},
+                                                      "spec": ports})
+
+
+def _remove_tenant_namespace(k8s, name: str) -> None:
+    from kubernetes import client
+
+    with k8s.entered():
+        cluster = api.connect(str(k8s.kubeconfig))
+        rbac = client.RbacAuthorizationV1Api(cluster.client)
+        for call in (lambda: rbac.delete_cluster_role_binding(NODE_READER),
+                     lambda: rbac.delete_cluster_role(NODE_READER)):
+            try:
+                call()
+            except client.exceptions.ApiException:
+                pass
+        pods.delete_namespace(cluster, name)
+
+
+def _put_lease(k8s, namespace: str, run: str, renewed_s_ago: float, controller: str = "elsewhere") -> None:
+    """The cluster's lock as another controller's run would hold it, last renewed `renewed_s_ago` seconds ago."""
+    import datetime as dt
+
+    from kubernetes import client
+
+    renewed = dt.datetime.now(dt.timezone.utc) - dt.timedelta(seconds=renewed_s_ago)
+    with k8s.entered():
+        client.CoordinationV1Api(api.connect(str(k8s.kubeconfig)).client).create_namespaced_lease(namespace, {
+            "metadata": {"name": lock.LEASE_NAME,
+                         "labels": {**pods.run_labels(run), lock.CONTROLLER_LABEL: controller}},
+            "spec": {"holderIdentity": f"{run} (other) on {controller} pid 1", "leaseDurationSeconds": 60,
+                     "acquireTime": lock.micro_time(renewed), "renewTime": lock.micro_time(renewed)}})
+
+
+def _lease_holder(k8s, namespace: str) -> str | None:
+    from kubernetes import client
+
+    with k8s.entered():
+        try:
+            return client.CoordinationV1Api(api.connect(str(k8s.kubeconfig)).client).read_namespaced_lease(
+                lock.LEASE_NAME, namespace).spec.holder_identity
+        except client.exceptions.ApiException as e:
+            assert e.status == 404, e
+            return None
+
+
+def _services(k8s, namespace: str) -> list[str]:
+    with k8s.entered():
+        return sorted(s.metadata.name for s in
+                      api.connect(str(k8s.kubeconfig)).core.list_namespaced_service(namespace).items)
+
+
+def test_a_user_who_may_not_make_namespaces_runs_in_one_named_and_leaves_only_what_was_there(kube_cluster, tmp_path):
+    k8s, team = kube_cluster, "team-a"
+    _tenant_namespace(k8s, team)
+    try:
+        scenario = tmp_path / "scenario.toml"
+        scenario.write_text(SERVICE)
+        run = ["run", str(scenario), "--db", str(tmp_path / "r.db"), "--no-progress", "--no-calibration", "--kube"]
+        # without a namespace of its own to make, the run stops before anything is made and says what to do
+        refused = kube_cli(k8s, *run, check=False, kubeconfig=k8s.tenant_kubeconfig)
+        said = " ".join(refused.stderr.split())
+        assert refused.returncode == 2 and "this user may not create namespaces; may not delete namespaces;" in said \
+            and "which the run needs: name a namespace you may make pods in with --namespace NAME" in said, said
+        absent = kube_cli(k8s, *run, "--namespace", "team-b", check=False, kubeconfig=k8s.tenant_kubeconfig)
+        assert absent.returncode == 2 and "namespace team-b (--namespace) does not exist" in absent.stderr
+        doctor = kube_cli(k8s, "doctor", "--kube", "--namespace", team, kubeconfig=k8s.tenant_kubeconfig).stdout
+        assert f"ok  runs in namespace {team}: this user may make, exec into and delete pods and Services" in doctor
+        assert "ok  node1" in doctor and "ok  node2" in doctor
+        own = kube_cli(k8s, "doctor", "--kube", check=False, kubeconfig=k8s.tenant_kubeconfig)
+        assert own.returncode == 1 and "no  runs a namespace of each run's own: this user may not create " \
+            "namespaces" in own.stdout
+
+        # the lock of a run killed on another controller 2 minutes ago has lapsed: the run takes it over, holds
+        # it while it measures, and lets it go at its end
+        _put_lease(k8s, team, "vnb-dead00", renewed_s_ago=120)
+        started = subprocess.Popen([*k8s.enter(), sys.executable, "-W", "ignore", "-m", "vnetbench", *run,
+                                    "--namespace", team, "--kubeconfig", str(k8s.tenant_kubeconfig)],
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+        holders = set()
+        while started.poll() is None:
+            holders.add(_lease_holder(k8s, team))
+            time.sleep(0.5)
+        stdout, stderr = started.communicate()
+        assert started.returncode == 0, stderr
+        proc = subprocess.CompletedProcess(started.args, 0, stdout, stderr)
+        run_id = run_id_of(proc)
+        prefix = f"vnb-{run_id}"
+        assert any(h and h.startswith(f"{prefix} (kube-service) on ") for h in holders), holders
+        assert _lease_holder(k8s, team) is None
+        with Store(tmp_path / "r.db") as store:
+            stored = store.trials(run_id)
+            assert len(stored) == 4 and all(t["status"] == "ok" for t in stored), [t["reason"] for t in stored]
+            values = store.values(run_id)
+            configs = store.configurations(run_id)
+            fingerprint = store.run(run_id)["fingerprint"]
+        # the endpoints keep their names; their pods and Service carry the run's, in the user's namespace
+        for c in configs:
+            state = c["lab_state"]["environment"]
+            assert {n: p["pod"] for n, p in state["pods"].items()} == \
+                {n: f"{team}/{prefix}-{n}" for n in state["pods"]}, state["pods"]
+            if c["labels"]["kube.path"] == "service":
+                [receiver] = [p for n, p in state["pods"].items() if n.startswith("r")]
+                assert receiver["service"].startswith(f"{team}/{prefix}-r")
+            v = values[c["key"]]
+            if c["labels"]["proto"] == "udp":  # as in the run's own namespace: the same cluster, the same path
+                assert 49.0 <= v["throughput.rx_mbps"][0] <= 51.0, v["throughput.rx_mbps"]
+            else:
+                assert v["throughput.rx_mbps"][0] > 500, v["throughput.rx_mbps"]
+        # a user of one namespace may not read the namespace object: said, not guessed
+        namespace = fingerprint["kube"]["namespace"]
+        assert namespace["name"] == team and namespace["made_by_run"] is False
+        assert namespace["labels"].startswith("not readable: HTTP 403"), namespace
+        # the namespace stays, with what others had in it; of this run, nothing; a killed run's leftover stays
+        # until clean is asked
+        assert _services(k8s, team) == ["bystander", "vnb-dead00-r"]
+        with k8s.entered():
+            cluster = api.connect(str(k8s.kubeconfig))
+            assert cluster.core.list_namespaced_pod(team).items == []
+        assert vnetbench_namespaces(k8s) == []
+
+        check = kube_cli(k8s, "clean", "--kube", "--namespace", team, "--check", check=False,
+                         kubeconfig=k8s.tenant_kubeconfig)
+        assert check.returncode == 1 and f"left behind service {team}/vnb-dead00-r (run vnb-dead00)" in check.stdout
+        kube_cli(k8s, "clean", "--kube", "--namespace", team, kubeconfig=k8s.tenant_kubeconfig)
+        assert _services(k8s, team) == ["bystander"]
+        # the admin's clean finds vnetbench's objects in every namespace, and here nothing is left
+        assert "nothing of vnetbench's is left" in kube_cli(k8s, "clean", "--kube", "--check").stdout
+    finally:
+        _remove_tenant_namespace(k8s, team)
+
+
 def _iperf3_outputs(raw: dict) -> list[str]:
     """The iperf3 clients' JSON texts in a trial's raw record, wherever they sit in it."""
     found: list[str] = []
@@ -293,6 +459,16 @@ def test_what_a_cluster_run_cannot_do_is_refused_before_anything_is_made(kube_cl
     image = run_here(k8s, tmp_path, text=SCENARIO.replace('network = "NETWORK"', 'image = "localhost/none:1"'),
                      check=False)
     assert image.returncode == 2 and "does not have the image localhost/none:1" in image.stderr
+    # another run holds the cluster (renewed 5 s ago): the run waits for nobody and makes nothing
+    _put_lease(k8s, "default", "vnb-busy01", renewed_s_ago=5)
+    try:
+        busy = run_here(k8s, tmp_path, check=False)
+        assert busy.returncode == 2 and "another vnetbench run measures on this cluster (vnb-busy01 (other) on " \
+            "elsewhere pid 1 since" in busy.stderr, busy.stderr
+        assert "lock is held: vnb-busy01" in kube_cli(k8s, "doctor", "--kube").stdout
+    finally:
+        with k8s.entered():
+            lock.delete_lease(api.connect(str(k8s.kubeconfig)), "default")
     no_table = tmp_path / "plain.toml"
     no_table.write_text(SCENARIO.split("[kube]")[0] + SCENARIO.split('network = "NETWORK"\n')[1])
     missing = kube_cli(k8s, "run", str(no_table), "--db", str(tmp_path / "r.db"), "--kube", check=False)
@@ -326,10 +502,13 @@ def test_a_killed_runs_namespace_is_removed_by_clean_kube(kube_cluster, tmp_path
         os.killpg(proc.pid, signal.SIGKILL)  # the whole session: nsenter and vnetbench, no teardown
         proc.wait()
     [(namespace, run)] = vnetbench_namespaces(k8s)
+    assert _lease_holder(k8s, "default").startswith(f"{namespace} (on-kube) on ")  # held until it lapses
     check = kube_cli(k8s, "clean", "--kube", "--check", check=False)
     assert check.returncode == 1 and f"left behind namespace {namespace}" in check.stdout
+    # the killed run was this machine's: its lock is not left to lapse
+    assert f"left behind the lock Lease default/{lock.LEASE_NAME} (run {namespace})" in check.stdout
     kube_cli(k8s, "clean", "--kube")
-    assert vnetbench_namespaces(k8s) == []
+    assert vnetbench_namespaces(k8s) == [] and _lease_holder(k8s, "default") is None
     assert kube_cli(k8s, "clean", "--kube", "--check").returncode == 0
     # and on this machine, the killed run's own work directory (what `vnetbench clean` always removes)
     local = subprocess.run([sys.executable, "-m", "vnetbench", "clean"], capture_output=True, text=True, cwd=ROOT)

@@ -180,6 +180,32 @@ SWEPT = KUBE_SCENARIO.replace('senders = ["node1", "node3"]\n', '').replace(
     "[workload.stream]")
 
 
+def test_in_a_namespace_the_user_names_the_pods_carry_the_runs_name_and_the_run_asks_for_what_it_does():
+    from vnetbench.kube.bench import placement
+
+    text = KUBE_SCENARIO.replace("[workload.stream]",
+                                 '[matrix]\n"kube.path" = ["pod-ip", "service"]\n[workload.stream]')
+    own = placement(kube_configs(text), "k.toml", "img:1")
+    shared = placement(kube_configs(text), "k.toml", "img:1", namespace="team-a")
+    for plan in (own, shared):
+        assert plan.resolve(["node1", "node2", "node3"]) == []
+    # the endpoints keep their names; their objects, in a namespace other runs share, carry the run's
+    specs, groups = shared.pods("vnb-abc123-")
+    assert [s.name for s in specs] == [s.name for s in own.pods()[0]] and groups == own.pods()[1]
+    r = specs[0]
+    assert (r.name, r.object_name, r.labels) == ("r", "vnb-abc123-r", {"vnetbench.io/pod": "vnb-abc123-r"})
+    assert r.manifest(pods.run_labels("vnb-abc123"))["metadata"]["name"] == "vnb-abc123-r"
+    # a run of its own makes and deletes its namespace; in the user's, it deletes its pods and Services by name
+    assert own.needs()[:2] == [("create", "namespaces", ""), ("delete", "namespaces", "")]
+    assert ("delete", "pods", "") not in own.needs()
+    assert not any(resource == "namespaces" for _, resource, _ in shared.needs())
+    assert {("create", "pods/exec", ""), ("delete", "pods", ""), ("create", "services", ""),
+            ("list", "endpointslices", "discovery.k8s.io")} <= set(shared.needs())
+    pod_ip_only = placement(kube_configs(), "k.toml", "img:1", namespace="team-a")
+    assert pod_ip_only.resolve(["node1", "node2", "node3"]) == []
+    assert not any(resource == "services" for _, resource, _ in pod_ip_only.needs())
+
+
 def test_a_sweep_of_network_and_placement_shares_a_pod_per_node_and_network():
     from vnetbench.kube.bench import placement
 
@@ -270,8 +296,15 @@ def test_a_kube_scenario_in_the_local_lab_and_kube_options_without_kube_are_refu
     with pytest.raises(ScenarioError, match=r"\[kube\] table places the endpoints on a Kubernetes cluster: run it "
                                             r"with --kube"):
         LabPlace().prepare(load_text(KUBE_SCENARIO, "k.toml"), kube_configs())
-    with pytest.raises(VnetbenchError, match="--kubeconfig and --context go with --kube"):
+    with pytest.raises(VnetbenchError, match="--kubeconfig, --context and --namespace go with --kube"):
         KubePlace.from_args(argparse.Namespace(kube=False, kubeconfig="k", context=None))
+    with pytest.raises(VnetbenchError, match="--kubeconfig, --context and --namespace go with --kube"):
+        KubePlace.from_args(argparse.Namespace(kube=False, kubeconfig=None, context=None, namespace="team-a"))
+    for bad in ("Team-A", "team_a", "-a", "a" * 64, ""):
+        with pytest.raises(VnetbenchError, match=f"--namespace '{bad}': a namespace's name is a DNS label"):
+            KubePlace.from_args(argparse.Namespace(kube=True, kubeconfig=None, context=None, namespace=bad))
+    shared = KubePlace.from_args(argparse.Namespace(kube=True, kubeconfig=None, context=None, namespace="team-a"))
+    assert shared.clean_command() == "vnetbench clean --kube --namespace team-a"
     assert KubePlace.from_args(argparse.Namespace(kube=False, kubeconfig=None, context=None)) is None
     place = KubePlace.from_args(argparse.Namespace(kube=True, kubeconfig="/k config", context="c"))
     assert place.resume_args() == " --kube --kubeconfig '/k config' --context c"
@@ -391,3 +424,30 @@ def test_a_pod_security_refusal_says_which_key_to_change():
     assert "kube.pod_security = \"baseline\"" in _pod_security_fix(pods.PodSpec("r", "i", net_admin=True), body)
     assert "kube.network = \"pod\"" in _pod_security_fix(pods.PodSpec("h", "i", host_network=True), body)
     assert _pod_security_fix(pods.PodSpec("r", "i", net_admin=True), '{"message": "quota exceeded"}') == ""
+
+
+def test_the_clusters_lock_lapses_a_duration_after_its_last_renewal_and_says_who_held_it():
+    import datetime as dt
+    from types import SimpleNamespace
+
+    from vnetbench.kube import lock
+
+    t0 = dt.datetime(2026, 11, 29, 8, 0, 0, tzinfo=dt.timezone.utc)
+    # MicroTime: always six digits of fraction, UTC (the API server refuses fewer)
+    assert lock.micro_time(t0) == "2026-11-29T08:00:00.000000Z"
+    assert lock.micro_time(t0.astimezone(dt.timezone(dt.timedelta(hours=2)))) == "2026-11-29T08:00:00.000000Z"
+
+    def lease(renewed, duration=60, holder="vnb-a1 (quick) on ctl pid 7"):
+        return SimpleNamespace(spec=SimpleNamespace(holder_identity=holder, lease_duration_seconds=duration,
+                                                    renew_time=renewed, acquire_time=t0))
+
+    held = lease(t0 + dt.timedelta(seconds=30))
+    assert not lock.lapsed(held, t0 + dt.timedelta(seconds=89))
+    assert lock.lapsed(held, t0 + dt.timedelta(seconds=91))
+    assert lock.lapsed(lease(t0, duration=5), t0 + dt.timedelta(seconds=6))
+    assert lock.lapsed(lease(t0, holder=""), t0)  # nobody holds a Lease without a holder
+    assert lock.describe(held, t0 + dt.timedelta(seconds=42)) == \
+        "vnb-a1 (quick) on ctl pid 7 since 2026-11-29 08:00:00 UTC, renewed 12 s ago"
+    # the controller's name as a label value takes any host name
+    assert lock.controller() and len(lock.controller()) <= 63
+    assert lock.lock_namespace(None) == "default" and lock.lock_namespace("team-a") == "team-a"

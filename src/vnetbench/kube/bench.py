@@ -1,7 +1,8 @@
 """A run on a Kubernetes cluster (`vnetbench run SCENARIO --kube`): the same trials as in the lab, between
 pods the scenario's ``[kube]`` table places.
 
-The run has a namespace of its own (named by the run's prefix, labelled: :mod:`vnetbench.kube.pods`), one
+The run has a namespace of its own (named by the run's prefix, labelled: :mod:`vnetbench.kube.pods`), or
+the one the user names (``--namespace``, for users who may not make namespaces), and one
 pod per endpoint (``r`` on ``kube.receiver``'s node, ``s1``.. on ``kube.senders``'), in the pod network or
 the nodes' own (``kube.network``). A matrix over ``kube.network``, ``kube.placement`` (same-node,
 cross-node) or the nodes gives each configuration a placement of its own (:class:`KubePlan`): the pods of
@@ -11,7 +12,8 @@ Service. Workloads run in the pods through the API's exec (:class:`vnetbench.kub
 are started once and restarted as in the lab. Nothing on the
 nodes is changed: link conditions and offloads are refused before anything is made (conditions inside the
 pods, opt-in, come later), and this machine's CPU is not the pods' (CPU on the nodes: later).
-Teardown deletes the namespace, with everything in it.
+Teardown deletes the run's namespace, with everything in it; in a namespace the user named, the run's
+labelled pods and Services alone.
 """
 
 from __future__ import annotations
@@ -71,6 +73,7 @@ class KubePlan:
     pull_policy: str
     wanted: dict[str, tuple[Any, int]]  # configuration key -> (its KubeSpec, senders it uses)
     pod_security: str = "privileged"  # the level every pod keeps to (kube.pod_security)
+    namespace: str | None = None  # the user's (--namespace); None: the run makes one of its own
     placements: dict[str, KubePlacement] = field(default_factory=dict)  # configuration key -> placement (resolve)
 
     def nodes(self) -> list[str]:
@@ -104,9 +107,23 @@ class KubePlan:
             self.placements[key] = KubePlacement(receiver, senders, spec.network, spec.path)
         return list(dict.fromkeys(problems))
 
-    def pods(self) -> tuple[list[pods.PodSpec], dict[str, tuple[str, list[str]]]]:
+    def needs(self) -> list[tuple[str, str, str]]:
+        """What the run asks of the API (verb, resource, group), for an access review before anything is made:
+        in a namespace of the run's own, making and deleting it; in the user's, deleting what it made there. (The
+        cluster's lock asks for its own: kube/lock.py's NEEDS.)"""
+        wanted = [("create", "pods", ""), ("list", "pods", ""), ("create", "pods/exec", "")]
+        if self.namespace is None:
+            return [("create", "namespaces", ""), ("delete", "namespaces", ""), *wanted]
+        wanted.append(("delete", "pods", ""))
+        if any(p.path == "service" for p in self.placements.values()):
+            wanted += [("create", "services", ""), ("list", "services", ""), ("delete", "services", ""),
+                       ("list", "endpointslices", "discovery.k8s.io")]
+        return wanted
+
+    def pods(self, object_prefix: str = "") -> tuple[list[pods.PodSpec], dict[str, tuple[str, list[str]]]]:
         """The pods to make, and each placement's (receiver pod, sender pods) by its key. Pods are named r, r2,
-        .. and s1, s2, .. in the order the configurations first need them."""
+        .. and s1, s2, .. in the order the configurations first need them (their objects `object_prefix` +
+        that)."""
         receivers: dict[tuple[str, str, str], str] = {}
         senders: dict[tuple[str, str, int], str] = {}
         specs: list[pods.PodSpec] = []
@@ -117,7 +134,8 @@ class KubePlan:
             # (`ip tcp_metrics flush`, DumbbellBench._forget_tcp_metrics): in a pod, its own network's cache; with
             # hostNetwork, the node's, as on an SSH host.
             specs.append(pods.PodSpec(name, self.image, node=node, host_network=network == "host",
-                                      pull_policy=self.pull_policy, net_admin=self.pod_security == "privileged"))
+                                      pull_policy=self.pull_policy, net_admin=self.pod_security == "privileged",
+                                      object_prefix=object_prefix))
             return name
 
         for place in self.placements.values():
@@ -137,7 +155,8 @@ class KubePlan:
         return specs, groups
 
 
-def placement(configs: list[Configuration], source: str, default_image: str) -> KubePlan:
+def placement(configs: list[Configuration], source: str, default_image: str, namespace: str | None = None
+              ) -> KubePlan:
     """The scenario's ``[kube]`` table per configuration, checked against what a run on a cluster can do, before
     anything is made. Raises ScenarioError naming the key and what to change."""
     spec = configs[0].scenario.kube
@@ -176,7 +195,8 @@ def placement(configs: list[Configuration], source: str, default_image: str) -> 
             raise ScenarioError(f"{source} [configuration {c.label_text}]: lab.offload = {lab.offload!r}: a run on "
                                 "Kubernetes leaves the nodes' offloads as they are")
     return KubePlan(spec.image or default_image, spec.image_pull_policy,
-                    {c.key: (c.scenario.kube, c.active_senders) for c in configs}, pod_security=spec.pod_security)
+                    {c.key: (c.scenario.kube, c.active_senders) for c in configs}, pod_security=spec.pod_security,
+                    namespace=namespace)
 
 
 @dataclass
@@ -200,38 +220,51 @@ class KubeBench(DumbbellBench):
 
     @property
     def namespace(self) -> str:
-        return self.run_prefix  # vnb-<id>: a DNS label, and the run's name everywhere else
+        # vnb-<id>: a DNS label, and the run's name everywhere else
+        return self.plan.namespace or self.run_prefix  # type: ignore[union-attr]
+
+    @property
+    def object_prefix(self) -> str:
+        """Before each pod's and Service's name: none in the run's own namespace; the run's prefix in the user's,
+        which other runs (and other work) share."""
+        return "" if self.plan.namespace is None else f"{self.run_prefix}-"  # type: ignore[union-attr]
 
     def setup(self) -> None:
         registry = Registry()
         registry.add(f"work directory {self.workdir}", lambda: shutil.rmtree(self.workdir, ignore_errors=True))
         self.lab = Lab(self.run_prefix, registry, cpu_wake_latency="not held: the pods' nodes are not this machine")
-        cluster, labels = self.cluster, pods.run_labels(self.run_prefix)
-        # Registered before it is made: deleting a namespace that was never made is harmless.
-        registry.add(f"namespace {self.namespace} on {cluster.server}",
-                     lambda: pods.delete_namespace(cluster, self.namespace))
-        # A namespace of baseline pods asks the API server to hold them to it: a pod of the run that asked for
-        # more would be refused, not run with it. (Privileged is not asked for: the cluster's own level stands.)
-        pods.create_namespace(cluster, self.namespace, {**labels, **({pods.POD_SECURITY_ENFORCE: "baseline"}
-                                                                     if self.plan.pod_security == "baseline" else {})})
-        specs, groups = self.plan.pods()
-        pods.create_pods(cluster, self.namespace, specs, labels)
-        running = pods.wait_running(cluster, self.namespace, [s.name for s in specs])
+        cluster, labels, namespace = self.cluster, pods.run_labels(self.run_prefix), self.namespace
+        # Registered before they are made: deleting what was never made is harmless.
+        if self.plan.namespace is None:
+            registry.add(f"namespace {namespace} on {cluster.server}",
+                         lambda: pods.delete_namespace(cluster, namespace))
+            # A namespace of baseline pods asks the API server to hold them to it: a pod of the run that asked for
+            # more would be refused, not run with it. (Privileged is not asked for: the cluster's own level
+            # stands.) A namespace the user named keeps its own level.
+            pods.create_namespace(cluster, namespace, {**labels, **({pods.POD_SECURITY_ENFORCE: "baseline"}
+                                                                    if self.plan.pod_security == "baseline" else {})})
+        else:
+            registry.add(f"pods and Services of run {self.run_prefix} in namespace {namespace} on {cluster.server}",
+                         lambda: pods.delete_run_objects(cluster, namespace, self.run_prefix))
+        specs, groups = self.plan.pods(self.object_prefix)
+        pods.create_pods(cluster, namespace, specs, labels)
+        running = pods.wait_running(cluster, namespace, [s.object_name for s in specs])
         credentials = api.write_credentials(cluster, self.workdir / "kube-credentials.json")
         ip_version = self.configs[0].scenario.lab.ip_version
         for s in specs:
-            pod = running[s.name]
+            pod = running[s.object_name]
             ips = [p.ip for p in (pod.status.pod_ips or [])] or [pod.status.pod_ip]
             v4 = next((ip for ip in ips if ":" not in ip), "")
             v6 = next((ip for ip in ips if ":" in ip), "")
             if not (v6 if ip_version == 6 else v4):
-                raise ScenarioError(f"pod {self.namespace}/{s.name} has no IPv{ip_version} address ({', '.join(ips)}): "
+                raise ScenarioError(f"pod {namespace}/{s.object_name} has no IPv{ip_version} address "
+                                    f"({', '.join(ips)}): "
                                     f"set lab.ip_version to the cluster's")
             network = "host" if s.host_network else "pod"
-            self.pod_facts[s.name] = {"node": pod.spec.node_name, "pod": f"{self.namespace}/{s.name}",
+            self.pod_facts[s.name] = {"node": pod.spec.node_name, "pod": f"{namespace}/{s.object_name}",
                                       "network": network, "image": s.image,
                                       "image_id": next((c.image_id for c in pod.status.container_statuses or []), None)}
-            self.lab.endpoints[s.name] = PodNode(s.name, self.namespace, s.name, credentials, registry, ipv4=v4,
+            self.lab.endpoints[s.name] = PodNode(s.name, namespace, s.object_name, credentials, registry, ipv4=v4,
                                                  ipv6=v6, node=pod.spec.node_name, host_network=s.host_network,
                                                  facts=self.pod_facts[s.name])
             self._read_clock(self.lab.endpoints[s.name])
@@ -303,19 +336,19 @@ class KubeBench(DumbbellBench):
                 self.node_facts[n] = {"unknown": "kube.pod_security = \"baseline\": no pod may join the node's own "
                                                  "network to read them"}
             return
-        readers = [pods.PodSpec(f"n{k}", plan.image, node=n, host_network=True, pull_policy=plan.pull_policy)
-                   for k, n in enumerate(unread, 1)]
+        readers = [pods.PodSpec(f"n{k}", plan.image, node=n, host_network=True, pull_policy=plan.pull_policy,
+                                object_prefix=self.object_prefix) for k, n in enumerate(unread, 1)]
         if not readers:
             return
         try:
             pods.create_pods(cluster, self.namespace, readers, pods.run_labels(self.run_prefix))
-            pods.wait_running(cluster, self.namespace, [r.name for r in readers], timeout_s=60)
+            pods.wait_running(cluster, self.namespace, [r.object_name for r in readers], timeout_s=60)
         except LabError as e:
             for n in unread:
                 self.node_facts[n] = {"unknown": f"no pod on the node's own network could be made to read them: {e}"}
             return
         for r in readers:
-            reader = PodNode(r.name, self.namespace, r.name, credentials, registry, ipv4="", node=r.node or "",
+            reader = PodNode(r.name, self.namespace, r.object_name, credentials, registry, ipv4="", node=r.node or "",
                              host_network=True)
             self.node_facts[r.node or ""] = _node_devices(_devices(reader))
 
@@ -337,8 +370,8 @@ class KubeBench(DumbbellBench):
             node = lab.endpoints[spec.name]
             node.service_ip = pods.create_service(cluster, self.namespace, spec, ports, ip_version,
                                                   pods.run_labels(self.run_prefix))
-            self.pod_facts[spec.name]["service"] = f"{self.namespace}/{spec.name} ClusterIP {node.service_ip}"
-            pods.wait_service_ready(cluster, self.namespace, spec.name, node.address(ip_version))
+            self.pod_facts[spec.name]["service"] = f"{self.namespace}/{spec.object_name} ClusterIP {node.service_ip}"
+            pods.wait_service_ready(cluster, self.namespace, spec.object_name, node.address(ip_version))
             tcp = [s.port for s in own if s.transport == "tcp"]
             if tcp:
                 checks.append((spec.name, fronted[spec.name], tcp[0]))

@@ -1,5 +1,8 @@
 """A run's objects in a cluster: a namespace of its own, named after the run's prefix, and in it one pod per
 endpoint, every object labelled (:data:`vnetbench.kube.api.MANAGED_BY`, :data:`vnetbench.kube.api.RUN_LABEL`).
+Or, for users who may not make namespaces, a namespace they name (``--namespace``): the run's pods and
+Services are then named after the run (``vnb-<id>-r``), the namespace is neither made nor deleted, and only
+the objects with the run's labels are removed (:func:`delete_run_objects`).
 
 A pod's process is the tools image's idle entrypoint; servers and clients are exec'd into it
 (:mod:`vnetbench.kube.exec`), so a trial can restart a server without rescheduling a pod. Pods are placed
@@ -44,13 +47,19 @@ def selector(run_prefix: str | None = None) -> str:
 class PodSpec:
     """One endpoint's pod: where it runs and in which network."""
 
-    name: str
+    name: str  # the endpoint's (r, s1, ..)
     image: str
     node: str | None = None  # nodeName
     node_selector: dict[str, str] = field(default_factory=dict)
     host_network: bool = False
     net_admin: bool = False  # NET_ADMIN on its own interfaces: tcp_metrics flushed, tc inside the pod
     pull_policy: str = "Never"
+    object_prefix: str = ""  # before `name` in the pod's and its Service's names: the run's, in a shared namespace
+
+    @property
+    def object_name(self) -> str:
+        """The pod's name (and its Service's) in the namespace."""
+        return f"{self.object_prefix}{self.name}"
 
     @property
     def pod_security(self) -> str:
@@ -61,7 +70,7 @@ class PodSpec:
     @property
     def labels(self) -> dict[str, str]:
         """Its own label: what a Service in front of it selects (the pod alone, not the run's others)."""
-        return {POD_LABEL: self.name}
+        return {POD_LABEL: self.object_name}
 
     def manifest(self, labels: dict[str, str]) -> dict[str, Any]:
         capabilities = [*(["NET_RAW"] if self.host_network else []), *(["NET_ADMIN"] if self.net_admin else [])]
@@ -79,24 +88,25 @@ class PodSpec:
             spec["nodeName"] = self.node
         if self.node_selector:
             spec["nodeSelector"] = dict(self.node_selector)
-        return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": self.name, "labels": {**labels, **self.labels}},
+        return {"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": self.object_name, "labels": {**labels, **self.labels}},
                 "spec": spec}
 
 
 def create_service(cluster: Cluster, namespace: str, pod: PodSpec, ports: list[tuple[int, str]],
                    ip_version: int, labels: dict[str, str]) -> str:
     """A ClusterIP Service in front of `pod` alone, on these (port, protocol) pairs, of one IP family; its
-    ClusterIP. Named after the pod; deleted with the run's namespace."""
+    ClusterIP. Named after the pod; deleted with the run's objects."""
     from kubernetes.client.exceptions import ApiException
 
-    body = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": pod.name, "labels": dict(labels)},
+    body = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": pod.object_name, "labels": dict(labels)},
             "spec": {"type": "ClusterIP", "selector": pod.labels, "ipFamilies": [f"IPv{ip_version}"],
                      "ports": [{"name": f"{proto.lower()}-{port}", "port": port, "targetPort": port,
                                 "protocol": proto} for port, proto in ports]}}
     try:
         made = cluster.core.create_namespaced_service(namespace, body)
     except ApiException as e:
-        raise LabError(f"{cluster.where()}: creating Service {namespace}/{pod.name}: {_reason(e)}") from None
+        raise LabError(f"{cluster.where()}: creating Service {namespace}/{pod.object_name}: {reason(e)}") from None
     return str(made.spec.cluster_ip)
 
 
@@ -123,7 +133,7 @@ def create_namespace(cluster: Cluster, name: str, labels: dict[str, str]) -> Non
     try:
         cluster.core.create_namespace({"metadata": {"name": name, "labels": dict(labels)}})
     except ApiException as e:
-        raise LabError(f"{cluster.where()}: creating namespace {name}: {_reason(e)}") from None
+        raise LabError(f"{cluster.where()}: creating namespace {name}: {reason(e)}") from None
 
 
 def create_pods(cluster: Cluster, namespace: str, pods: list[PodSpec], labels: dict[str, str]) -> None:
@@ -133,7 +143,7 @@ def create_pods(cluster: Cluster, namespace: str, pods: list[PodSpec], labels: d
         try:
             cluster.core.create_namespaced_pod(namespace, pod.manifest(labels))
         except ApiException as e:
-            raise LabError(f"{cluster.where()}: creating pod {namespace}/{pod.name}: {_reason(e)}"
+            raise LabError(f"{cluster.where()}: creating pod {namespace}/{pod.object_name}: {reason(e)}"
                            f"{_pod_security_fix(pod, str(e.body))}") from None
 
 
@@ -180,7 +190,7 @@ def delete_namespace(cluster: Cluster, name: str, timeout_s: float = 120.0) -> N
     except ApiException as e:
         if e.status == 404:
             return
-        raise LabError(f"{cluster.where()}: deleting namespace {name}: {_reason(e)}") from None
+        raise LabError(f"{cluster.where()}: deleting namespace {name}: {reason(e)}") from None
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         try:
@@ -191,6 +201,114 @@ def delete_namespace(cluster: Cluster, name: str, timeout_s: float = 120.0) -> N
             raise
         time.sleep(0.3)
     raise LabError(f"{cluster.where()}: namespace {name} still terminating after {timeout_s:.0f} s")
+
+
+def delete_run_objects(cluster: Cluster, namespace: str, run_prefix: str, timeout_s: float = 120.0) -> list[str]:
+    """In a namespace that is not the run's own: the Services and pods with the run's labels, deleted, and
+    waited for until the pods are gone (nothing else in the namespace is looked at). Returns what was deleted
+    ("pod NAME", "service NAME")."""
+    from kubernetes.client.exceptions import ApiException
+
+    chosen = selector(run_prefix)
+    deleted: list[str] = []
+    try:
+        for svc in cluster.core.list_namespaced_service(namespace, label_selector=chosen).items:
+            _delete(lambda: cluster.core.delete_namespaced_service(svc.metadata.name, namespace))
+            deleted.append(f"service {svc.metadata.name}")
+        made = cluster.core.list_namespaced_pod(namespace, label_selector=chosen).items
+        for pod in made:
+            _delete(lambda: cluster.core.delete_namespaced_pod(pod.metadata.name, namespace, grace_period_seconds=0))
+            deleted.append(f"pod {pod.metadata.name}")
+        deadline = time.monotonic() + timeout_s
+        while made and cluster.core.list_namespaced_pod(namespace, label_selector=chosen).items:
+            if time.monotonic() > deadline:
+                raise LabError(f"{cluster.where()}: the pods of run {run_prefix} in namespace {namespace} are still "
+                               f"terminating after {timeout_s:.0f} s")
+            time.sleep(0.3)
+    except ApiException as e:
+        raise LabError(f"{cluster.where()}: deleting run {run_prefix}'s pods and Services in namespace {namespace}: "
+                       f"{reason(e)}") from None
+    return deleted
+
+
+def _delete(call: Any) -> None:
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        call()
+    except ApiException as e:
+        if e.status != 404:  # gone already is what was asked
+            raise
+
+
+def check_namespace(cluster: Cluster, namespace: str) -> dict[str, Any]:
+    """A namespace the user named: its labels (its Pod Security level among them) where the user may read it,
+    or why not. Raises EnvironmentProblem when it does not exist (nothing is made in it then)."""
+    from kubernetes.client.exceptions import ApiException
+
+    from vnetbench.errors import EnvironmentProblem
+
+    try:
+        labels = cluster.core.read_namespace(namespace, _request_timeout=30).metadata.labels or {}
+    except ApiException as e:
+        if e.status == 404:
+            raise EnvironmentProblem(
+                f"{cluster.where()}: namespace {namespace} (--namespace) does not exist: create it (`kubectl create "
+                f"namespace {namespace}`), or leave --namespace out and the run makes a namespace of its own") from None
+        if e.status == 403:  # a user of one namespace may not read the namespace object itself: fine
+            return {"name": namespace, "made_by_run": False, "labels": f"not readable: {reason(e)}"}
+        raise
+    return {"name": namespace, "made_by_run": False,
+            "labels": {k: v for k, v in labels.items() if k.startswith("pod-security.kubernetes.io/")}}
+
+
+def denied(cluster: Cluster, namespace: str | None, wanted: list[tuple[str, str, str]]) -> list[str]:
+    """Which of `wanted` (verb, resource, API group; a resource "pods/exec" is the exec subresource) the
+    cluster's authorizer denies the user, in `namespace` (None: cluster-wide), each as "may not VERB
+    RESOURCE" (SelfSubjectAccessReview, which every authenticated user may ask). Empty where the API cannot
+    say (an authorizer without access reviews): the calls themselves then tell."""
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    auth = client.AuthorizationV1Api(cluster.client)
+    refused = []
+    for verb, resource, group in wanted:
+        resource_name, _, sub = resource.partition("/")
+        attributes = {"verb": verb, "resource": resource_name, "group": group,
+                      **({"subresource": sub} if sub else {}), **({"namespace": namespace} if namespace else {})}
+        try:
+            review = auth.create_self_subject_access_review(
+                {"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
+                 "spec": {"resourceAttributes": attributes}}, _request_timeout=30)
+        except ApiException:
+            return []
+        if not review.status.allowed:
+            refused.append(f"may not {verb} {resource}{' (' + group + ')' if group else ''}")
+    return refused
+
+
+def objects_of_runs(cluster: Cluster, namespace: str | None) -> tuple[list[tuple[str, str, str, str]], str | None]:
+    """Pods and Services with vnetbench's labels outside vnetbench's own namespaces: (namespace, kind, name,
+    run prefix) each, in `namespace`, or in every namespace the user may list; and why none could be listed
+    (None when they could)."""
+    from kubernetes.client.exceptions import ApiException
+
+    found: list[tuple[str, str, str, str]] = []
+    try:
+        listings = ([("pod", cluster.core.list_namespaced_pod(namespace, label_selector=selector())),
+                     ("service", cluster.core.list_namespaced_service(namespace, label_selector=selector()))]
+                    if namespace else
+                    [("pod", cluster.core.list_pod_for_all_namespaces(label_selector=selector())),
+                     ("service", cluster.core.list_service_for_all_namespaces(label_selector=selector()))])
+    except ApiException as e:
+        return [], reason(e)
+    for kind, listing in listings:
+        for item in listing.items:
+            where = item.metadata.namespace
+            run = (item.metadata.labels or {}).get(RUN_LABEL, "")
+            if where != run:  # a run's own namespace goes whole, with the namespace
+                found.append((where, kind, item.metadata.name, run))
+    return found, None
 
 
 def namespaces_of_runs(cluster: Cluster) -> list[tuple[str, str]]:
@@ -215,7 +333,7 @@ def _events(cluster: Cluster, namespace: str, last: int = 8) -> str:
     return "\n".join(f"  {e.involved_object.name}: {e.reason}: {e.message}" for e in events[-last:])
 
 
-def _reason(e: Any) -> str:
+def reason(e: Any) -> str:
     import json
 
     try:

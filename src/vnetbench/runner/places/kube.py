@@ -2,21 +2,25 @@
 (vnetbench/kube/bench.py says how a run uses them).
 
 Preparing reads the kubeconfig, checks the placement against the scenario, and checks the cluster before
-anything is made there: the nodes exist and are Ready, and each has the pods' image when it is never pulled.
-Facts are each node's (kernel, OS, container runtime, kubelet) and the API server's version. Cleaning
-deletes the namespaces vnetbench made (by label) whose run is not live on this machine.
+anything is made there: the nodes exist and are Ready, each has the pods' image when it is never pulled,
+the namespace the user named (``--namespace``) exists, and the user may do what the run will do (an access
+review). Holding the place is the cluster's lock (:mod:`vnetbench.kube.lock`: one run measures there at a
+time). Facts are each node's (kernel, OS, container runtime, kubelet), the API server's version and the
+namespace. Cleaning deletes what vnetbench made (by label) whose run is not live on this machine: its own
+namespaces, its pods and Services in namespaces it did not make, and a lock whose hold has lapsed.
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 import shlex
 from typing import Any
 
 from rich.markup import escape
 
 from vnetbench.errors import EnvironmentProblem, VnetbenchError
-from vnetbench.kube import api, bench as kube_bench, pods
+from vnetbench.kube import api, bench as kube_bench, lock as kube_lock, pods
 from vnetbench.kube.image import tools_image_name
 from vnetbench.runner.places.base import Place
 from vnetbench.scenario.load import LoadedScenario
@@ -36,13 +40,18 @@ def node_images(node: Any) -> set[str]:
     return {name for image in node.status.images or [] for name in image.names or []}
 
 
+DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+
+
 class KubePlace(Place):
     """The cluster a kubeconfig and context name."""
 
     name = "kube"
 
-    def __init__(self, kubeconfig: str | None, context: str | None):
-        self.kubeconfig, self.context = kubeconfig, context
+    def __init__(self, kubeconfig: str | None, context: str | None, namespace: str | None = None):
+        self.kubeconfig, self.context, self.namespace = kubeconfig, context, namespace
+        self.namespace_facts: dict[str, Any] = {}
+        self.lock: kube_lock.ClusterLock | None = None
         self.cluster: api.Cluster | None = None
         self.plan: kube_bench.KubePlan | None = None
         self._bench: kube_bench.KubeBench | None = None
@@ -56,21 +65,32 @@ class KubePlace(Place):
                    "instead of in the local lab",
             "doctor": "check a Kubernetes cluster instead of this machine: its nodes, and whether each has the "
                       "tools image; nothing is made there",
-            "clean": "clean a Kubernetes cluster instead of this machine: the namespaces of killed runs (by label)",
+            "clean": "clean a Kubernetes cluster instead of this machine: the namespaces of killed runs, and their "
+                     "pods and Services in namespaces vnetbench did not make (by label)",
         }[command]
         parser.add_argument("--kube", action="store_true", help=help_text)
         parser.add_argument("--kubeconfig", metavar="FILE", help="with --kube: this kubeconfig (default: $KUBECONFIG, "
                             "then ~/.kube/config)")
         parser.add_argument("--context", metavar="NAME", help="with --kube: this context of the kubeconfig "
                             "(default: its current one)")
+        parser.add_argument("--namespace", metavar="NAME", help={
+            "run": "with --kube: make the run's pods in this existing namespace (for users who may not make "
+                   "namespaces; default: a namespace of the run's own, made and deleted by it)",
+            "doctor": "with --kube: check what a run may do in this namespace",
+            "clean": "with --kube: clean vnetbench's pods and Services in this namespace (default: in every "
+                     "namespace the user may list)"}[command])
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> "KubePlace | None":
         if not getattr(args, "kube", False):
-            if getattr(args, "kubeconfig", None) or getattr(args, "context", None):
-                raise VnetbenchError("--kubeconfig and --context go with --kube")
+            if getattr(args, "kubeconfig", None) or getattr(args, "context", None) or getattr(args, "namespace", None):
+                raise VnetbenchError("--kubeconfig, --context and --namespace go with --kube")
             return None
-        return cls(args.kubeconfig, args.context)
+        namespace = getattr(args, "namespace", None)
+        if namespace is not None and not DNS_LABEL.fullmatch(namespace):
+            raise VnetbenchError(f"--namespace {namespace!r}: a namespace's name is a DNS label (at most 63 "
+                                 "lower-case letters, digits and '-', starting and ending with a letter or digit)")
+        return cls(args.kubeconfig, args.context, namespace)
 
     def connect(self) -> api.Cluster:
         if self.cluster is None:
@@ -94,7 +114,7 @@ class KubePlace(Place):
                 ) -> tuple[list[Configuration], list[dict[str, object]]]:
         spec = configs[0].scenario.kube
         default_image = tools_image_name() if spec is not None and spec.image is None else ""
-        self.plan = plan = kube_bench.placement(configs, loaded.source, default_image)
+        self.plan = plan = kube_bench.placement(configs, loaded.source, default_image, self.namespace)
         self.survey()
         problems = [f"node {node!r} is not in the cluster (nodes: {', '.join(self.nodes) or 'none'})"
                     for node in plan.nodes() if node not in self.nodes]
@@ -111,7 +131,44 @@ class KubePlace(Place):
                                 "in kube.image with kube.image_pull_policy = \"IfNotPresent\"")
         if problems:
             raise EnvironmentProblem(f"{loaded.source}: on {self.cluster.where()}: " + "; ".join(problems))
+        self._check_namespace(plan)
         return configs, []
+
+    def _refused(self, plan: kube_bench.KubePlan) -> list[str]:
+        """What the run needs of the API that this user is refused: the run's objects, and the cluster's lock."""
+        cluster, lock_ns = self.connect(), kube_lock.lock_namespace(self.namespace)
+        lock = pods.denied(cluster, lock_ns, kube_lock.NEEDS)
+        return [*pods.denied(cluster, self.namespace, plan.needs()),
+                *([f"{'; '.join(lock)} in namespace {lock_ns} (the cluster's lock)"] if lock else [])]
+
+    def _check_namespace(self, plan: kube_bench.KubePlan) -> None:
+        """The namespace the user named exists; the user may do in it (or, without one, on the cluster) what the
+        run will do: else EnvironmentProblem naming what is refused and what to do, before anything is made."""
+        cluster = self.connect()
+        if self.namespace is None:
+            self.namespace_facts = {"name": "the run's own (its prefix)", "made_by_run": True}
+        else:
+            self.namespace_facts = pods.check_namespace(cluster, self.namespace)
+        refused = self._refused(plan)
+        if not refused:
+            return
+        where = f"in namespace {self.namespace}" if self.namespace else "on the cluster"
+        fix = ("ask for a Role there that allows them" if self.namespace else
+               "name a namespace you may make pods in with --namespace NAME, or ask for the rights")
+        raise EnvironmentProblem(f"{cluster.where()}: this user {'; '.join(refused)} {where}, which the run needs: "
+                                 f"{fix}")
+
+    def hold(self, run_id: str, scenario: str) -> None:
+        from vnetbench.lab.netns import run_prefix
+
+        prefix = run_prefix(run_id)
+        self.lock = kube_lock.ClusterLock(self.connect(), kube_lock.lock_namespace(self.namespace), prefix,
+                                          kube_lock.holder_identity(prefix, scenario)).acquire()
+
+    def release(self) -> None:
+        if self.lock is not None:
+            self.lock.release()
+            self.lock = None
 
     def facts(self) -> dict[str, Any]:
         plan = self.plan
@@ -123,6 +180,7 @@ class KubePlace(Place):
                          "context": self.context, "network": ", ".join(networks) or None,
                          "image": plan.image if plan else None,
                          "pod_security": plan.pod_security if plan else None,
+                         "namespace": self.namespace_facts or None,
                          "nodes": {n: {**{k: v for k, v in self.nodes.get(n, {}).items() if k != "images"},
                                        **devices.get(n, {})} for n in used}}}
 
@@ -154,11 +212,55 @@ class KubePlace(Place):
             out.print(f"[dim]->[/] load the tools image on {escape(', '.join(lacking))} (`vnetbench image --oci FILE` "
                       "writes it; `ctr -n k8s.io images import FILE` on each node), or give kube.image an image the "
                       "nodes can pull", soft_wrap=True)
-        return 1 if lacking or not self.nodes else 0
+        refused = self._doctor_rights(out)
+        self._doctor_lock(out)
+        return 1 if lacking or refused or not self.nodes else 0
+
+    def _doctor_lock(self, out: Any) -> None:
+        """Who holds the cluster's lock, if anyone: a run would wait for it."""
+        from kubernetes import client
+        from kubernetes.client.exceptions import ApiException
+
+        namespace = kube_lock.lock_namespace(self.namespace)
+        try:
+            lease = client.CoordinationV1Api(self.connect().client).read_namespaced_lease(kube_lock.LEASE_NAME,
+                                                                                          namespace)
+        except ApiException as e:
+            out.print(f"[green]ok[/]  the cluster's lock (Lease {escape(namespace)}/{kube_lock.LEASE_NAME}) is free"
+                      if e.status == 404 else f"[yellow]?[/]   the cluster's lock cannot be read: "
+                      f"{escape(pods.reason(e))}", soft_wrap=True)
+            return
+        state = "lapsed, a run takes it over" if kube_lock.lapsed(lease) else "held"
+        out.print(f"[yellow]--[/]  the cluster's lock is {state}: {escape(kube_lock.describe(lease))}", soft_wrap=True)
+
+    def _doctor_rights(self, out: Any) -> list[str]:
+        """What a run needs of the API that this user is refused (access reviews), printed; a namespace the user
+        named must exist."""
+        cluster = self.connect()
+        # every path a run may take: Services and their EndpointSlices too
+        plan = kube_bench.KubePlan("", "", {}, namespace=self.namespace,
+                                   placements={"": kube_bench.KubePlacement("", (), "pod", "service")})
+        if self.namespace is not None:
+            try:
+                pods.check_namespace(cluster, self.namespace)
+            except EnvironmentProblem as e:
+                out.print(f"[red]no[/]  {escape(str(e))}", soft_wrap=True)
+                return [str(e)]
+        refused = self._refused(plan)
+        where = f"in namespace {self.namespace}" if self.namespace else "a namespace of each run's own"
+        if refused:
+            out.print(f"[red]no[/]  runs {escape(where)}: this user {escape('; '.join(refused))}", soft_wrap=True)
+            if self.namespace is None:
+                out.print("[dim]->[/] name a namespace you may make pods in with --namespace NAME", soft_wrap=True)
+        else:
+            out.print(f"[green]ok[/]  runs {escape(where)}: this user may make, exec into and delete pods and "
+                      f"Services{' and namespaces' if self.namespace is None else ''}", soft_wrap=True)
+        return refused
 
     def clean(self, args: argparse.Namespace) -> int:
-        """The namespaces vnetbench made whose run is not live here, deleted (by label: nothing else is
-        looked at); --check and --dry-run only say what is there."""
+        """What vnetbench made whose run is not live here, deleted (by label: nothing else is looked at): its
+        own namespaces, whole, and its pods and Services in namespaces it did not make (in --namespace, or in
+        every namespace the user may list); --check and --dry-run only say what is there."""
         from vnetbench import runlock
         from vnetbench.cli_common import out
         from vnetbench.lab.netns import run_prefix
@@ -166,21 +268,49 @@ class KubePlace(Place):
         if getattr(args, "run", None) or getattr(args, "images", False):
             raise VnetbenchError("--run and --images are for this machine's leftovers; `clean --kube` cleans every "
                                  "killed run's namespaces on the cluster")
+        from kubernetes.client.exceptions import ApiException
+
         cluster = self.connect()
         live = {run_prefix(r.run_id) for r in runlock.live_runs()}
-        found = [(ns, run) for ns, run in pods.namespaces_of_runs(cluster) if run not in live]
         verb = "left behind" if args.check else "would remove" if args.dry_run else "removed"
-        for ns, _ in found:
-            if not (args.check or args.dry_run):
+        act = not (args.check or args.dry_run)
+        try:
+            namespaces = [(ns, run) for ns, run in pods.namespaces_of_runs(cluster) if run not in live]
+        except ApiException as e:
+            if e.status != 403 or not self.namespace:
+                raise VnetbenchError(f"{cluster.where()}: listing namespaces: HTTP {e.status} {e.reason}: clean "
+                                     "what runs left in a namespace you may use with --namespace NAME") from None
+            namespaces = []  # a user of one namespace cleans that one
+        for ns, _ in namespaces:
+            if act:
                 pods.delete_namespace(cluster, ns)
             out.print(f"{escape(cluster.server)}: {verb} namespace {escape(ns)}", soft_wrap=True)
-        if not found:
-            out.print(f"nothing of vnetbench's is left on {escape(cluster.where())}", soft_wrap=True)
-        return 1 if args.check and found else 0
+        leases = kube_lock.leftover_leases(cluster, kube_lock.lock_namespace(self.namespace), live)
+        for ns, run in leases:
+            if act:
+                kube_lock.delete_lease(cluster, ns)
+            out.print(f"{escape(cluster.server)}: {verb} the lock Lease {escape(ns)}/{kube_lock.LEASE_NAME} "
+                      f"(run {escape(run)})", soft_wrap=True)
+        objects, unlisted = pods.objects_of_runs(cluster, self.namespace)
+        objects = [o for o in objects if o[3] not in live]
+        for ns, run in sorted({(o[0], o[3]) for o in objects}):
+            if act:
+                pods.delete_run_objects(cluster, ns, run)
+            for kind, name in sorted((o[1], o[2]) for o in objects if (o[0], o[3]) == (ns, run)):
+                out.print(f"{escape(cluster.server)}: {verb} {kind} {escape(ns)}/{escape(name)} (run {escape(run)})",
+                          soft_wrap=True)
+        if unlisted:
+            out.print(f"[dim]->[/] vnetbench's pods and Services outside its own namespaces cannot be listed in every "
+                      f"namespace ({escape(unlisted)}): name one with --namespace NAME", soft_wrap=True)
+        if not namespaces and not objects and not leases:
+            out.print(f"nothing of vnetbench's is left on {escape(cluster.where())}"
+                      f"{' in namespace ' + escape(self.namespace) if self.namespace else ''}", soft_wrap=True)
+        return 1 if args.check and (namespaces or objects or leases) else 0
 
     def resume_args(self) -> str:
         return " --kube" + (f" --kubeconfig {shlex.quote(self.kubeconfig)}" if self.kubeconfig else "") + \
-            (f" --context {shlex.quote(self.context)}" if self.context else "")
+            (f" --context {shlex.quote(self.context)}" if self.context else "") + \
+            (f" --namespace {self.namespace}" if self.namespace else "")
 
     def clean_command(self) -> str:
         return "vnetbench clean" + self.resume_args()
