@@ -77,8 +77,8 @@ class KubePlace(Place):
             "run": "with --kube: make the run's pods in this existing namespace (for users who may not make "
                    "namespaces; default: a namespace of the run's own, made and deleted by it)",
             "doctor": "with --kube: check what a run may do in this namespace",
-            "clean": "with --kube: clean vnetbench's pods and Services in this namespace (default: in every "
-                     "namespace the user may list)"}[command])
+            "clean": "with --kube: clean what runs left in this namespace alone (default: vnetbench's namespaces, "
+                     "and its pods and Services in every namespace the user may list)"}[command])
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> "KubePlace | None":
@@ -259,8 +259,9 @@ class KubePlace(Place):
 
     def clean(self, args: argparse.Namespace) -> int:
         """What vnetbench made whose run is not live here, deleted (by label: nothing else is looked at): its
-        own namespaces, whole, and its pods and Services in namespaces it did not make (in --namespace, or in
-        every namespace the user may list); --check and --dry-run only say what is there."""
+        own namespaces, whole, its pods and Services in namespaces it did not make, and the cluster's lock a
+        killed run left; with --namespace, in that namespace alone. --check and --dry-run only say what is
+        there."""
         from vnetbench import runlock
         from vnetbench.cli_common import out
         from vnetbench.lab.netns import run_prefix
@@ -274,13 +275,13 @@ class KubePlace(Place):
         live = {run_prefix(r.run_id) for r in runlock.live_runs()}
         verb = "left behind" if args.check else "would remove" if args.dry_run else "removed"
         act = not (args.check or args.dry_run)
+        namespaces: list[tuple[str, str]] = []  # with --namespace, that namespace alone is looked at
         try:
-            namespaces = [(ns, run) for ns, run in pods.namespaces_of_runs(cluster) if run not in live]
+            if self.namespace is None:
+                namespaces = [(ns, run) for ns, run in pods.namespaces_of_runs(cluster) if run not in live]
         except ApiException as e:
-            if e.status != 403 or not self.namespace:
-                raise VnetbenchError(f"{cluster.where()}: listing namespaces: HTTP {e.status} {e.reason}: clean "
-                                     "what runs left in a namespace you may use with --namespace NAME") from None
-            namespaces = []  # a user of one namespace cleans that one
+            raise VnetbenchError(f"{cluster.where()}: listing namespaces: {pods.reason(e)}: clean what runs left in "
+                                 "a namespace you may use with --namespace NAME") from None
         for ns, _ in namespaces:
             if act:
                 pods.delete_namespace(cluster, ns)
