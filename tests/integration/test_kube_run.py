@@ -18,6 +18,7 @@ import pytest
 
 from helpers import ROOT, UNSHAPED_LOADS, check_unshaped_streams, run_id_of
 from vnetbench.kube import api, lock, pods
+from vnetbench.lab.netns import run_prefix
 from vnetbench.store.db import Store
 
 # The test cluster skips TLS verification by design (its kubeconfig says insecure-skip-tls-verify).
@@ -363,8 +364,13 @@ def test_a_user_who_may_not_make_namespaces_runs_in_one_named_and_leaves_only_wh
         said = " ".join(refused.stderr.split())
         assert refused.returncode == 2 and "this user may not create namespaces; may not delete namespaces;" in said \
             and "which the run needs: name a namespace you may make pods in with --namespace NAME" in said, said
-        absent = kube_cli(k8s, *run, "--namespace", "team-b", check=False, kubeconfig=k8s.tenant_kubeconfig)
+        # a namespace that is not there (said to a user who may read namespaces; to the tenant, who may not,
+        # the rights it lacks there are)
+        absent = kube_cli(k8s, *run, "--namespace", "team-b", check=False)
         assert absent.returncode == 2 and "namespace team-b (--namespace) does not exist" in absent.stderr
+        elsewhere = kube_cli(k8s, *run, "--namespace", "team-b", check=False, kubeconfig=k8s.tenant_kubeconfig)
+        assert elsewhere.returncode == 2 and "this user may not create pods;" in elsewhere.stderr \
+            and "in namespace team-b, which the run needs: ask for a Role there" in elsewhere.stderr
         doctor = kube_cli(k8s, "doctor", "--kube", "--namespace", team, kubeconfig=k8s.tenant_kubeconfig).stdout
         assert f"ok  runs in namespace {team}: this user may make, exec into and delete pods and Services" in doctor
         assert "ok  node1" in doctor and "ok  node2" in doctor
@@ -386,7 +392,7 @@ def test_a_user_who_may_not_make_namespaces_runs_in_one_named_and_leaves_only_wh
         assert started.returncode == 0, stderr
         proc = subprocess.CompletedProcess(started.args, 0, stdout, stderr)
         run_id = run_id_of(proc)
-        prefix = f"vnb-{run_id}"
+        prefix = run_prefix(run_id)
         assert any(h and h.startswith(f"{prefix} (kube-service) on ") for h in holders), holders
         assert _lease_holder(k8s, team) is None
         with Store(tmp_path / "r.db") as store:
