@@ -27,7 +27,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from scipy import stats
 
 from vnetbench.impair.model import FRAME_OVERHEAD, LinkConditions, LinkSpec, frame_bytes
 from vnetbench.impair.tc import burst_bytes
@@ -151,6 +150,8 @@ def judge_probe(exp: Expectation, sent: int, rtts_ms: np.ndarray, env: str) -> l
     elif not exp.dynamic and not exp.bursty_loss:
         # A lossless path is held to 99 %: an odd request lost to the machine's own hiccups is not the lab's.
         q = min(exp.delivery, LOSSLESS_DELIVERY)
+        from scipy import stats  # here, not at the top: it takes every command a second to import
+
         p = stats.binomtest(received, sent, q).pvalue
         if p < ALPHA:
             declared = "lossless" if exp.delivery >= 1 else f"declared to deliver {100 * exp.delivery:.3g}%"
@@ -217,6 +218,8 @@ def judge_burst(exp: Expectation, payload: int, ip_version: int, result: PingRes
     queued = queued[len(queued) // 4:]
     if len(queued) < MIN_RATE_POINTS or exp.rate_bps is None:
         return None, []  # the buffer (or the declared loss) left too few to judge
+    from scipy import stats
+
     slope_s = stats.theilslopes(queued, np.arange(len(queued), dtype=float)).slope
     rate = frame_bits / slope_s if slope_s > 0 else math.inf
     if rate > NO_QUEUE_FACTOR * exp.rate_bps:

@@ -35,7 +35,6 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 
 import numpy as np
-from scipy import stats as _sps
 
 __all__ = [
     "CI_LEVEL",
@@ -133,6 +132,8 @@ def median_ci_ranks(n: int, level: float = CI_LEVEL) -> tuple[int, int, float] |
     coverage = 1 - 2 * P(B <= l - 1). Returns ``None`` when even [min, max]
     falls short (n < 6 at 95%).
     """
+    from scipy import stats as _sps  # here, not at the top: it takes every command a second to import
+
     if n < 1:
         return None
     tail = (1.0 - level) / 2.0
