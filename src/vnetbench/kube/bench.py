@@ -108,17 +108,8 @@ class KubePlan:
         return list(dict.fromkeys(problems))
 
     def needs(self) -> list[tuple[str, str, str]]:
-        """What the run asks of the API (verb, resource, group), for an access review before anything is made:
-        in a namespace of the run's own, making and deleting it; in the user's, deleting what it made there. (The
-        cluster's lock asks for its own: kube/lock.py's NEEDS.)"""
-        wanted = [("create", "pods", ""), ("list", "pods", ""), ("create", "pods/exec", "")]
-        if self.namespace is None:
-            return [("create", "namespaces", ""), ("delete", "namespaces", ""), *wanted]
-        wanted.append(("delete", "pods", ""))
-        if any(p.path == "service" for p in self.placements.values()):
-            wanted += [("create", "services", ""), ("list", "services", ""), ("delete", "services", ""),
-                       ("list", "endpointslices", "discovery.k8s.io")]
-        return wanted
+        """What this run asks of the API (api_needs), its placements resolved."""
+        return api_needs(self.namespace, services=any(p.path == "service" for p in self.placements.values()))
 
     def pods(self, object_prefix: str = "") -> tuple[list[pods.PodSpec], dict[str, tuple[str, list[str]]]]:
         """The pods to make, and each placement's (receiver pod, sender pods) by its key. Pods are named r, r2,
@@ -153,6 +144,21 @@ class KubePlan:
                 names.append(senders[skey])
             groups[place.key] = (receivers[rkey], names)
         return specs, groups
+
+
+def api_needs(namespace: str | None, services: bool) -> list[tuple[str, str, str]]:
+    """What a run asks of the API (verb, resource, group), for an access review before anything is made: in a
+    namespace of the run's own, making and deleting it; in the user's `namespace`, deleting what it made there,
+    Services among them where a placement goes through one. (The cluster's lock asks for its own:
+    kube/lock.py's NEEDS.)"""
+    wanted = [("create", "pods", ""), ("list", "pods", ""), ("create", "pods/exec", "")]
+    if namespace is None:
+        return [("create", "namespaces", ""), ("delete", "namespaces", ""), *wanted]
+    wanted.append(("delete", "pods", ""))
+    if services:
+        wanted += [("create", "services", ""), ("list", "services", ""), ("delete", "services", ""),
+                   ("list", "endpointslices", "discovery.k8s.io")]
+    return wanted
 
 
 def placement(configs: list[Configuration], source: str, default_image: str, namespace: str | None = None

@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from vnetbench.errors import LabError
+from vnetbench.errors import EnvironmentProblem, LabError
 from vnetbench.kube.api import MANAGED_BY, RUN_LABEL, Cluster
 
 CONTAINER = "tools"
@@ -203,22 +203,18 @@ def delete_namespace(cluster: Cluster, name: str, timeout_s: float = 120.0) -> N
     raise LabError(f"{cluster.where()}: namespace {name} still terminating after {timeout_s:.0f} s")
 
 
-def delete_run_objects(cluster: Cluster, namespace: str, run_prefix: str, timeout_s: float = 120.0) -> list[str]:
+def delete_run_objects(cluster: Cluster, namespace: str, run_prefix: str, timeout_s: float = 120.0) -> None:
     """In a namespace that is not the run's own: the Services and pods with the run's labels, deleted, and
-    waited for until the pods are gone (nothing else in the namespace is looked at). Returns what was deleted
-    ("pod NAME", "service NAME")."""
+    waited for until the pods are gone (nothing else in the namespace is looked at)."""
     from kubernetes.client.exceptions import ApiException
 
     chosen = selector(run_prefix)
-    deleted: list[str] = []
     try:
         for svc in cluster.core.list_namespaced_service(namespace, label_selector=chosen).items:
             _delete(lambda: cluster.core.delete_namespaced_service(svc.metadata.name, namespace))
-            deleted.append(f"service {svc.metadata.name}")
         made = cluster.core.list_namespaced_pod(namespace, label_selector=chosen).items
         for pod in made:
             _delete(lambda: cluster.core.delete_namespaced_pod(pod.metadata.name, namespace, grace_period_seconds=0))
-            deleted.append(f"pod {pod.metadata.name}")
         deadline = time.monotonic() + timeout_s
         while made and cluster.core.list_namespaced_pod(namespace, label_selector=chosen).items:
             if time.monotonic() > deadline:
@@ -228,7 +224,6 @@ def delete_run_objects(cluster: Cluster, namespace: str, run_prefix: str, timeou
     except ApiException as e:
         raise LabError(f"{cluster.where()}: deleting run {run_prefix}'s pods and Services in namespace {namespace}: "
                        f"{reason(e)}") from None
-    return deleted
 
 
 def _delete(call: Any) -> None:
@@ -245,8 +240,6 @@ def check_namespace(cluster: Cluster, namespace: str) -> dict[str, Any]:
     """A namespace the user named: its labels (its Pod Security level among them) where the user may read it,
     or why not. Raises EnvironmentProblem when it does not exist (nothing is made in it then)."""
     from kubernetes.client.exceptions import ApiException
-
-    from vnetbench.errors import EnvironmentProblem
 
     try:
         labels = cluster.core.read_namespace(namespace, _request_timeout=30).metadata.labels or {}

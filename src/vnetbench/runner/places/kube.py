@@ -7,7 +7,8 @@ the namespace the user named (``--namespace``) exists, and the user may do what 
 review). Holding the place is the cluster's lock (:mod:`vnetbench.kube.lock`: one run measures there at a
 time). Facts are each node's (kernel, OS, container runtime, kubelet), the API server's version and the
 namespace. Cleaning deletes what vnetbench made (by label) whose run is not live on this machine: its own
-namespaces, its pods and Services in namespaces it did not make, and a lock whose hold has lapsed.
+namespaces, its pods and Services in namespaces it did not make, and the lock a killed run left (at once
+when the run was this machine's, else once its hold has lapsed).
 """
 
 from __future__ import annotations
@@ -134,11 +135,11 @@ class KubePlace(Place):
         self._check_namespace(plan)
         return configs, []
 
-    def _refused(self, plan: kube_bench.KubePlan) -> list[str]:
-        """What the run needs of the API that this user is refused: the run's objects, and the cluster's lock."""
+    def _refused(self, needs: list[tuple[str, str, str]]) -> list[str]:
+        """What a run needs of the API (`needs`, and the cluster's lock) that this user is refused."""
         cluster, lock_ns = self.connect(), kube_lock.lock_namespace(self.namespace)
         lock = pods.denied(cluster, lock_ns, kube_lock.NEEDS)
-        return [*pods.denied(cluster, self.namespace, plan.needs()),
+        return [*pods.denied(cluster, self.namespace, needs),
                 *([f"{'; '.join(lock)} in namespace {lock_ns} (the cluster's lock)"] if lock else [])]
 
     def _check_namespace(self, plan: kube_bench.KubePlan) -> None:
@@ -149,7 +150,7 @@ class KubePlace(Place):
             self.namespace_facts = {"name": "the run's own (its prefix)", "made_by_run": True}
         else:
             self.namespace_facts = pods.check_namespace(cluster, self.namespace)
-        refused = self._refused(plan)
+        refused = self._refused(plan.needs())
         if not refused:
             return
         where = f"in namespace {self.namespace}" if self.namespace else "on the cluster"
@@ -237,16 +238,14 @@ class KubePlace(Place):
         """What a run needs of the API that this user is refused (access reviews), printed; a namespace the user
         named must exist."""
         cluster = self.connect()
-        # every path a run may take: Services and their EndpointSlices too
-        plan = kube_bench.KubePlan("", "", {}, namespace=self.namespace,
-                                   placements={"": kube_bench.KubePlacement("", (), "pod", "service")})
         if self.namespace is not None:
             try:
                 pods.check_namespace(cluster, self.namespace)
             except EnvironmentProblem as e:
                 out.print(f"[red]no[/]  {escape(str(e))}", soft_wrap=True)
                 return [str(e)]
-        refused = self._refused(plan)
+        # every path a run may take: Services and their EndpointSlices too
+        refused = self._refused(kube_bench.api_needs(self.namespace, services=True))
         where = f"in namespace {self.namespace}" if self.namespace else "a namespace of each run's own"
         if refused:
             out.print(f"[red]no[/]  runs {escape(where)}: this user {escape('; '.join(refused))}", soft_wrap=True)
