@@ -118,3 +118,26 @@ def test_a_bench_that_cannot_be_made_lets_the_run_lock_and_the_place_go(tmp_path
     assert stored["status"] == "failed" and "no bench today" in (stored["status_reason"] or "")
     assert not [r for r in runlock.live_runs() if r.run_id == stored["id"]]
     assert not runlock.is_live(stored["id"]) and released == [True]
+
+
+def test_a_stop_while_the_bench_is_made_is_an_interrupted_run_that_resume_finishes(tmp_path):
+    """Outside a lab the signal's handler raises wherever the main thread is: a SIGTERM while the bench was made
+    (3.29 s into a run on a slow CI machine) stored the run as failed, as if the bench had a bug."""
+    from vnetbench.lab.teardown import Interrupted
+    from vnetbench.scenario import load
+    from vnetbench.store.db import Store
+
+    class StoppedWhileMaking(LabPlace):
+        def prepare(self, loaded, configs):
+            return configs, []
+
+        def bench(self, run_prefix, configs):
+            raise Interrupted("SIGTERM", lab_up=False)
+
+    store = Store(tmp_path / "r.db")
+    loaded = load.load("quick", ["ratios=[0.6]", "protos=[udp]"])
+    with pytest.raises(Interrupted):
+        run.execute(loaded, store, place=StoppedWhileMaking(), progress=False, allow_concurrent=True)
+    (stored,) = store.runs()
+    assert stored["status"] == "interrupted", stored["status_reason"]
+    assert f"vnetbench run --resume {stored['id']}" in stored["status_reason"]

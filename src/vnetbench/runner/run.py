@@ -122,8 +122,8 @@ def execute(loaded: LoadedScenario, store: Store, *, resume_run_id: str | None =
         bench = place.bench(run_prefix(run_id), configs)
         bench.keep_dir = store.path.parent / "vnetbench-logs" / run_id  # next to the results it explains
         monitor = LoadMonitor(netns_prefix=run_prefix(run_id), run_id=run_id).start()
-    except BaseException as e:
-        _store_end(store, run_id, "failed", f"{type(e).__name__}: {e}", fp, console)
+    except BaseException as e:  # a stop too: the signal's handler raises wherever the main thread is
+        _store_end(store, run_id, *_ending(e, run_id, place), fp, console)
         place.release()
         lock.release()
         raise
@@ -149,12 +149,7 @@ def execute(loaded: LoadedScenario, store: Store, *, resume_run_id: str | None =
                                          f"{run_id}{place.resume_args()}`")
         raise type(e)(reason) from None
     except BaseException as e:
-        stop = interruption_behind(e)  # the stop itself, or as C code handed it back (an ImportError)
-        if stop is not None:
-            status, reason = "interrupted", (f"stopped by {stop.signame}; finish it with `vnetbench run --resume "
-                                             f"{run_id}{place.resume_args()}`")
-        else:
-            status, reason = "failed", f"{type(e).__name__}: {e}"
+        status, reason = _ending(e, run_id, place)
         raise
     finally:
         errors = bench.teardown()
@@ -169,10 +164,22 @@ def execute(loaded: LoadedScenario, store: Store, *, resume_run_id: str | None =
                 fp["calibration"][-1]["after"] = {"error": f"{type(e).__name__}: {e}"[:300]}
         fp["machine_load"] = [*fp.get("machine_load", []), monitor.stop()]  # one entry per session (resumes)
         fp["cpu_wake_latency"] = bench.cpu_wake_latency
+        if bench.cpu_wake_up is not None:
+            fp["cpu_wake_up"] = bench.cpu_wake_up
         _store_end(store, run_id, status, reason, fp, console)
         place.release()
         lock.release()
     return RunSummary(run_id, status, tally.ok, tally.failed, tally.failures)
+
+
+def _ending(e: BaseException, run_id: str, place: Place) -> tuple[str, str]:
+    """The status and reason of a run that `e` ended: interrupted when it is a stop (the stop itself, or as C
+    code handed it back, an ImportError), which --resume finishes; failed otherwise."""
+    stop = interruption_behind(e)
+    if stop is not None:
+        return "interrupted", f"stopped by {stop.signame}; finish it with `vnetbench run --resume {run_id}" \
+                              f"{place.resume_args()}`"
+    return "failed", f"{type(e).__name__}: {e}"
 
 
 def _store_end(store: Store, run_id: str, status: str, reason: str | None, fp: dict, console: Console) -> None:
