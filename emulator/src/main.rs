@@ -9,12 +9,15 @@
 //! Usage: vnb-link --iface-a A --iface-b B --config CFG.json
 //!                 [--control SOCK|-] [--stats-out FILE] [--cpu N]
 //!        vnb-link ctl SOCK 'JSON'        (send one control request, print the reply)
+//!        vnb-link idle-poll CPU...       (keep idle cores polling: idle.rs)
+//!        vnb-link wake-probe FROM TO ASLEEP_US SAMPLES   (how late a sleeper wakes: idle.rs)
 
 mod afpacket;
 mod aqm;
 mod config;
 mod control;
 mod engine;
+mod idle;
 mod link;
 mod model;
 mod packet;
@@ -54,7 +57,8 @@ struct Args {
 
 const USAGE: &str = "usage: vnb-link --iface-a IFACE --iface-b IFACE --config CONFIG.json \
 [--control UNIX_SOCKET_PATH | --control -] [--stats-out STATS.json] [--cpu N]\n       \
-vnb-link ctl UNIX_SOCKET_PATH 'JSON'\n       vnb-link --check-config CONFIG.json";
+vnb-link ctl UNIX_SOCKET_PATH 'JSON'\n       vnb-link --check-config CONFIG.json\n       \
+vnb-link idle-poll CPU...\n       vnb-link wake-probe FROM_CPU TO_CPU ASLEEP_US SAMPLES";
 
 fn parse_args(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
     let (mut a, mut b, mut c, mut ctl, mut st, mut cpu) = (None, None, None, None, None, None);
@@ -85,6 +89,9 @@ fn parse_args(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
 }
 
 fn pin_cpu(cpu: usize) -> Result<(), String> {
+    if cpu >= libc::CPU_SETSIZE as usize {
+        return Err(format!("CPU {cpu}: a CPU set holds CPUs 0 to {}", libc::CPU_SETSIZE - 1));
+    }
     unsafe {
         let mut set: libc::cpu_set_t = std::mem::zeroed();
         libc::CPU_ZERO(&mut set);
@@ -94,6 +101,16 @@ fn pin_cpu(cpu: usize) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// SIGTERM and SIGINT end the loop (STOP); a closed pipe is an error where it is written, not a death.
+fn install_stop_handlers() {
+    unsafe {
+        let h = on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
+        libc::signal(libc::SIGTERM, h);
+        libc::signal(libc::SIGINT, h);
+        libc::signal(libc::SIGPIPE, libc::SIG_IGN);
+    }
 }
 
 fn fail(msg: &str) -> ! {
@@ -115,6 +132,25 @@ fn main() {
                 }
                 Err(e) => fail(&format!("control socket {path}: {e}")),
             }
+        }
+        Some("idle-poll") => {
+            argv.next();
+            let cpus = idle::parse_cpus(argv).unwrap_or_else(|e| fail(&e));
+            install_stop_handlers();
+            idle::run(&cpus, &STOP).unwrap_or_else(|e| fail(&e));
+            std::process::exit(0);
+        }
+        Some("wake-probe") => {
+            argv.next();
+            let n: Vec<usize> = argv
+                .map(|a| a.parse::<usize>().unwrap_or_else(|_| fail(&format!("wake-probe: '{a}' is not a number"))))
+                .collect();
+            let [from, to, asleep_us, samples] = n[..] else {
+                fail("usage: vnb-link wake-probe FROM_CPU TO_CPU ASLEEP_US SAMPLES")
+            };
+            let asleep = std::time::Duration::from_micros(asleep_us as u64);
+            println!("{}", idle::wake_probe(from, to, asleep, samples.max(1)).unwrap_or_else(|e| fail(&e)));
+            std::process::exit(0);
         }
         Some("--check-config") => {
             argv.next();
@@ -144,12 +180,7 @@ fn main() {
     if let Some(c) = args.cpu {
         pin_cpu(c).unwrap_or_else(|e| fail(&e));
     }
-    unsafe {
-        let h = on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
-        libc::signal(libc::SIGTERM, h);
-        libc::signal(libc::SIGINT, h);
-        libc::signal(libc::SIGPIPE, libc::SIG_IGN);
-    }
+    install_stop_handlers();
 
     let sa = PacketSocket::open(&args.iface_a).unwrap_or_else(|e| fail(&e.to_string()));
     let sb = PacketSocket::open(&args.iface_b).unwrap_or_else(|e| fail(&e.to_string()));

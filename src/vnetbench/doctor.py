@@ -14,7 +14,7 @@ from pathlib import Path
 
 from vnetbench import machine, tools
 from vnetbench.impair.backends import REGISTRY
-from vnetbench.lab import cgroups, environments, netns
+from vnetbench.lab import cgroups, environments, idle, netns
 from vnetbench.workloads import registry
 from vnetbench.tools import ETHTOOL, IP, SS, TASKSET
 
@@ -125,6 +125,7 @@ def run_checks() -> DoctorReport:
     kvm_ok, kvm_detail = kvm_state()
     report.add("kvm", kvm_ok, kvm_detail, "" if kvm_ok else KVM_FIX)
     report.add("cgroups", True, cgroups.describe())
+    report.add("idle cores", *idle.how_held())
     report.add(*report_bundle_check())
     for cap in environments.availability(probe=root):  # what `env = ...` can be on this machine
         report.add(f"env {cap.name}", cap.ok, cap.detail, cap.fix)

@@ -65,7 +65,8 @@ def run_namespaces(db: Path) -> list[str]:
 
 
 def our_processes() -> list[str]:
-    out = subprocess.run(["pgrep", "-a", "-f", "iperf3 --server|ping -4 -D"], capture_output=True, text=True).stdout
+    out = subprocess.run(["pgrep", "-a", "-f", "iperf3 --server|ping -4 -D|vnb-link idle-poll"], capture_output=True,
+                         text=True).stdout
     return [l for l in out.splitlines() if l.strip()]
 
 

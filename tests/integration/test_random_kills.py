@@ -37,7 +37,7 @@ RUN_LENGTH_S = 7.5
 # are not vnetbench's to answer for: moments start after them.
 FIRST_MOMENT_S = 0.05
 SIGNALS = ("SIGKILL", "SIGTERM", "SIGINT twice")
-OUR_TOOLS = r"iperf3 --server|iperf3 --client|ping -4 -D|vnb-link --iface"
+OUR_TOOLS = r"iperf3 --server|iperf3 --client|ping -4 -D|vnb-link --iface|vnb-link idle-poll"
 
 
 def our_processes() -> list[str]:

@@ -136,6 +136,36 @@ def test_busy_cores_softirq_steal_and_the_service_demand_of_a_stream():
                                                  "softirq": 10, "steal": 5}
 
 
+def test_the_time_idle_cores_polled_is_idle_not_the_traffics_cost():
+    """A kernel without a cpuidle driver: the lab's pollers (lab/idle.py, niced to 19) spin on every idle core,
+    and /proc/stat counts their time as nice. cpu0 works a quarter of the time and polls the rest; cpu1 polls
+    all but 10 % of softirq. Sampled as CpuRecorder samples, with the pollers' schedstat read at each sample."""
+    hz = recorders.CLOCK_TICKS
+    clock = {"t": 0.0}
+    def stat() -> str:
+        ticks = hz * clock["t"]
+        return stat_text({"cpu0": (int(0.25 * ticks), int(0.75 * ticks), 0, 0, 0, 0, 0, 0),
+                          "cpu1": (0, int(0.9 * ticks), 0, 0, 0, 0, int(0.1 * ticks), 0)})
+
+    polled = lambda: {"cpu0": int(0.75e9 * clock["t"]), "cpu1": int(0.9e9 * clock["t"])}  # noqa: E731
+    rec = CpuRecorder("test", read=stat, processes=None, polled=polled)
+    for t in (0.0, 1.0, 2.0):
+        clock["t"] = t
+        rec._sample()
+    rec.samples = [(1000.0 + t, counters) for t, (_, counters) in zip((0.0, 1.0, 2.0), rec.samples)]
+    m, raw = Measurement(), {}
+    m.add("rr.transactions_per_s", 10000.0)
+    rec.collect(m, raw, (1000.0, 1002.0))
+    got = values(m)
+    assert got["cpu.util_pct"] == pytest.approx(35)  # a quarter of cpu0 and cpu1's softirq: not the polling
+    assert got["cpu.us_per_transaction"] == pytest.approx(0.35e6 / 10000)
+    assert raw["cpu"]["per_cpu_pct"]["cpu0"]["idle"] == pytest.approx(75)
+    assert raw["cpu"]["per_cpu_pct"]["cpu1"]["nice"] == 0 and raw["cpu"]["per_cpu_pct"]["cpu1"]["idle"] == 90
+    # what a niced process of someone else's ran is still busy: only the pollers' own time moves
+    assert recorders.polling_as_idle({"cpu0": (0, 50, 0, 50, 0, 0, 0, 0)}, {"cpu0": int(0.2e9)})["cpu0"] == \
+        (0, 50 - 0.2 * hz, 0, 50 + 0.2 * hz, 0, 0, 0, 0)
+
+
 def test_the_window_edges_are_interpolated_and_a_transaction_rate_gives_its_cost():
     rec = two_seconds_of_work()
     m = Measurement()

@@ -51,10 +51,14 @@ class Limits:
     cpu_quota: float | None = None  # CPUs (0.5 = half of one CPU per period)
     cpuset: str | None = None  # "1", "0-1", "0,2"
     memory_bytes: int | None = None
+    # cpu.idle (Linux 5.15+, v1 and v2): the group competes for a core as a SCHED_IDLE task does, at the lowest
+    # weight, and gives it up to any other task that wakes there (lab/idle.py's pollers)
+    cpu_idle: bool = False
 
     def controllers(self) -> list[str]:
-        wanted = [("cpu", self.cpu_quota), ("cpuset", self.cpuset), ("memory", self.memory_bytes)]
-        return [c for c, v in wanted if v is not None]
+        wanted = [("cpu", self.cpu_quota is not None or self.cpu_idle), ("cpuset", self.cpuset is not None),
+                  ("memory", self.memory_bytes is not None)]
+        return [c for c, used in wanted if used]
 
     def __bool__(self) -> bool:
         return bool(self.controllers())
@@ -256,12 +260,15 @@ class CGroup:
             v2 = self.version[controller] == 2
             try:
                 if controller == "cpu":
-                    quota = int(round(lim.cpu_quota * CFS_PERIOD_US))
-                    if v2:
-                        _write(path / "cpu.max", f"{quota} {CFS_PERIOD_US}")
-                    else:
-                        _write(path / "cpu.cfs_period_us", str(CFS_PERIOD_US))
-                        _write(path / "cpu.cfs_quota_us", str(quota))
+                    if lim.cpu_idle:
+                        _write(path / "cpu.idle", "1")
+                    if lim.cpu_quota is not None:
+                        quota = int(round(lim.cpu_quota * CFS_PERIOD_US))
+                        if v2:
+                            _write(path / "cpu.max", f"{quota} {CFS_PERIOD_US}")
+                        else:
+                            _write(path / "cpu.cfs_period_us", str(CFS_PERIOD_US))
+                            _write(path / "cpu.cfs_quota_us", str(quota))
                 elif controller == "cpuset":
                     if not v2:  # v1 refuses tasks until both are set; memory nodes as the parent's
                         _write(path / "cpuset.mems", (path.parent / "cpuset.mems").read_text().strip())

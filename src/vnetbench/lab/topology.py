@@ -19,6 +19,7 @@ from vnetbench.lab import environments
 from vnetbench.lab.environments import Variant
 from vnetbench.lab.environments.base import (UNDERLAY_V4_PREFIXLEN, UNDERLAY_V6_PREFIXLEN, Endpoint, LabContext,
                                              underlay_addresses)
+from vnetbench.lab import idle
 from vnetbench.lab.idle import WakeLatency
 from vnetbench.lab.nodes import NamespaceNode, Namespace
 from vnetbench.lab.teardown import Registry
@@ -62,7 +63,8 @@ class Lab:
     ports: dict[str, Any] = field(default_factory=dict)  # host name -> switch-side Interface
     uplinks: dict[str, Any] = field(default_factory=dict)  # host name -> endpoint-side end of the same link
     groups: dict[Variant, Group] = field(default_factory=dict)
-    # The hold on the CPUs' wake-up latency while the lab is up (vnetbench.lab.idle), as obtained
+    # The hold on the CPUs' wake-up latency while the lab is up (vnetbench.lab.idle), and what it obtained
+    wake: WakeLatency | None = None
     cpu_wake_latency: str = "not held: the endpoints are not this machine's (real hosts)"
     bringup_s: dict[Variant, float] = field(default_factory=dict)  # wall time to attach + join each variant
     # (guests boot in parallel: a later variant's join may find them already up)
@@ -158,9 +160,8 @@ def build_dumbbell(run_prefix: str, senders: int, mtu: int = 1500, pin_cpus: boo
     registry = registry or Registry()
     variants = variants or [(Variant(env="bare", mtu=mtu), senders)]
     lab = Lab(run_prefix, registry)
-    wake = WakeLatency()
-    lab.cpu_wake_latency = wake.hold()
-    registry.add("the hold on the CPUs' wake-up latency", wake.release)
+    lab.wake = idle.held(registry, run_prefix)
+    lab.cpu_wake_latency = lab.wake.state
     try:
         lab.switch = Namespace.create(lab.ns_name("sw"), registry)
         sw = lab.switch

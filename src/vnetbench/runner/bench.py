@@ -143,6 +143,11 @@ class DumbbellBench:
         return self.lab.cpu_wake_latency if self.lab else "not held: no lab was built"
 
     @property
+    def cpu_wake_up(self) -> dict | None:
+        """What a wake-up cost on the lab's machine while the hold was on (vnetbench.lab.idle.probe_wake_up)."""
+        return self.lab.wake.wake_up if self.lab and self.lab.wake else None
+
+    @property
     def receiver(self) -> NamespaceNode:
         """The receiver of the only (or first) variant."""
         return self.lab.endpoints[next(iter(self.lab.groups.values())).receiver]
@@ -538,7 +543,8 @@ class DumbbellBench:
         env = group.env
         out.append(CpuRecorder("this machine", parts=lambda: {"emulator": self.links.emulator_pids(),
                                                               **(env.cpu_parts() if env is not None else {})},
-                               part_of=env.cpu_part_of if env is not None else None))
+                               part_of=env.cpu_part_of if env is not None else None,
+                               polled=self.lab.wake.polled_ns if self.lab.wake is not None else None))
         guests = env.guests() if env is not None else []
         if guests:
             out.append(GuestsCpuRecorder(guests, self.workdir))

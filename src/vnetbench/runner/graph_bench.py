@@ -30,7 +30,7 @@ from vnetbench.lab.environments import Variant
 from vnetbench.lab import environments
 from vnetbench.lab.environments.base import Attached, Endpoint, LabContext, NamespaceEnvironment, WiredNamespace
 from vnetbench.lab.graph_lab import GraphLab, build_graph
-from vnetbench.lab.idle import WakeLatency
+from vnetbench.lab import idle
 from vnetbench.lab.nodes import Interface, Namespace, NamespaceNode
 from vnetbench.lab.teardown import Registry
 from vnetbench.lab.topology import Group, Lab, _cpu_plan
@@ -227,9 +227,8 @@ class GraphBench(DumbbellBench):
                                                                       *self._pairs(c)[1].values()))) or [
             (tuple(self.topology.endpoints(graph)[0]), self.topology.endpoints(graph)[1])]
         lab = GraphLabView(self.run_prefix, registry)
-        wake = WakeLatency()
-        lab.cpu_wake_latency = wake.hold()
-        registry.add("the hold on the CPUs' wake-up latency", wake.release)
+        lab.wake = idle.held(registry, self.run_prefix)
+        lab.cpu_wake_latency = lab.wake.state
         t0 = time.perf_counter()
         variant = self.variants[0][0] if self.variants else Variant(env="bare", mtu=self.mtu)
         kinds = [n.kind for n in graph.nodes.values()]
@@ -349,6 +348,10 @@ class GraphsBench:
     @property
     def cpu_wake_latency(self) -> str:
         return next(iter(self.benches.values())).cpu_wake_latency
+
+    @property
+    def cpu_wake_up(self) -> dict | None:
+        return next(iter(self.benches.values())).cpu_wake_up
 
     def setup(self) -> None:
         done: list[GraphBench] = []

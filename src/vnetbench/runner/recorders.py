@@ -130,6 +130,7 @@ class EnvironmentRecorder(Recorder):
 
 
 # /proc/stat's per-CPU counters, in clock ticks (USER_HZ); guest time is counted inside user as well.
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 STAT_FIELDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
 BUSY_FIELDS = ("user", "nice", "system", "irq", "softirq")  # idle, iowait and steal are not this machine's work
 CPU_SAMPLE_S = 0.05  # 20 reads a second: the window's edges within 50 ms; a read costs ~30 us
@@ -147,6 +148,23 @@ def parse_proc_stat(text: str) -> dict[str, tuple[int, ...]]:
         if name.startswith("cpu") and name != "cpu":
             values = [int(v) for v in rest.split()[:len(STAT_FIELDS)]]
             out[name] = tuple(values + [0] * (len(STAT_FIELDS) - len(values)))
+    return out
+
+
+def polling_as_idle(counters: dict[str, tuple[int, ...]],
+                    polled_ns: dict[str, int]) -> dict[str, tuple[float, ...]]:
+    """/proc/stat's counters with the time idle cores spent polling (`polled_ns`, per CPU, since the pollers
+    started: vnetbench.lab.idle) moved from `nice`, where the niced pollers are counted, to `idle`. Only the
+    differences between samples are ever read, so a count since any start will do."""
+    out: dict[str, tuple[float, ...]] = dict(counters)
+    nice, idle = STAT_FIELDS.index("nice"), STAT_FIELDS.index("idle")
+    for cpu, ns in polled_ns.items():
+        if cpu in out:
+            values = list(out[cpu])
+            ticks = ns * CLOCK_TICKS / 1e9
+            values[nice] -= ticks
+            values[idle] += ticks
+            out[cpu] = tuple(values)
     return out
 
 
@@ -237,13 +255,18 @@ class CpuRecorder(Recorder):
     (``cpu.emulator_pct``, ``cpu.qemu_pct``, ``cpu.container_pct``), in cores x 100, less the instruments that
     ran in it (`part_of` says which part holds an endpoint's processes), and per kind in the raw record
     ("parts_pct": a guest's vCPU threads apart from its I/O threads, each container by endpoint; instruments
-    included)."""
+    included).
+
+    `polled`: per CPU, the time the lab's pollers have spun there so far (vnetbench.lab.idle, on a kernel
+    without a cpuidle driver): counted as the idle time it is, not as the `nice` time /proc/stat shows."""
 
     def __init__(self, where: str, read: Callable[[], str] = read_local_stat, interval: float = CPU_SAMPLE_S,
                  processes: Callable[[], dict[int, foreign.ProcTimes]] | None = foreign.scan,
                  parts: Callable[[], dict[str, list[Any]]] | None = None,
-                 part_of: Callable[[str], str | None] | None = None):
+                 part_of: Callable[[str], str | None] | None = None,
+                 polled: Callable[[], dict[str, int]] | None = None):
         self.where = where
+        self.polled = polled
         self.read = read
         self.interval = interval
         self.processes = processes
@@ -259,7 +282,10 @@ class CpuRecorder(Recorder):
 
     def _sample(self) -> None:
         now = time.time()
-        self.samples.append((now, parse_proc_stat(self.read())))
+        counters = parse_proc_stat(self.read())
+        if self.polled is not None:
+            counters = polling_as_idle(counters, self.polled())
+        self.samples.append((now, counters))
         if self._parts:
             self.part_samples.append((now, parts_times(self._parts)))
 
@@ -353,7 +379,8 @@ def shares_over(samples: list[tuple[float, dict[str, tuple[int, ...]]]],
     before, after = counters_at(samples, span[0]), counters_at(samples, span[1])
     out = {}
     for cpu in before:
-        delta = [y - x for x, y in zip(before[cpu], after[cpu])]
+        # never below 0: /proc/stat's ticks and the pollers' scheduler time (polling_as_idle) are two clocks
+        delta = [max(0.0, y - x) for x, y in zip(before[cpu], after[cpu])]
         total = sum(delta)
         if total > 0:
             out[cpu] = {f: round(100 * d / total, 2) for f, d in zip(STAT_FIELDS, delta)}
