@@ -30,6 +30,7 @@ import struct
 import subprocess
 from pathlib import Path
 
+from vnetbench import machine
 from vnetbench.errors import EnvironmentProblem, LabError
 from vnetbench.lab.cgroups import CGroup, Limits
 from vnetbench.lab.teardown import Registry, atomic, start_process
@@ -89,22 +90,8 @@ class _Pollers:
     def polled_ns(self) -> dict[str, int]:
         if self.proc is None:
             return {}
-        out: dict[str, int] = {}
-        try:
-            tasks = os.scandir(f"/proc/{self.proc.pid}/task")
-        except OSError:
-            return out
-        with tasks:
-            for task in tasks:
-                try:
-                    with open(f"{task.path}/comm") as f:
-                        name = f.read().strip()
-                    if name.startswith(POLLER_THREAD):
-                        with open(f"{task.path}/schedstat") as f:
-                            out[f"cpu{name.removeprefix(POLLER_THREAD)}"] = int(f.read().split()[0])
-                except (OSError, ValueError, IndexError):
-                    continue
-        return out
+        return {f"cpu{name.removeprefix(POLLER_THREAD)}": ns for name, ns in machine.threads_cpu_ns(self.proc.pid)
+                if name.startswith(POLLER_THREAD)}
 
 
 _POLLERS = _Pollers()

@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from vnetbench.machine import threads_cpu_ns
 from vnetbench.impair import tc
 from vnetbench.lab.teardown import stop_groups, wait_metered
 from vnetbench.impair.links import LinkManager, bottleneck_drops, link_metrics
@@ -178,21 +179,9 @@ def thread_times(pid: int, proc: Path = Path("/proc")) -> dict[str, int]:
     thread's kind is its name with its standalone numbers folded (QEMU's "CPU 0/TCG" and "CPU 1/TCG" are "CPU #/TCG",
     its vhost workers "vhost-#"). Empty when the process is gone."""
     out: dict[str, int] = {}
-    try:
-        tasks = os.scandir(proc / str(pid) / "task")
-    except OSError:
-        return out
-    with tasks:
-        for task in tasks:
-            try:
-                with open(f"{task.path}/comm") as f:
-                    name = f.read().strip()
-                with open(f"{task.path}/schedstat") as f:
-                    ns = int(f.read().split()[0])
-            except (OSError, ValueError, IndexError):
-                continue  # the thread ended meanwhile
-            kind = re.sub(r"\b\d+\b", "#", name)  # "CPU 0/TCG", "vhost-1234"; not "qemu-system-x86"
-            out[kind] = out.get(kind, 0) + ns
+    for name, ns in threads_cpu_ns(pid, proc):
+        kind = re.sub(r"\b\d+\b", "#", name)  # "CPU 0/TCG", "vhost-1234"; not "qemu-system-x86"
+        out[kind] = out.get(kind, 0) + ns
     return out
 
 
