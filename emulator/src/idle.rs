@@ -2,8 +2,8 @@
 //!
 //! An idle core halts, and the next packet for a process on it waits for the core to wake. On a VM
 //! the hypervisor takes a halted virtual CPU off its physical one, and the wake-up costs the host's
-//! scheduling: 150-250 us a wake on the 2-core VM, paid twice by every round trip through a delay
-//! (the cores sit idle while the packets wait). Latency benchmarks hold the wake-up latency at 0 with
+//! scheduling: 96 us a wake on the 2-core VM against 22-72 polled, paid twice by every round trip
+//! through a delay (the cores sit idle while the packets wait). Latency benchmarks hold the wake-up latency at 0 with
 //! a PM QoS request (/dev/cpu_dma_latency), but the kernel honours it through its cpuidle driver; a
 //! kernel that registered none ("none" in /sys/devices/system/cpu/cpuidle/current_driver) halts all
 //! the same. This is the kernel's `idle=poll` from user space for such a kernel: one thread per core,

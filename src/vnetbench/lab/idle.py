@@ -12,7 +12,7 @@ power, not measurements.
 
 The kernel honours that request through its cpuidle driver. A kernel that registered none (a VM's, whose
 /sys/devices/system/cpu/cpuidle/current_driver says "none") halts idle cores all the same: there the round
-trip through 5 ms each way came out 10.42 to 10.51 ms against a zero-delay floor of 50 us, in CI and here.
+trip through 5 ms each way came out 10.42 to 10.64 ms against a zero-delay floor of 50 to 57 us, in CI and here.
 On such a kernel the lab keeps the cores polling itself: `vnb-link idle-poll` runs one thread per core under
 SCHED_IDLE (it runs only when nothing else there can, and a task that wakes there preempts it at once), niced
 so that /proc/stat counts its time as `nice`. The CPU recorder counts that time back as idle
@@ -188,7 +188,7 @@ def probe_wake_up(asleep_us: int = WAKE_PROBE_ASLEEP_US, samples: int = WAKE_PRO
     sleep and right away (`vnb-link wake-probe`, medians in microseconds), or None where there is no second core
     or no vnb-link. A request/response exchange through a delay pays the difference twice a round trip (server
     and client each sleep through the delay), which an exchange without delay does not: on the 2-core VM, with
-    its cores polled, 12 to 38 us a wake-up; with them halted, 90."""
+    its cores polled, 22 to 72 us after 5 ms asleep against 8 to 18 at once; with them halting, 96."""
     from vnetbench.impair.backend import find_binary
 
     cores = sorted(os.sched_getaffinity(0))

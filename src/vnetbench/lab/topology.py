@@ -63,7 +63,7 @@ class Lab:
     ports: dict[str, Any] = field(default_factory=dict)  # host name -> switch-side Interface
     uplinks: dict[str, Any] = field(default_factory=dict)  # host name -> endpoint-side end of the same link
     groups: dict[Variant, Group] = field(default_factory=dict)
-    # The hold on the CPUs' wake-up latency while the lab is up (vnetbench.lab.idle), and what it obtained
+    # The hold on the CPUs' wake-up latency while the lab is up (vnetbench.lab.idle); where there is none, why
     wake: WakeLatency | None = None
     cpu_wake_latency: str = "not held: the endpoints are not this machine's (real hosts)"
     bringup_s: dict[Variant, float] = field(default_factory=dict)  # wall time to attach + join each variant
@@ -161,7 +161,6 @@ def build_dumbbell(run_prefix: str, senders: int, mtu: int = 1500, pin_cpus: boo
     variants = variants or [(Variant(env="bare", mtu=mtu), senders)]
     lab = Lab(run_prefix, registry)
     lab.wake = idle.held(registry, run_prefix)
-    lab.cpu_wake_latency = lab.wake.state
     try:
         lab.switch = Namespace.create(lab.ns_name("sw"), registry)
         sw = lab.switch

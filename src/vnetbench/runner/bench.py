@@ -140,7 +140,9 @@ class DumbbellBench:
     @property
     def cpu_wake_latency(self) -> str:
         """What the lab's hold on the CPUs' wake-up latency obtained (vnetbench.lab.idle), for the fingerprint."""
-        return self.lab.cpu_wake_latency if self.lab else "not held: no lab was built"
+        if self.lab is None:
+            return "not held: no lab was built"
+        return self.lab.wake.state if self.lab.wake is not None else self.lab.cpu_wake_latency
 
     @property
     def cpu_wake_up(self) -> dict | None:

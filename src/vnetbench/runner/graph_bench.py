@@ -228,7 +228,6 @@ class GraphBench(DumbbellBench):
             (tuple(self.topology.endpoints(graph)[0]), self.topology.endpoints(graph)[1])]
         lab = GraphLabView(self.run_prefix, registry)
         lab.wake = idle.held(registry, self.run_prefix)
-        lab.cpu_wake_latency = lab.wake.state
         t0 = time.perf_counter()
         variant = self.variants[0][0] if self.variants else Variant(env="bare", mtu=self.mtu)
         kinds = [n.kind for n in graph.nodes.values()]
