@@ -1,5 +1,6 @@
 """The lab's hold on the CPUs' wake-up latency (lab/idle.py): 0 while held, the kernel's own after; where the
-kernel has no cpuidle driver to honour that, the cores kept polling by vnb-link idle-poll, whose time is idle."""
+kernel has no cpuidle driver to honour that, the cores halt unless the scenario asks them to poll
+(lab.idle_cores = "poll": vnb-link idle-poll, whose time is idle)."""
 
 from __future__ import annotations
 
@@ -63,10 +64,18 @@ def test_where_it_cannot_be_held_the_record_says_why(monkeypatch, driver):
     wake.release()
 
 
-@needs_vnb_link
-def test_without_a_driver_every_core_polls_under_sched_idle_and_its_time_is_counted(driver):
+def test_without_a_driver_idle_cores_halt_unless_asked_to_poll_and_the_record_says_so(driver):
     driver("none")
-    first, second = WakeLatency(PREFIX), WakeLatency(PREFIX)
+    wake = WakeLatency(PREFIX)
+    assert wake.hold().startswith("not held: the kernel has no cpuidle driver") and 'idle_cores = "poll"' in wake.state
+    assert not wake.polling and not _pollers() and wake.polled_ns() == {}
+    wake.release()
+
+
+@needs_vnb_link
+def test_without_a_driver_and_asked_to_poll_every_core_polls_under_sched_idle_and_its_time_is_counted(driver):
+    driver("none")
+    first, second = WakeLatency(PREFIX, poll=True), WakeLatency(PREFIX, poll=True)
     assert first.hold().startswith("held by polling") and "no cpuidle driver" in first.state
     assert second.hold().startswith("held by polling")
     try:
@@ -103,7 +112,7 @@ def test_without_a_driver_every_core_polls_under_sched_idle_and_its_time_is_coun
 @needs_vnb_link
 def test_the_pollers_end_by_themselves_when_the_run_is_killed():
     code = ("import sys, time; from pathlib import Path; from vnetbench.lab import idle; "
-            f"idle.CPUIDLE_DRIVER = Path('/nonexistent'); w = idle.WakeLatency('{PREFIX}k'); "
+            f"idle.CPUIDLE_DRIVER = Path('/nonexistent'); w = idle.WakeLatency('{PREFIX}k', poll=True); "
             "print(w.hold(), flush=True); time.sleep(60)")
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     try:
@@ -135,7 +144,7 @@ def _runs(pid: int) -> bool:
 def test_without_a_driver_and_without_vnb_link_the_record_says_so(monkeypatch, driver):
     driver("none")
     monkeypatch.setattr("vnetbench.impair.backend.find_binary", lambda: None)
-    wake = WakeLatency(PREFIX)
+    wake = WakeLatency(PREFIX, poll=True)
     assert wake.hold().startswith("not held: the kernel has no cpuidle driver") and "make setup" in wake.state
     wake.release()
     assert not idle._POLLERS.proc
@@ -148,7 +157,7 @@ def test_doctor_says_how_a_lab_keeps_idle_cores_awake(monkeypatch, driver):
     driver("none")
     monkeypatch.setattr("vnetbench.impair.backend.find_binary", lambda: "/usr/bin/vnb-link")
     ok, detail, _ = idle.how_held()
-    assert ok and "vnb-link idle-poll" in detail
+    assert ok and "idle cores halt" in detail and 'idle_cores = "poll"' in detail and "vnb-link idle-poll" in detail
     monkeypatch.setattr("vnetbench.impair.backend.find_binary", lambda: None)
     ok, detail, fix = idle.how_held()
     assert not ok and "idle cores halt" in detail and "make setup" in fix

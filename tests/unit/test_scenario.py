@@ -218,6 +218,19 @@ def test_inline_table_mistakes_are_named(tmp_path, matrix, needle):
     assert needle in error_of(write(tmp_path, text))
 
 
+@pytest.mark.parametrize("matrix,needle", [
+    ("pin_cpus = [true, false]", "matrix.pin_cpus is not a parameter that can differ between configurations: "
+                                 "pin_cpus holds for the whole run"),
+    ('"lab.idle_cores" = ["pm-qos", "poll"]', "matrix.lab.idle_cores is not a parameter that can differ between"),
+    ('load = [{proto = "tcp", idle_cores = "poll"}]', "set lab.idle_cores once, and run the scenario once per value"),
+])
+def test_what_holds_for_the_whole_run_is_not_a_matrix_axis(tmp_path, matrix, needle):
+    """The lab is built and held once per run: a configuration that said pin_cpus = false ran pinned like the
+    first, under its own label."""
+    text = MINIMAL.replace('ratio = [0.5, 2.0]\nproto = ["udp", "tcp"]', matrix)
+    assert needle in error_of(write(tmp_path, text))
+
+
 def test_set_takes_inline_tables(tmp_path):
     loaded = L.load(write(tmp_path, ENVS), ['env=[{env="bare"},{env="container",cpu_quota="50%"}]'])
     assert loaded.scenario.matrix["env"] == [{"env": "bare"}, {"env": "container", "cpu_quota": "50%"}]

@@ -13,11 +13,16 @@ power, not measurements.
 The kernel honours that request through its cpuidle driver. A kernel that registered none (a VM's, whose
 /sys/devices/system/cpu/cpuidle/current_driver says "none") halts idle cores all the same: there the round
 trip through 5 ms each way came out 10.42 to 10.64 ms against a zero-delay floor of 50 to 57 us, in CI and here.
-On such a kernel the lab keeps the cores polling itself: `vnb-link idle-poll` runs one thread per core under
-SCHED_IDLE (it runs only when nothing else there can, and a task that wakes there preempts it at once), niced
-so that /proc/stat counts its time as `nice`. The CPU recorder counts that time back as idle
-(:meth:`WakeLatency.polled_ns`): a core that polls is as idle as one that halts, for what a trial costs. The
-pollers end with the lab, and by themselves when the run's process is gone.
+That is what the machine does, and the run's record says so with what a wake-up costs (:func:`probe_wake_up`).
+
+A scenario that wants the cores polling there all the same sets `lab.idle_cores = "poll"`: `vnb-link idle-poll`
+runs one thread per core under SCHED_IDLE (it runs only when nothing else there can, and a task that wakes there
+preempts it at once), niced so that /proc/stat counts its time as `nice`. The CPU recorder counts that time back
+as idle (:meth:`WakeLatency.polled_ns`): a core that polls is as idle as one that halts, for what a trial costs.
+The pollers end with the lab, and by themselves when the run's process is gone. It is not the default: a VM's
+polling cores take the hypervisor's CPU all the time the lab is up (a cloud instance's CPU credits, a CPU quota
+that then throttles the whole VM), and in CI, with them on for every lab, the same streams came out slower and
+their endpoints' CPU time twice what it is here.
 """
 
 from __future__ import annotations
@@ -101,15 +106,17 @@ class WakeLatency:
     """A hold on the CPUs' wake-up latency (0 us) for as long as it is open: a PM QoS request, and where the
     kernel has no cpuidle driver to honour it, pollers on the cores."""
 
-    def __init__(self, run_prefix: str) -> None:
+    def __init__(self, run_prefix: str, poll: bool = False) -> None:
         self.run_prefix = run_prefix  # the pollers' cgroup is named after the run, for `vnetbench clean`
+        self.poll = poll  # where the kernel has no cpuidle driver, keep idle cores polling (lab.idle_cores)
         self.fd: int | None = None
         self.polling = False
         self.state = "not held"
         self.wake_up: dict | None = None  # what a wake-up costs meanwhile (probe_wake_up), for the run's record
 
     def hold(self) -> str:
-        """Ask for idle cores that poll; what was obtained, for the run's record."""
+        """Ask for idle cores that poll (through PM QoS, and with `poll` by pollers where that cannot act); what
+        was obtained, for the run's record."""
         if self.fd is not None or self.polling:
             return self.state
         requested = self._request()
@@ -117,6 +124,11 @@ class WakeLatency:
         if driver is not None:
             self.state = (f"held at 0 us while the lab was up ({PM_QOS}, cpuidle driver {driver}): idle cores "
                           "polled instead of sleeping" if requested is None else f"not held: {requested}")
+            return self.state
+        if not self.poll:
+            self.state = (f"not held: the kernel has no cpuidle driver, through which {PM_QOS} acts, so idle cores "
+                          "halted and a process woken there started late (cpu_wake_up: by how much); "
+                          'lab.idle_cores = "poll" keeps them polling')
             return self.state
         cores = sorted(os.sched_getaffinity(0))
         try:
@@ -166,17 +178,18 @@ def how_held() -> tuple[bool, str, str]:
     driver = cpuidle_driver()
     if driver is not None:
         return True, f"cpuidle driver {driver}: a lab asks it for 0 us of wake-up latency ({PM_QOS})", ""
+    halting = (f"no cpuidle driver, through which {PM_QOS} acts: idle cores halt while a lab is up, and a round "
+               "trip through a delay pays their wake-up twice (a run stores what one costs, cpu_wake_up)")
     if find_binary() is not None:
-        return True, (f"no cpuidle driver, through which {PM_QOS} acts: a lab keeps idle cores polling itself "
-                      "(vnb-link idle-poll, SCHED_IDLE)"), ""
-    return False, ("no cpuidle driver and no vnb-link: idle cores halt while a lab is up, and a round trip "
-                   "through a delay pays their wake-up twice"), "`make setup` builds vnb-link"
+        return True, f'{halting}; lab.idle_cores = "poll" keeps them polling (vnb-link idle-poll, SCHED_IDLE)', ""
+    return False, f"{halting}; and no vnb-link to keep them polling", "`make setup` builds vnb-link"
 
 
-def held(registry: Registry, run_prefix: str) -> WakeLatency:
+def held(registry: Registry, run_prefix: str, idle_cores: str = "pm-qos") -> WakeLatency:
     """A hold for as long as `registry`'s lab is up (known to the registry before it is taken, so that no
-    interruption between leaves cores polling), and what a wake-up then costs (`wake_up`)."""
-    wake = WakeLatency(run_prefix)
+    interruption between leaves cores polling), as `idle_cores` (lab.idle_cores) asks, and what a wake-up then
+    costs (`wake_up`)."""
+    wake = WakeLatency(run_prefix, poll=idle_cores == "poll")
     registry.add("the hold on the CPUs' wake-up latency", wake.release)
     wake.hold()
     wake.wake_up = probe_wake_up()

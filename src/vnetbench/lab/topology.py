@@ -133,7 +133,7 @@ def variant_tags(variants: list[Variant]) -> dict[Variant, str]:
 
 def build_dumbbell(run_prefix: str, senders: int, mtu: int = 1500, pin_cpus: bool = True,
                    registry: Registry | None = None,
-                   variants: list[tuple[Variant, int]] | None = None) -> Lab:
+                   variants: list[tuple[Variant, int]] | None = None, idle_cores: str = "pm-qos") -> Lab:
     """Senders behind a switch whose port toward the receiver is the bottleneck.
 
     ::
@@ -160,7 +160,7 @@ def build_dumbbell(run_prefix: str, senders: int, mtu: int = 1500, pin_cpus: boo
     registry = registry or Registry()
     variants = variants or [(Variant(env="bare", mtu=mtu), senders)]
     lab = Lab(run_prefix, registry)
-    lab.wake = idle.held(registry, run_prefix)
+    lab.wake = idle.held(registry, run_prefix, idle_cores)
     try:
         lab.switch = Namespace.create(lab.ns_name("sw"), registry)
         sw = lab.switch

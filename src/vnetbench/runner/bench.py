@@ -101,7 +101,7 @@ class DumbbellBench:
         registry = Registry()
         registry.add(f"work directory {self.workdir}", lambda: shutil.rmtree(self.workdir, ignore_errors=True))
         self.lab = build_dumbbell(self.run_prefix, self.senders, mtu=self.mtu, pin_cpus=self.pin_cpus,
-                                  registry=registry, variants=self.variants)
+                                  registry=registry, variants=self.variants, idle_cores=self.idle_cores)
         for group in self.lab.groups.values():
             if group.unavailable is not None:
                 self._unavailable[group.variant] = self._keep_evidence(group.unavailable)
@@ -136,6 +136,12 @@ class DumbbellBench:
 
     def teardown(self) -> list[str]:
         return self.lab.teardown() if self.lab else []
+
+    @property
+    def idle_cores(self) -> str:
+        """What the machine's idle cores do while the lab is up (lab.idle_cores: the same in every configuration
+        of a run)."""
+        return self.configs[0].scenario.lab.idle_cores if self.configs else "pm-qos"
 
     @property
     def cpu_wake_latency(self) -> str:

@@ -227,7 +227,7 @@ class GraphBench(DumbbellBench):
                                                                       *self._pairs(c)[1].values()))) or [
             (tuple(self.topology.endpoints(graph)[0]), self.topology.endpoints(graph)[1])]
         lab = GraphLabView(self.run_prefix, registry)
-        lab.wake = idle.held(registry, self.run_prefix)
+        lab.wake = idle.held(registry, self.run_prefix, self.idle_cores)
         t0 = time.perf_counter()
         variant = self.variants[0][0] if self.variants else Variant(env="bare", mtu=self.mtu)
         kinds = [n.kind for n in graph.nodes.values()]

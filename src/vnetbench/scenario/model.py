@@ -79,7 +79,13 @@ class _Lab(Strict):
     ip_version: Literal[4, 6] = Field(default=4, description="which of the lab's addresses the workloads use "
                                       "(IPv4 198.18.0.0/15 and IPv6 2001:2::/48 are both configured)")
     pin_cpus: bool = Field(default=True, description="pin workload processes: the receiver on the last CPU, "
-                           "senders on the others")
+                           "senders on the others (the whole run's: not a matrix axis)")
+    idle_cores: Literal["pm-qos", "poll"] = Field(
+        default="pm-qos", description="what the machine's idle cores do while the lab is up: pm-qos asks the "
+        "kernel for 0 us of wake-up latency (honoured where it has a cpuidle driver; without one, as on many VMs, "
+        "idle cores halt and a process woken after sleeping through a delay starts late); poll also keeps them "
+        "polling there (vnb-link idle-poll: the cores' whole time, of the hypervisor's CPU too) (the whole run's: "
+        "not a matrix axis)")
     # Link conditions (vnetbench.impair.model). Short-hands for the "bottleneck" link (the switch port toward
     # the receiver), in the `shape` direction(s); [lab.link.NAME] gives any link conditions per direction.
     delay: Delay = Field(default=0.0, description="one-way delay added on the bottleneck, in each `shape` "
@@ -97,6 +103,8 @@ class _Lab(Strict):
     env: Literal[environments.KINDS] = Field(default="bare", description="how endpoints attach")  # type: ignore
     offload: Literal["on", "off"] = Field(default="on", description="TSO, GSO, GRO and checksum offload on the "
                                                                     "endpoints' interfaces (host and guest side)")
+    # Set once for the whole run (the lab is built and held with them): no matrix axis may vary them.
+    RUN_WIDE: ClassVar[tuple[str, ...]] = ("pin_cpus", "idle_cores")
     # Which environment each option belongs to (each environment's module declares its own).
     ENV_OPTIONS: ClassVar[dict[str, tuple[str, ...]]] = environments.option_owners()
 
