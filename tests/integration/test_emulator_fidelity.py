@@ -383,9 +383,16 @@ def _sweep_at_50mbit(tmp_path, matrix: str, lab: str = "") -> list[dict]:
     trials = store.trials(run_id)
     configs = store.configurations(run_id)
     assert len(trials) == 2 * len(configs) and all(t["status"] == "ok" for t in trials), [t["reason"] for t in trials]
+    # every trial in the order it ran, for a failure to tell a slow machine (any trial) from a link that a
+    # change left wrong (the trials after one backend)
+    labels = {c["key"]: c["labels"] for c in configs}
+    ran = [(labels[r["config_key"]], round(r["value"], 1)) for r in store.conn.execute(
+        "SELECT t.config_key, s.value FROM samples s JOIN trials t ON t.id = s.trial_id WHERE t.run_id = ? AND "
+        "s.metric = 'throughput.rx_mbps' ORDER BY t.position", (run_id,))]
+    ran.append(("marked by the machine's noise", store.marked_trials(run_id)))
     for c in configs:
         rx = float(np.median(store.values(run_id)[c["key"]]["throughput.rx_mbps"]))
-        assert 0.85 * 50 * 1448 / 1514 <= rx <= 50 * 1.02, (c["labels"], rx)
+        assert 0.85 * 50 * 1448 / 1514 <= rx <= 50 * 1.02, (c["labels"], rx, ran)
     assert not leftovers(f"vnb-{run_id[:6]}-")
     return configs  # as stored, with their labels and lab state
 

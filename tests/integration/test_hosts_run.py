@@ -578,9 +578,14 @@ def test_offloads_turned_off_on_opted_in_hosts_and_restored_after_a_run_and_a_ki
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
+    # what the killed run left in the hosts' shared /tmp (each host's restore file, named after its network
+    # namespace), for a failure to say whether a file was missing or not found
+    kept = {str(p): p.read_text() for p in Path(tempfile.gettempdir()).glob("vnb-??????/offload-restore.net*")}
+    nets = {ns: subprocess.run(["ip", "netns", "exec", ns, "readlink", "/proc/self/ns/net"], capture_output=True,
+                               text=True).stdout.strip() for ns in (hosts.ns_a, hosts.ns_b)}
     cleaned = " ".join(cli("clean", *ssh).stdout.split())
-    assert "server-a: removed offloads of data0 (restored)," in cleaned, cleaned
-    assert "client-1: removed offloads of data0 (restored)," in cleaned, cleaned
+    assert "server-a: removed offloads of data0 (restored)," in cleaned, (cleaned, kept, nets)
+    assert "client-1: removed offloads of data0 (restored)," in cleaned, (cleaned, kept, nets)
     assert "client-2: removed offloads" not in cleaned  # shares the hosts' /tmp, not their interfaces
     assert {ns: hosts.offloads(ns) for ns in before} == before
     assert "nothing of vnetbench's is left on 3 hosts" in " ".join(cli("clean", "--check", *ssh).stdout.split())

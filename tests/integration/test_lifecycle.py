@@ -232,6 +232,19 @@ def test_ipv6_and_htb_saturate_like_ipv4_tbf(tmp_path, variant, no_leftovers):
         assert where["interface"] and isinstance(where["cpu"], int), where
     shown = " ".join(cli("show", run_id, "--db", str(tmp_path / "r.db")).stdout.split())
     assert f"endpoints: r = namespace {prefix}-r (" in shown
+    # Idle cores as the kernel keeps them for a 0 us PM QoS request: no pollers unless the scenario asks
+    # (lab.idle_cores = "poll"); where the kernel has no cpuidle driver, the record says they halted, and what
+    # a wake-up then cost
+    from vnetbench.lab import idle
+
+    fingerprint = store.run(run_id)["fingerprint"]
+    held = fingerprint["cpu_wake_latency"]
+    if idle.cpuidle_driver() is None:
+        assert held.startswith("not held: the kernel has no cpuidle driver") and "halted" in held, held
+        woke = fingerprint["cpu_wake_up"]
+        assert woke is None or (woke["asleep_us"] == idle.WAKE_PROBE_ASLEEP_US and woke["wake_us_after_sleep"] > 0), woke
+    else:
+        assert held.startswith("held at 0 us"), held
 
 
 def test_qdisc_probe_reports_what_the_kernel_accepts_and_leaves_nothing(no_leftovers):
