@@ -59,7 +59,6 @@ import math
 from dataclasses import asdict, dataclass
 
 import numpy as np
-from scipy import special as _spc
 
 __all__ = ["ChangePoint", "detect_change_points", "edivisive_q"]
 
@@ -138,6 +137,8 @@ def _ttest(left: np.ndarray, right: np.ndarray) -> float:
     if not se > 0:
         return 1.0
     t = (left.mean() - right.mean()) / se
+    from scipy import special as _spc  # here, not at the top: scipy takes every command a second to import
+
     p = 2.0 * _spc.stdtr(df, -abs(t))
     return float(p) if math.isfinite(p) else 1.0
 

@@ -42,7 +42,6 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 import numpy as np
-from scipy import stats as _sps
 
 __all__ = [
     "HIGHER",
@@ -195,6 +194,8 @@ def _mwu_rows(sa: np.ndarray, sb: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     p-value does not depend on what else is in the batch, small-sample rows are
     split by whether they have ties, reproducing the per-row choice.
     """
+    from scipy import stats as _sps  # here, not at the top: it takes every command a second to import
+
     na, nb = sa.shape[1], sb.shape[1]
     if na > 8 and nb > 8:
         res = _sps.mannwhitneyu(sa, sb, alternative="two-sided", method="asymptotic", axis=1)
