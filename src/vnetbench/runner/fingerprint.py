@@ -78,9 +78,25 @@ def clock_note(fp: dict[str, Any]) -> str | None:
             + f" (trusted within {ONE_WAY_TRUST_MS:g} ms); round trips are unaffected.")
 
 
+def idle_note(fp: dict[str, Any]) -> str | None:
+    """For a run whose lab could not keep idle cores from halting (lab/idle.py): what a wake-up cost meanwhile,
+    which every round trip through a delay paid twice (a run on real hosts measures none: no note)."""
+    state, woke = fp.get("cpu_wake_latency"), fp.get("cpu_wake_up")
+    if not (isinstance(state, str) and state.startswith("not held") and isinstance(woke, dict)):
+        return None
+    after, at_once, asleep = woke.get("wake_us_after_sleep"), woke.get("wake_us_at_once"), woke.get("asleep_us")
+    if not all(isinstance(x, (int, float)) for x in (after, at_once, asleep)):
+        return None
+    driverless = "no cpuidle driver" in state
+    why = "the kernel has no cpuidle driver" if driverless else state.removeprefix("not held: ")
+    return (f"Idle cores halted while the lab was up ({why}): a process woken after {asleep / 1000:g} ms asleep "
+            f"started {after:.0f} us late ({at_once:.0f} us just asleep), which a round trip through a delay pays "
+            "twice" + ('; lab.idle_cores = "poll" keeps them polling.' if driverless else "."))
+
+
 def run_notes(fp: dict[str, Any]) -> list[str]:
     """What `show` and the report say about a run from its fingerprint, beside the machine's load."""
-    return [n for n in (scale_note(fp), left_out_note(fp), clock_note(fp)) if n]
+    return [n for n in (scale_note(fp), left_out_note(fp), clock_note(fp), idle_note(fp)) if n]
 
 
 def scale_note(fp: dict[str, Any]) -> str | None:
