@@ -21,8 +21,8 @@ preempts it at once), niced so that /proc/stat counts its time as `nice`. The CP
 as idle (:meth:`WakeLatency.polled_ns`): a core that polls is as idle as one that halts, for what a trial costs.
 The pollers end with the lab, and by themselves when the run's process is gone. It is not the default: a VM's
 polling cores take the hypervisor's CPU all the time the lab is up (a cloud instance's CPU credits, a CPU quota
-that then throttles the whole VM), and in CI, with them on for every lab, the same streams came out slower and
-their endpoints' CPU time twice what it is here.
+that then throttles the whole VM), and in CI, with them on for every lab, streams came out short of their links
+and containers' CPU time twice what it is here.
 """
 
 from __future__ import annotations
@@ -104,7 +104,7 @@ _POLLERS = _Pollers()
 
 class WakeLatency:
     """A hold on the CPUs' wake-up latency (0 us) for as long as it is open: a PM QoS request, and where the
-    kernel has no cpuidle driver to honour it, pollers on the cores."""
+    kernel has no cpuidle driver to honour it, pollers on the cores if asked (`poll`)."""
 
     def __init__(self, run_prefix: str, poll: bool = False) -> None:
         self.run_prefix = run_prefix  # the pollers' cgroup is named after the run, for `vnetbench clean`
