@@ -11,9 +11,9 @@ their wake-up is the machine's: on metal microseconds, on a VM what the
 hypervisor takes to hand a virtual CPU the wake-up (this scenario keeps idle
 cores polling, lab.idle_cores = "poll", lab/idle.py: on the 2-core VM a round
 trip through 5 ms each way came out 246 to 340 us above 10 ms plus the
-zero-delay one, 400 to 580 us with the cores halting). That cost is the same through any delay of milliseconds: the
-growth from one delay to another is 2 x their difference, within the issue's
-0.3 ms, whatever the machine.
+zero-delay one, 400 to 580 us with the cores halting). That cost is the same
+through any delay of milliseconds: the growth from one delay to another is
+2 x their difference, within the issue's 0.3 ms, whatever the machine.
 """
 
 from __future__ import annotations

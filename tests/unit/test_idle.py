@@ -169,4 +169,3 @@ def test_doctor_says_how_a_lab_keeps_idle_cores_awake(monkeypatch, driver):
     monkeypatch.setattr("vnetbench.impair.backend.find_binary", lambda: None)
     ok, detail, fix = idle.how_held()
     assert not ok and "idle cores halt" in detail and "make setup" in fix
-

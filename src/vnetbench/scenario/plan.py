@@ -191,8 +191,7 @@ def _axis_targets(scenario: Scenario, axis: str) -> list[tuple[str, ...]]:
     """Where a matrix axis (or a key of an axis' inline table) puts its value: a lab field, or the
     option of that name in every workload that has it (``proto`` sweeps the stream's and the RR
     test's together), or one workload's option by its path (``workload.rr.payload``)."""
-    if axis.removeprefix("lab.") in LabSpec.RUN_WIDE:
-        key = axis.removeprefix("lab.")
+    if (key := axis.removeprefix("lab.")) in LabSpec.RUN_WIDE:
         raise ValueError(f"matrix.{axis} is not a parameter that can differ between configurations: {key} holds "
                          f"for the whole run (its lab is built and held with it); set lab.{key} once, and run the "
                          "scenario once per value")
