@@ -398,6 +398,23 @@ class KubeCluster:
                 for key in ("cpuset.cpus", "cpuset.mems"):
                     (path / key).write_text((hierarchy / key).read_text())
 
+    def node_qdiscs(self) -> dict[str, list[tuple[str, str, str]]]:
+        """Every node's own network's shaping and steering qdiscs (tbf, htb, netem, clsact, ingress), (device, kind,
+        handle) each, and its IFB devices ("ifb", name, ""): what a run that conditions only its pods must leave as
+        it was. (The pods' veths come and go with their pods: their default qdiscs are not compared.)"""
+        out = {}
+        for node in self.nodes:
+            enter = ["ip", "netns", "exec", self.node_netns(node)]
+            qdiscs = json.loads(subprocess.run([*enter, "tc", "-j", "qdisc", "show"], capture_output=True, text=True,
+                                               check=True, timeout=30).stdout or "[]")
+            links = json.loads(subprocess.run([*enter, "ip", "-d", "-j", "link", "show"], capture_output=True,
+                                              text=True, check=True, timeout=30).stdout or "[]")
+            out[node] = sorted([(q.get("dev", ""), q["kind"], q.get("handle", "")) for q in qdiscs
+                                if q["kind"] in ("tbf", "htb", "netem", "clsact", "ingress")] +
+                               [("ifb", link["ifname"], "") for link in links
+                                if link.get("linkinfo", {}).get("info_kind") == "ifb"])
+        return out
+
     def node_conditions(self) -> dict[str, dict[str, str]]:
         nodes = self.api("api/v1/nodes") or {"items": []}
         return {n["metadata"]["name"]: {c["type"]: c["status"] for c in n["status"].get("conditions", [])}

@@ -232,6 +232,7 @@ class RecordingConnection:
         from vnetbench.hosts.inventory import InventoryHost
 
         self.host = InventoryHost("server-a", "198.18.204.2")
+        self.name = self.host.name
         self.commands: list[list[str]] = []
 
     def run(self, argv, timeout=30.0, pin=False, root=False):

@@ -451,3 +451,111 @@ def test_the_clusters_lock_lapses_a_duration_after_its_last_renewal_and_says_who
     # the controller's name as a label value takes any host name
     assert lock.controller() and len(lock.controller()) <= 63
     assert lock.lock_namespace(None) == "default" and lock.lock_namespace("team-a") == "team-a"
+
+
+SHAPED = KUBE_SCENARIO.replace('bottleneck = "unlimited"', 'bottleneck = "20Mbit"').replace(
+    '[kube]\n', '[kube]\nshape_pods = true\n')
+
+
+@pytest.mark.parametrize("text, message", [
+    (KUBE_SCENARIO.replace('"unlimited"', '"20Mbit"'), "set kube.shape_pods = true"),
+    (SHAPED.replace('[kube]\n', '[kube]\nnetwork = "host"\n'), "a hostNetwork pod's interfaces are its node's"),
+    (SHAPED.replace('[workload.stream]', '[lab.link.bottleneck]\nbackend = "userspace"\n[workload.stream]'),
+     "the emulator runs in the local lab only; in a pod use 'auto', 'tbf', 'htb' or 'netem'"),
+    (SHAPED.replace('[workload.stream]', '[matrix]\n"kube.network" = ["pod", "host"]\n[workload.stream]'),
+     "[configuration kube.network=host]: link conditions on bottleneck with kube.network = \"host\""),
+])
+def test_link_conditions_go_in_the_pods_only_where_the_scenario_opts_in_and_never_on_a_nodes_network(text, message):
+    from vnetbench.errors import ScenarioError
+    from vnetbench.kube.bench import placement
+
+    assert placement(kube_configs(SHAPED), "k.toml", "img:1").resolve(["node1", "node2", "node3"]) == []
+    with pytest.raises(ScenarioError) as e:
+        placement(kube_configs(text), "k.toml", "img:1")
+    assert message in " ".join(str(e.value).split())
+    with pytest.raises(ScenarioError, match="kube.shape_pods = true changes the pods' interfaces, which needs "
+                                            "NET_ADMIN"):
+        kube_configs(SHAPED.replace('[kube]\n', '[kube]\npod_security = "baseline"\n'))
+
+
+class ScriptedPod:
+    """A pod's shell that answers each command from `answers` (argv prefix -> (exit status, stdout, stderr), as
+    recorded from this machine's kernel, which has tbf and htb and no netem) and records what it was asked."""
+
+    name = "r"
+
+    def __init__(self, answers):
+        self.answers, self.commands = answers, []
+
+    def run(self, argv, timeout=30.0, pin=False, root=False):
+        self.commands.append(list(argv))
+        for prefix, (status, out, err) in self.answers.items():
+            if list(argv[:len(prefix)]) == list(prefix):
+                return subprocess.CompletedProcess(argv, status, out, err)
+        return subprocess.CompletedProcess(argv, 0, "", "")
+
+    def where(self):
+        return "pod vnb-0123ab/r on node node2"
+
+
+def test_the_qdiscs_a_pod_may_use_are_found_by_trying_each_on_a_probe_ifb_that_is_deleted_after():
+    from vnetbench.errors import LabError
+    from vnetbench.kube import conditions
+
+    pod = ScriptedPod({("tc", "qdisc", "add", "dev", "vnb-0123ab-p", "root", "netem"):
+                       (2, "", "Error: Specified qdisc kind is unknown.\n")})
+    found = conditions.pod_qdiscs(pod, "vnb-0123ab-p")
+    assert found == {"tbf": None, "htb": None,
+                     "netem": "the node's kernel refused it: Error: Specified qdisc kind is unknown."}
+    assert pod.commands[0] == ["ip", "link", "add", "name", "vnb-0123ab-p", "type", "ifb"]
+    assert pod.commands[-1] == ["ip", "link", "del", "dev", "vnb-0123ab-p"]  # nothing of the probe stays
+    assert ["tc", "qdisc", "del", "dev", "vnb-0123ab-p", "root"] in pod.commands
+    no_ifb = ScriptedPod({("ip", "link", "add"): (2, "", "Error: Unknown device type.\n")})
+    with pytest.raises(LabError, match=r"pod vnb-0123ab/r on node node2: cannot make an IFB device for link "
+                                       r"conditions \(Error: Unknown device type.\): the node's kernel needs the ifb "
+                                       "module"):
+        conditions.pod_qdiscs(no_ifb, "vnb-0123ab-p")
+    assert len(no_ifb.commands) == 1
+    no_tc = ScriptedPod({("tc",): (127, "", "vnb-exec: tc: command not found in the container\n")})
+    with pytest.raises(LabError, match="the pod's image has no tc"):
+        conditions.pod_qdiscs(no_tc, "vnb-0123ab-p")
+    assert no_tc.commands[-1] == ["ip", "link", "del", "dev", "vnb-0123ab-p"]
+    # shaping's sbin wrapper is taken off: the pod's sh is busybox's, whose tc applet would stand in for tc
+    from vnetbench.hosts.shaping import with_sbin
+
+    assert conditions._as_is(with_sbin(["tc", "-j", "qdisc", "show"])) == ["tc", "-j", "qdisc", "show"]
+    assert conditions._as_is(["ip", "-j", "link"]) == ["ip", "-j", "link"]
+
+
+def test_the_bottleneck_goes_on_each_receiver_pod_and_a_senders_link_on_its_pod_with_the_services_address():
+    from vnetbench.kube import conditions
+    from vnetbench.kube.bench import KUBE, placement
+    from vnetbench.lab.topology import Group
+
+    text = SHAPED.replace("[workload.stream]", '[matrix]\n"kube.path" = ["pod-ip", "service"]\n'
+                                               '[lab.link.s2]\nboth = {rate = "5Mbit"}\n[workload.stream]')
+    configs = kube_configs(text)
+    plan = placement(configs, "k.toml", "img:1")
+    assert plan.resolve(["node1", "node2", "node3"]) == []
+    _, pods = plan.pods()
+    groups = {key: Group(KUBE, "", None, receiver, senders) for key, (receiver, senders) in pods.items()}
+
+    class Endpoint:
+        def __init__(self, name, service_ip=None):
+            self.ipv4 = {"r": "198.18.1.10", "r2": "198.18.1.11", "s1": "198.18.2.11", "s2": "198.18.2.12",
+                         "s3": "198.18.2.13"}[name]
+            self.service_ip = service_ip
+
+        def address(self, ip_version):
+            return self.ipv4
+
+    endpoints = {"r": Endpoint("r"), "r2": Endpoint("r2", "198.18.3.7"),
+                 **{s: Endpoint(s) for s in ("s1", "s2", "s3")}}
+    shaped = conditions.carried(configs, lambda c: groups[plan.placements[c.key].key])
+    assert {pod: sorted(links) for pod, links in shaped.items()} == {"r": ["bottleneck"], "r2": ["bottleneck"],
+                                                                    "s2": ["s2"]}
+    assert [spec.forward.rate for spec in shaped["s2"]["s2"]] == [5e6]  # the rate declared for that link alone
+    peers = conditions.peers(groups, endpoints, 4)
+    assert peers["r"] == [endpoints[s].ipv4 for s in ("s1", "s2", "s3")]
+    # a sender sends to the receiver's pod and to its Service's ClusterIP, and hears back from both
+    assert peers["s2"] == [endpoints["r"].ipv4, endpoints["r2"].ipv4, "198.18.3.7"]

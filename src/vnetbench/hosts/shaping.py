@@ -1,5 +1,7 @@
 """Link conditions on real hosts (`run --hosts`), where the inventory lets vnetbench change a host's
-interface (its ``vnetbench_shape_interfaces`` variable; without it nothing on a host's interfaces changes).
+interface (its ``vnetbench_shape_interfaces`` variable; without it nothing on a host's interfaces changes), and
+inside a cluster's pods (`run --kube` with ``kube.shape_pods = true``: :mod:`vnetbench.kube.conditions`), each
+through a :class:`Shell` that runs commands where the interface is.
 
 The interface's own qdisc is never replaced. Only the traffic between the scenario's endpoints is steered,
 by u32 filters on a ``clsact`` qdisc added to the interface, into IFB devices made for the run, one per side
@@ -28,7 +30,7 @@ import json
 import shlex
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable, Protocol
 
 from vnetbench.errors import HostError, LabError
 from vnetbench.hosts.inventory import SHAPE_VAR, InventoryHost
@@ -56,15 +58,27 @@ def side_of(direction: str, host_upstream: bool) -> str:
     return "egress" if (direction == "forward") == host_upstream else "ingress"
 
 
+class Shell(Protocol):
+    """Where an interface's commands run, as root: an SSH connection to a host, or a pod's exec
+    (kube/conditions.py). `name` is what records and messages call the endpoint; `where()` says how to find it."""
+
+    name: str
+
+    def run(self, argv: list[str], timeout: float = 30.0, pin: bool = False, root: bool = False) -> Any: ...
+
+    def where(self) -> str: ...
+
+
 # --------------------------------------------------------------------------------- planning (no connection)
 
 
-def links_by_host(configs: list, receiver: str, senders: list[str]) -> dict[str, dict[str, list[LinkSpec]]]:
-    """host name -> {link name: its distinct specs with conditions, over the configurations} on the host that
-    carries it (bottleneck: the receiver; sN: the Nth sender a configuration uses)."""
+def links_by_host(configs: list, carriers: Callable[[Any], dict[str, str]]) -> dict[str, dict[str, list[LinkSpec]]]:
+    """host -> {link name: its distinct specs with conditions, over the configurations}, on the host that carries
+    it in each configuration (`carriers(config)`: link name -> host, e.g. {"bottleneck": the receiver, "s1": the
+    first sender})."""
     out: dict[str, dict[str, list[LinkSpec]]] = {}
     for c in configs:
-        hosts = {"bottleneck": receiver, **{f"s{i}": h for i, h in enumerate(senders[:c.active_senders], 1)}}
+        hosts = carriers(c)
         for name, spec in lab_links(c.scenario.lab).items():
             if name in hosts and not spec.is_plain():
                 specs = out.setdefault(hosts[name], {}).setdefault(name, [])
@@ -73,15 +87,21 @@ def links_by_host(configs: list, receiver: str, senders: list[str]) -> dict[str,
     return out
 
 
-def lab_only_problem(name: str, spec: LinkSpec) -> str | None:
-    """Why a link's conditions cannot be made with a host's kernel qdiscs, or None."""
+def dumbbell_carriers(receiver: str, senders: list[str], active: int) -> dict[str, str]:
+    """Which endpoint carries each link of a dumbbell: the bottleneck the receiver, sN the Nth of the `active`
+    senders."""
+    return {"bottleneck": receiver, **{f"s{i}": h for i, h in enumerate(senders[:active], 1)}}
+
+
+def lab_only_problem(name: str, spec: LinkSpec, place: str = "on a host") -> str | None:
+    """Why a link's conditions cannot be made with the kernel qdiscs of a host (or of a pod: `place`), or None."""
     if spec.backend == "userspace":
-        return (f"lab.link.{name}.backend = 'userspace': the emulator runs in the local lab only; on a host use "
+        return (f"lab.link.{name}.backend = 'userspace': the emulator runs in the local lab only; {place} use "
                 "'auto', 'tbf', 'htb' or 'netem'")
     beyond = B.unable("netem", spec.needs())
     if beyond:
         return (f"link {name!r} asks for {capability_list(beyond)}, which only the userspace emulator does (in the "
-                "local lab); on a host, conditions are the host kernel's qdiscs: rate, buffer, delay, jitter, "
+                f"local lab); {place}, conditions are its kernel's qdiscs: rate, buffer, delay, jitter, "
                 "loss, reordering, duplication and corruption")
     return None
 
@@ -122,7 +142,8 @@ def host_backend(name: str, specs: list[LinkSpec], qdiscs: dict[str, str | None]
     missing = rate_qdisc if needs <= RATE_QDISC_NEEDS else "netem"
     raise HostError(f"{where}link {name!r} ({capability_list(needs)}) needs the {missing} qdisc: "
                     f"{caps.why_not(missing)}",
-                    f"load it on the host (modprobe sch_{missing}), or drop the conditions only netem makes")
+                    f"load it in the kernel of the host (or of the pods' node): modprobe sch_{missing}; or drop "
+                    "the conditions only netem makes")
 
 
 # -------------------------------------------------------------------------------------------- the host side
@@ -140,9 +161,11 @@ class InterfaceFacts:
         return f"{self.name} (mtu {self.mtu})"
 
 
-def route_interface(conn: SshConnection, peers: list[str], named: str | None = None) -> str:
+def route_interface(conn: Shell, peers: list[str], named: str | None = None,
+                    no_route_fix: str = "") -> str:
     """The interface the host's routes send to `peers` through (one for all of them); when the scenario
-    `named` one (hosts.interfaces), it must be that one."""
+    `named` one (hosts.interfaces), it must be that one. `no_route_fix` says what to do when a peer has no
+    route (by default: a host's route, or its address in hosts.addresses)."""
     devs = set()
     for peer in peers:
         done = conn.run(with_sbin(["ip", "-j", "route", "get", peer]))
@@ -151,15 +174,15 @@ def route_interface(conn: SshConnection, peers: list[str], named: str | None = N
         except (ValueError, LookupError, TypeError):
             raise HostError(f"{conn.where()}: `ip route get {peer}` found no route "
                             f"({(done.stderr or done.stdout).strip()[:200]})",
-                            f"give {conn.host.name} a route to {peer}, or the right address in hosts.addresses") \
-                from None
+                            no_route_fix or f"give {conn.name} a route to {peer}, or the right address in "
+                            "hosts.addresses") from None
     if len(devs) != 1:
         raise HostError(f"{conn.where()}: the routes to the other endpoints ({', '.join(peers)}) leave through "
                         f"several interfaces ({', '.join(sorted(devs))}); vnetbench shapes one",
                         "route the endpoints' addresses through one interface")
     dev = devs.pop()
     if named and dev != named:
-        raise HostError(f"{conn.where()}: hosts.interfaces.{conn.host.name} = {named!r}, but its routes to the "
+        raise HostError(f"{conn.where()}: hosts.interfaces.{conn.name} = {named!r}, but its routes to the "
                         f"other endpoints ({', '.join(peers)}) leave through {dev}",
                         f"give hosts.addresses on {named}'s network, or name {dev}")
     return dev
@@ -176,6 +199,12 @@ def interface_facts(conn: SshConnection, peers: list[str], named: str | None = N
                         f"vnetbench change only {', '.join(host.shape_interfaces)}",
                         f"add {name} to {host.name}'s {SHAPE_VAR} in the inventory, or give addresses on the "
                         "opted-in interface in hosts.addresses")
+    return read_interface(conn, name, "`vnetbench clean --hosts INVENTORY` removes it")
+
+
+def read_interface(conn: Shell, name: str, clean_fix: str) -> InterfaceFacts:
+    """The interface `name` as it is before the run (MTU, qdiscs), checked steerable: no clsact or ingress qdisc
+    of someone else's is on it (`clean_fix` says how to remove one a killed run left). Raises HostError."""
     link = conn.run(with_sbin(["ip", "-j", "link", "show", "dev", name]))
     qdiscs = _qdiscs(conn, name)
     try:
@@ -186,12 +215,12 @@ def interface_facts(conn: SshConnection, peers: list[str], named: str | None = N
     taken = [q["kind"] for q in qdiscs if q.get("kind") in STEERING_QDISCS]
     if taken:
         raise HostError(f"{conn.where()}: {name} already has a {taken[0]} qdisc, which vnetbench does not share",
-                        "if a killed vnetbench run left it, `vnetbench clean --hosts INVENTORY` removes it; "
+                        f"if a killed vnetbench run left it, {clean_fix}; "
                         f"otherwise use another interface (tc qdisc show dev {name} shows it)")
     return InterfaceFacts(name, mtu, qdiscs)
 
 
-def _qdiscs(conn: SshConnection, dev: str) -> list[dict[str, Any]]:
+def _qdiscs(conn: Shell, dev: str) -> list[dict[str, Any]]:
     done = conn.run(with_sbin(["tc", "-s", "-j", "qdisc", "show", "dev", dev]), root=True)
     if done.returncode != 0:
         raise HostError(f"{conn.where()}: `tc qdisc show dev {dev}` failed: {done.stderr.strip()[:300]}", "")
@@ -209,7 +238,7 @@ class HostLink:
     made for it. Steering is made once per side, when a configuration first needs it, and kept for the run."""
 
     name: str  # "bottleneck" or "sN"
-    conn: SshConnection
+    conn: Shell
     interface: InterfaceFacts
     peers: list[str]
     ip_version: int
@@ -223,7 +252,7 @@ class HostLink:
 
     @property
     def host(self) -> str:
-        return self.conn.host.name
+        return self.conn.name
 
     def ifb(self, direction: str) -> str:
         return ifb_name(self.run_prefix, side_of(direction, self.host_upstream))

@@ -192,6 +192,11 @@ class SshConnection(RunsCommands):
                                               detail="" if probe.returncode == 0 else detail)
         return self._privileges
 
+    @property
+    def name(self) -> str:
+        """The host's name in the inventory: what link conditions' messages and records call it."""
+        return self.host.name
+
     def where(self) -> str:
         port = f" port {self.host.port}" if self.host.port else ""
         user = f"{self.host.user}@" if self.host.user else ""

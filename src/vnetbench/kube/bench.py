@@ -9,23 +9,26 @@ cross-node) or the nodes gives each configuration a placement of its own (:class
 every placement are made at setup, a group of them per placement, as a lab's environment variants are.
 ``kube.path = "service"`` puts a ClusterIP Service in front of the receiver's pod, and its senders send to the
 Service. Workloads run in the pods through the API's exec (:class:`vnetbench.kube.node.PodNode`); servers
-are started once and restarted as in the lab. Nothing on the
-nodes is changed: link conditions and offloads are refused before anything is made (conditions inside the
-pods, opt-in, come later), and this machine's CPU is not the pods' (CPU on the nodes: later).
+are started once and restarted as in the lab. Nothing on the nodes is changed: offloads are refused before
+anything is made, and link conditions are too unless ``kube.shape_pods`` lets the run make them inside the pods,
+on their own interfaces (:mod:`vnetbench.kube.conditions`). The CPUs measured are the nodes', sampled in the
+pods (this machine's are not theirs).
 Teardown deletes the run's namespace, with everything in it; in a namespace the user named, the run's
 labelled pods and Services alone.
 """
 
 from __future__ import annotations
 
+import re
 import shutil
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from vnetbench.errors import LabError, ScenarioError
-from vnetbench.impair.links import LinkManager, lab_links
-from vnetbench.kube import api, netfacts, pods
+from vnetbench.hosts import shaping
+from vnetbench.impair.links import lab_links
+from vnetbench.kube import api, conditions, netfacts, pods
 from vnetbench.kube.node import PodNode
 from vnetbench.lab.environments import Variant
 from vnetbench.lab.teardown import Registry
@@ -192,11 +195,9 @@ def placement(configs: list[Configuration], source: str, default_image: str, nam
         if lab.env != "bare":
             raise ScenarioError(f"{source} [configuration {c.label_text}]: lab.env = {lab.env!r} needs the local "
                                 "lab: on Kubernetes the endpoints are pods (remove env, or run without --kube)")
-        conditioned = sorted(n for n, link in lab_links(lab).items() if not link.is_plain())
-        if conditioned:
-            raise ScenarioError(f"{source} [configuration {c.label_text}]: link conditions on {', '.join(conditioned)}: "
-                                "a run on Kubernetes changes nothing on the cluster's network (conditions inside the "
-                                "pods are not built yet); remove them, or set lab.bottleneck = \"unlimited\"")
+        problem = _conditions_problem(lab, own)
+        if problem:
+            raise ScenarioError(f"{source} [configuration {c.label_text}]: {problem}")
         if lab.offload != "on":
             raise ScenarioError(f"{source} [configuration {c.label_text}]: lab.offload = {lab.offload!r}: a run on "
                                 "Kubernetes leaves the nodes' offloads as they are")
@@ -205,10 +206,33 @@ def placement(configs: list[Configuration], source: str, default_image: str, nam
                     namespace=namespace)
 
 
+def _conditions_problem(lab: Any, spec: Any) -> str | None:
+    """Why a configuration's link conditions cannot be made on the cluster (kube/conditions.py), or None."""
+    conditioned = {n: link for n, link in lab_links(lab).items() if not link.is_plain()}
+    if not conditioned:
+        return None
+    names = ", ".join(sorted(conditioned))
+    if not spec.shape_pods:
+        return (f"link conditions on {names}: a run on Kubernetes changes nothing on the cluster's network unless "
+                "the scenario lets it condition the pods' own interfaces: set kube.shape_pods = true (the pods then "
+                "carry them, with NET_ADMIN), or remove them (lab.bottleneck = \"unlimited\")")
+    if spec.network == "host":
+        return (f"link conditions on {names} with kube.network = \"host\": a hostNetwork pod's interfaces are its "
+                "node's, which a run never changes; condition the pod network (kube.network = \"pod\"), or remove "
+                "them for the host-network configurations")
+    for name, link in conditioned.items():
+        if name != "bottleneck" and not re.fullmatch(r"s\d+", name):
+            return f"lab.link.{name}: a cluster's dumbbell has the links bottleneck and s1..sN"
+        problem = shaping.lab_only_problem(name, link, place="in a pod")
+        if problem:
+            return problem
+    return None
+
+
 @dataclass
 class KubeBench(DumbbellBench):
-    """The lab's bench with pods for endpoints: the cluster as it is, no links to condition; a group of pods per
-    placement the configurations ask for."""
+    """The lab's bench with pods for endpoints: the cluster as it is, link conditions only inside the pods where
+    the scenario opts in; a group of pods per placement the configurations ask for."""
 
     cluster: api.Cluster | None = None
     plan: KubePlan | None = None
@@ -282,8 +306,10 @@ class KubeBench(DumbbellBench):
             self.lab.groups[key] = Group(KUBE, "", None, receiver, senders)  # type: ignore[index]
             self._placement_of[key] = placements[key]
             self.lab.bringup_s[key] = 0.0  # type: ignore[index]
-        self.links = LinkManager(self.lab, registry, self.workdir, self.run_prefix, mtu=self.mtu)
         served = self._put_services_in_front(specs, ip_version)
+        # after the Services: a sender's link carries its traffic to the receiver's ClusterIP too
+        self.links = conditions.link_manager(self.lab, registry, self.workdir, self.run_prefix, self.configs,
+                                             self.group, ip_version)
         self.start_servers()
         self._wait_services_carry(served)
 
@@ -424,7 +450,11 @@ class KubeBench(DumbbellBench):
                                  self.machine_of, self.workdir)]
 
     def _realise(self, config: Configuration) -> bool:
-        return False  # nothing on the cluster changes between configurations
+        """The configuration's link conditions in the pods that carry them (kube.shape_pods; nothing on the nodes
+        changes); whether anything changed. The qdiscs as the pods' kernel reports them are the lab state."""
+        state = self.links.apply(config, self.flows(config))  # type: ignore[union-attr]
+        self.lab_state = state["qdiscs"]
+        return self.links.changed  # type: ignore[union-attr]
 
     def _group_offload_unknown(self, config: Configuration) -> None:
         pass
@@ -433,9 +463,6 @@ class KubeBench(DumbbellBench):
         if self.plan is not None and self.plan.pod_security == "baseline":
             return None  # no NET_ADMIN: the environment's state says the metrics stay (environment_state)
         return super()._forget_tcp_metrics(nodes)
-
-    def _state_problems(self, config: Configuration) -> list[str]:
-        return []
 
     def unavailable(self, config: Configuration) -> tuple[str, dict[str, Any]] | None:
         return None  # every pod is Running before the first trial, or the run stops at setup

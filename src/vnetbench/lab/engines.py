@@ -250,7 +250,8 @@ def image_tools() -> tuple[tuple[str, str], ...]:
     """(command, package) of everything a workload or the lab may run in a container."""
     from vnetbench.lab.guest import initramfs
 
-    basics = tuple((t.command, t.package) for t in (tools.IPERF3, tools.PING, tools.ETHTOOL))
+    # tc: link conditions inside a cluster's pods (kube/conditions.py)
+    basics = tuple((t.command, t.package) for t in (tools.IPERF3, tools.PING, tools.ETHTOOL, tools.TC))
     return tuple(dict.fromkeys(basics + initramfs.optional_tools()))
 
 

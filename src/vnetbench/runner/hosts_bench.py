@@ -117,7 +117,8 @@ def placement(configs: list[Configuration], inventory: Inventory, source: str) -
             raise ScenarioError(f"{source} [configuration {c.label_text}]: with --hosts, " + "; ".join(problems))
     ip_version = configs[0].scenario.lab.ip_version
     chosen = [receivers[0], *senders[:needed]]
-    shaped = shaping.links_by_host(configs, receivers[0].name, [h.name for h in senders[:needed]])
+    shaped = shaping.links_by_host(configs, lambda c: shaping.dumbbell_carriers(
+        receivers[0].name, [h.name for h in senders[:needed]], c.active_senders))
     # offload = "off" changes every endpoint's data interface: each must be opted in, as for link conditions
     offload_off = any(c.scenario.lab.offload == "off" for c in configs)
     for host in chosen:
@@ -330,8 +331,8 @@ class HostsBench(DumbbellBench):
             if host.name in self.place.offload_hosts:
                 self.offloads[host.name] = shaping.HostOffload(conn, self.place.interfaces[host.name].name,
                                                                self.remote_workdir, registry)
-            for link_name in self.place.shaped.get(host.name, {}):
-                host_links[link_name] = shaping.HostLink(
+            for link_name in self.place.shaped.get(host.name, {}):  # the host's one link: its endpoint's
+                host_links[host.name] = shaping.HostLink(
                     link_name, conn, self.place.interfaces[host.name], self.place.peers(host.name), ip_version,
                     self.run_prefix, registry, host_upstream=link_name != "bottleneck")
             address = self.place.addresses[host.name]
@@ -518,7 +519,7 @@ class HostLinkManager(LinkManager):
     each host's kernel has (`auto`), and a link without conditions in any configuration has no host link:
     nothing on its host is touched."""
 
-    host_links: dict[str, shaping.HostLink] = field(default_factory=dict)
+    host_links: dict[str, shaping.HostLink] = field(default_factory=dict)  # endpoint -> the link it carries
 
     def plan(self, configs: list) -> None:
         pass  # chosen per host by check_hosts, before anything started
@@ -532,7 +533,7 @@ class HostLinkManager(LinkManager):
         """Every host link on the path removed (its IFBs and redirects), and made again by the next apply()."""
         for host, target in list(self._targets.items()):
             self._remove(host)
-            link = self.host_links.get(target.name)
+            link = self.host_links.get(host)
             if link is not None:
                 link.reset()
 
@@ -548,7 +549,7 @@ class HostLinkManager(LinkManager):
 
     def _backend(self, name: str, host: str, backend_name: str, rate_qdisc: str) -> B.Backend:
         current = self.backends.get(host)
-        wanted = shaping.HostLinkBackend(self.host_links.get(name), backend_name, rate_qdisc)
+        wanted = shaping.HostLinkBackend(self.host_links.get(host), backend_name, rate_qdisc)
         if current is not None and (current.name, current.rate_qdisc) == (wanted.name, wanted.rate_qdisc):
             return current
         if current is not None:

@@ -123,7 +123,7 @@ def _links(configs: list[Configuration], root: bool) -> dict[str, Any]:
     if configs and configs[0].scenario.hosts is not None:
         return _host_links(configs)
     if configs and configs[0].scenario.kube is not None:
-        return {"choice": None, "note": "none: a run on Kubernetes changes nothing on the cluster's network"}
+        return _host_links(configs, on_pods=True)
     if not root:
         return {"choice": None, "note": "the link backends are chosen at run time: probing the kernel's qdiscs "
                                         "needs root (vnetbench doctor, as root, lists them)"}
@@ -137,9 +137,10 @@ def _links(configs: list[Configuration], root: bool) -> dict[str, Any]:
     return {"choice": {k: v for k, v in choice.items() if k in shaped}, "note": ""}
 
 
-def _host_links(configs: list[Configuration]) -> dict[str, Any]:
-    """A scenario placed on real hosts: its links are made on the hosts, with their kernels' qdiscs, chosen when
-    the run has checked them; what only the lab can do is a problem here already."""
+def _host_links(configs: list[Configuration], on_pods: bool = False) -> dict[str, Any]:
+    """A scenario placed on real hosts (or on a cluster's pods: `on_pods`): its links are made there, with their
+    kernels' qdiscs, chosen when the run has checked them; what only the lab can do is a problem here already (on
+    a cluster, placement() names what it refuses)."""
     from vnetbench.hosts import shaping
 
     shaped: dict[str, Any] = {}
@@ -147,10 +148,18 @@ def _host_links(configs: list[Configuration]) -> dict[str, Any]:
         for name, spec in lab_links(c.scenario.lab).items():
             if not spec.is_plain():
                 shaped.setdefault(name, spec)
-    problems = [p for name, spec in shaped.items() if (p := shaping.lab_only_problem(name, spec))]
     if not shaped:
-        return {"choice": {}, "note": ""}
-    where = {name: "the receiver" if name == "bottleneck" else f"sender {name[1:]}" for name in shaped}
+        return ({"choice": None, "note": "none: a run on Kubernetes changes nothing on the cluster's network"}
+                if on_pods else {"choice": {}, "note": ""})
+    problems = [p for name, spec in shaped.items() if (p := shaping.lab_only_problem(name, spec))]
+    where = {name: ("the receiver" if name == "bottleneck" else f"sender {name[1:]}") + ("'s pod" if on_pods else "")
+             for name in shaped}
+    if on_pods:
+        note = ("inside the pods (kube.shape_pods), with the pods' kernel qdiscs (tbf, htb; netem where the nodes' "
+                "kernel has it), chosen when the pods are up: " + ", ".join(f"{name} on {where[name]}'s interface"
+                                                                            for name in shaped)
+                + "; nothing on the nodes changes")
+        return {"choice": None, "note": note}
     note = ("on the hosts, with each host's kernel qdiscs (tbf, htb; netem where it has it), chosen when the run "
             "has checked them: " + ", ".join(f"{name} on {where[name]}'s interface" for name in shaped)
             + "; the inventory must opt each interface in (vnetbench_shape_interfaces)")

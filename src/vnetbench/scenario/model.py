@@ -357,6 +357,11 @@ class KubeSpec(Strict):
         "'privileged' (NET_ADMIN, to flush TCP's metrics before each trial; hostNetwork allowed) or 'baseline', "
         "for a cluster that enforces it (no capability added, no hostNetwork; TCP's metrics are then not "
         "flushed between trials, which the record says)")
+    shape_pods: bool = Field(
+        default=False, description="true: the scenario's link conditions (lab.bottleneck, [lab.link]) are made "
+        "inside the pods, with the pods' kernel qdiscs on their own interface (tc in each pod's network namespace, "
+        "NET_ADMIN): the bottleneck on the receiver's pod, link sN on the Nth sender's; nothing on the nodes "
+        "changes. false: a scenario with link conditions is refused on a cluster")
 
     @field_validator("senders", mode="before", json_schema_input_type=str | list[str])
     @classmethod
@@ -371,6 +376,10 @@ class KubeSpec(Strict):
         if self.placement == "cross-node" and self.receiver is not None and self.receiver in self.senders:
             raise ValueError(f"kube.placement = \"cross-node\" keeps the senders off the receiver's node "
                              f"{self.receiver!r}, and kube.senders names it: remove one")
+        if self.pod_security == "baseline" and self.shape_pods:
+            raise ValueError("kube.shape_pods = true changes the pods' interfaces, which needs NET_ADMIN, and Pod "
+                             "Security's baseline level adds no capability: set kube.pod_security = \"privileged\" "
+                             "where the cluster allows it, or remove the link conditions and kube.shape_pods")
         if self.pod_security == "baseline" and self.network == "host":
             raise ValueError("kube.network = \"host\" (hostNetwork) is what Pod Security's baseline level forbids: "
                              "set kube.network = \"pod\", or kube.pod_security = \"privileged\" where the "
