@@ -423,7 +423,7 @@ bottleneck = "unlimited"
 ip_version = 4
 [matrix]
 env = [{env = "docker", publish = false}, {env = "docker", publish = true}]
-test = [{workloads = "stream"}, {workloads = "rr"}]
+test = [{workloads = "rr"}]
 [workload.stream]
 tool = "iperf3"
 duration = "2s"
@@ -466,13 +466,14 @@ def test_a_published_port_through_the_userland_proxy_is_slower_than_the_direct_p
     show = cli("show", run_id, "--db", str(db)).stdout
     assert "shared the machine" not in show or "docker-proxy" not in show  # the proxies work for the run
     data = json.loads(cli("compare", run_id, "--db", str(db), "--by", "publish", "--ref", "false", "--json",
-                          "--metric", "throughput.rx_mbps", "--metric", "rr.p50_us").stdout)
+                          "--metric", "rr.p50_us").stdout)
     verdicts = {(cfg["config"], r["metric"]): r["verdict"] for cfg in data["configurations"] for r in cfg["results"]}
     # Every round trip crosses the proxy twice, a user-space relay between two TCP connections: +62% seen on a
     # quiet machine, and a clear verdict in 10 of 10 runs with a core kept busy. 5 trials a side, one metric
     # per configuration: the smallest p-value Mann-Whitney can give is 0.008, so complete separation is a
-    # verdict. The stream is not judged: quiet, the proxy costs it 70% of its rate, but with a core kept busy
-    # both paths are bound by the one CPU left (about 10 Gbit/s each, seen), and 2 of 10 runs were inconclusive.
+    # verdict. The stream is declared (its servers' ports are published too) and not run: quiet, the proxy costs
+    # it 70% of its rate, but with a core kept busy both paths are bound by the one CPU left (about 10 Gbit/s
+    # each, seen), and 2 of 10 runs were inconclusive, so its trials told nothing.
     assert verdicts[("env=docker, workloads=rr", "rr.p50_us")] == "regressed", verdicts
 
 
@@ -485,7 +486,6 @@ def test_without_the_userland_proxy_published_ports_are_nat_rules_only(tmp_path,
         pytest.skip(why)
     scenario = tmp_path / "published.toml"
     scenario.write_text(PUBLISHED.replace("publish = true}", "publish = true, userland_proxy = false}")
-                        .replace('test = [{workloads = "stream"}, {workloads = "rr"}]', 'test = [{workloads = "rr"}]')
                         .replace("repetitions = 5", "repetitions = 2"))
     with engine_daemon.dockerd("--userland-proxy=false") as url:
         db = tmp_path / "r.db"

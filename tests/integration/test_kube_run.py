@@ -523,8 +523,8 @@ POD_GOODPUT = 1398 / 1464
 def test_link_conditions_inside_the_pods_shape_the_pod_network_and_nothing_on_the_nodes(kube_cluster, tmp_path):
     """kube.shape_pods = true: the bottleneck on the receiver's pod, a sender's link on its pod, each a tbf on an
     IFB of the pod's own with only the endpoints' traffic (pod IPs, and the Service's ClusterIP) steered into it;
-    a configuration without conditions after one with them measures the unshaped path; the nodes' own
-    interfaces carry nothing of the run's, before, during or after."""
+    a configuration without conditions after one with them measures the unshaped path; the record puts every
+    qdisc on a pod's own IFB, and the nodes' own networks are as they were after the run."""
     k8s = kube_cluster
     before = k8s.node_qdiscs()
     proc, stored, configs, values = run_all_ok(k8s, tmp_path, SHAPED_PODS, trials=12)

@@ -502,6 +502,9 @@ def test_the_qdiscs_a_pod_may_use_are_found_by_trying_each_on_a_probe_ifb_that_i
     from vnetbench.errors import LabError
     from vnetbench.kube import conditions
 
+    from vnetbench.hosts.preflight import QDISC_MODULES
+
+    assert set(conditions.QDISC_TRIALS) == set(QDISC_MODULES)  # every kernel link backend's qdisc is tried
     pod = ScriptedPod({("tc", "qdisc", "add", "dev", "vnb-0123ab-p", "root", "netem"):
                        (2, "", "Error: Specified qdisc kind is unknown.\n")})
     found = conditions.pod_qdiscs(pod, "vnb-0123ab-p")
