@@ -130,6 +130,7 @@ def link_manager(lab: Any, registry: Registry, workdir: Any, run_prefix: str, co
     addresses = peers(lab.groups, lab.endpoints, ip_version)
     host_links: dict[str, shaping.HostLink] = {}
     kernels: dict[str, dict[str, str | None]] = {}  # link name -> kind -> None, or why not in one of its pods
+    probed: dict[str, dict[str, str | None]] = {}  # node -> what its kernel makes: pods on one node share it
     for pod, links in shaped.items():
         shell = PodShell(lab.endpoints[pod])
         try:
@@ -138,7 +139,10 @@ def link_manager(lab: Any, registry: Registry, workdir: Any, run_prefix: str, co
             facts = shaping.read_interface(shell, dev, "delete the pod")
         except HostError as e:
             raise LabError(str(e)) from None
-        qdiscs = pod_qdiscs(shell, shaping.ifb_name(run_prefix, "probe"))
+        node = lab.endpoints[pod].node
+        if node not in probed:
+            probed[node] = pod_qdiscs(shell, shaping.ifb_name(run_prefix, "probe"))
+        qdiscs = probed[node]
         for name in links:
             joined = kernels.setdefault(name, {})
             for kind, why in qdiscs.items():
