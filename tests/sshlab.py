@@ -288,8 +288,9 @@ class DataHosts:
         self.inventory = tmp / "inventory.yml"
         self.inventory.write_text(self.inventory_text())
 
-    def inventory_text(self, shape: str = SHAPED, client_shape: str = "") -> str:
-        """The inventory, with server-a's (and client-1's) vnetbench_shape_interfaces (none when empty)."""
+    def inventory_text(self, shape: str = SHAPED, client_shape: str = "", lacking_shape: str = "") -> str:
+        """The inventory, with server-a's (and client-1's, client-2's) vnetbench_shape_interfaces (none when
+        empty)."""
         def opt_in(name: str) -> str:
             return f"          vnetbench_shape_interfaces: [{name}]\n" if name else ""
 
@@ -300,6 +301,7 @@ class DataHosts:
                 "    clients:\n      hosts:\n        client-1:\n          ansible_host: 198.18.204.6\n"
                 f"{opt_in(client_shape)}"
                 "    lacking:\n      hosts:\n        client-2:\n          ansible_host: 198.18.204.10\n"
+                f"{opt_in(lacking_shape)}"
                 + ("    more:\n      hosts:\n" if self.extra else "")
                 + "".join(f"        {name}:\n          ansible_host: {srv.address}\n"
                           for name, (srv, _) in self.extra.items()))
@@ -312,10 +314,12 @@ class DataHosts:
         return {k.strip(): v.split()[0] for k, _, v in (line.partition(":") for line in out.splitlines())
                 if k.strip() in wanted}
 
-    def steering(self) -> dict[str, list[str]]:
-        """What link conditions leave on server-a: IFBs, and qdiscs on its data0 besides its own noqueue."""
-        ifbs = sh("ip", "-n", self.ns_a, "-o", "link", "show", "type", "ifb").stdout.split("\n")
-        qdiscs = sh("tc", "-n", self.ns_a, "qdisc", "show", "dev", "data0").stdout.splitlines()
+    def steering(self, ns: str | None = None) -> dict[str, list[str]]:
+        """What link conditions leave on server-a (or the host of namespace `ns`): IFBs, and qdiscs on its data0
+        besides its own noqueue."""
+        ns = ns or self.ns_a
+        ifbs = sh("ip", "-n", ns, "-o", "link", "show", "type", "ifb").stdout.split("\n")
+        qdiscs = sh("tc", "-n", ns, "qdisc", "show", "dev", "data0").stdout.splitlines()
         return {"ifbs": [line.split(":")[1].strip().split("@")[0] for line in ifbs if line.strip()],
                 "qdiscs": [q for q in qdiscs if not q.startswith("qdisc noqueue")]}
 

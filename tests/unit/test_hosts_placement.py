@@ -190,8 +190,8 @@ def test_plan_names_the_hosts_and_shapes_nothing_that_is_unlimited(tmp_path):
 
     (tmp_path / "s.toml").write_text(SCENARIO)
     planned = json.loads(cli("plan", str(tmp_path / "s.toml"), "--json").stdout)
-    assert planned["hosts"] == {"receiver": "server-a", "senders": ["clients"], "addresses": {}, "interfaces": {},
-                               "wait_for_host": 30.0}
+    assert planned["hosts"] == {"receiver": "server-a", "senders": ["clients"], "nodes": {}, "addresses": {},
+                                "interfaces": {}, "wait_for_host": 30.0}
     if os.geteuid() == 0:  # the backends are chosen only where the kernel can be probed
         assert planned["links"]["choice"] == {}
     shown = " ".join(cli("plan", str(tmp_path / "s.toml")).stdout.split())

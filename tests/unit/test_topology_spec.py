@@ -98,14 +98,14 @@ def test_a_topologys_hosts_run_in_guests_only_where_each_has_one_link():
 
 
 def test_a_topologys_hosts_run_in_containers_and_a_matrix_over_env_builds_a_graph_each():
-    from vnetbench.runner.graph_bench import _graph_key
+    from vnetbench.runner.graph_bench import graph_key
 
     loaded = _load('[lab]\nenv = "container"\ncpu_quota = 0.5\n[topology]\ntemplate = "linear"\n')
     assert (loaded.scenario.lab.env, loaded.scenario.lab.cpu_quota) == ("container", 0.5)
     configs = expand(_load('[topology]\ntemplate = "linear"\n[matrix]\n"lab.env" = ["bare", "container"]\n'
                            '"link.l1.forward.delay" = ["1ms", "2ms"]\n'))
     # one graph per environment, the link's sweep on each
-    assert len({_graph_key(c) for c in configs}) == 2 and len(configs) == 4
+    assert len({graph_key(c) for c in configs}) == 2 and len(configs) == 4
 
 
 def test_the_matrix_sweeps_a_topologys_link_and_its_clients():

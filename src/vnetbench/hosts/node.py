@@ -80,7 +80,8 @@ class SshNode(RunsCommands):
         host = self.conn.host
         login = f"{host.user}@{host.address}" if host.user else host.address
         port = f" port {host.port}" if host.port else ""
-        return placement_entry(f"host {self.name} (ssh {login}{port})", self.ipv4, self.ipv6,
+        # the inventory's host: a declared topology's endpoint is named after its node (h1 = host client-1 ...)
+        return placement_entry(f"host {host.name} (ssh {login}{port})", self.ipv4, self.ipv6,
                                self.interface, None)
 
     def command(self, argv: Sequence[str], pin: bool = True, timed: bool = False) -> list[str]:

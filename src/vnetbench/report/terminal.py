@@ -680,7 +680,9 @@ def _one_topology_view(topology: dict[str, Any], console: Console, rows: int) ->
 
     console.print(f"topology ({shape}): {count(kinds.count('host'), 'host')}, {count(kinds.count('switch'), 'switch')}, "
                   f"{count(kinds.count('router'), 'router')}, {count(len(topology['links']), 'link')}; "
-                  f"{count(_routes_count(topology), 'route')} (plan --json lists them)",
+                  + ("on real hosts: its switches and routers stand for the hosts' own network, each host's link is "
+                     "made on its interface" if topology.get("on_hosts") else
+                     f"{count(_routes_count(topology), 'route')} (plan --json lists them)"),
                   soft_wrap=True, highlight=False)
     links = topology["links"]
     shown = links if len(links) <= rows else [x for x in links if x["conditions"] != ["plain"]][:rows]
@@ -734,8 +736,9 @@ def plan_view(plan: Any, console: Console, rows: int = 20) -> None:
         escape(e["variant"]) + (" [green]ok[/]" if not e["problems"] else " [red]cannot be built[/]")
         for e in plan.environments))
     if plan.hosts:
-        console.print(f"endpoints on real hosts (vnetbench run ... --hosts INVENTORY): receiver "
-                      f"{escape(plan.hosts['receiver'])}, senders {escape(', '.join(plan.hosts['senders']))}; "
+        placed = (", ".join(f"{n} on {h}" for n, h in plan.hosts["nodes"].items()) if plan.hosts.get("nodes") else
+                  f"receiver {plan.hosts['receiver']}, senders {', '.join(plan.hosts['senders'])}")
+        console.print(f"endpoints on real hosts (vnetbench run ... --hosts INVENTORY): {escape(placed)}; "
                       "the hosts are checked over SSH when the run starts", soft_wrap=True)
         # Where the traffic goes is the user's to see before it is sent: every address the scenario gives
         given = plan.hosts.get("addresses") or {}

@@ -135,7 +135,7 @@ class GraphBench(DumbbellBench):
         template, its numbers, nodes or links), one bench per graph, side by side (GraphsBench)."""
         graphs: dict[str, list[Configuration]] = {}
         for c in configs:
-            graphs.setdefault(_graph_key(c), []).append(c)
+            graphs.setdefault(graph_key(c), []).append(c)
         if len(graphs) > 1:
             # Each graph's namespaces and emulators under a prefix of its own: <run prefix>-g<k>+-<node> (no
             # node's name holds a "+", so no graph's name can be another's); `vnetbench clean` finds them by the
@@ -181,7 +181,7 @@ class GraphBench(DumbbellBench):
         if found is None:
             graph = self.lab.built.graph if self.lab is not None and self.lab.built is not None else \
                 self.topology.graph(self.mtu)  # type: ignore[union-attr]
-            found = self._pairs_of[config.key] = _pairs(config, graph)
+            found = self._pairs_of[config.key] = config_pairs(config, graph)
         return found
 
     def group_endpoints(self, group: Group) -> TrialEndpoints:
@@ -301,7 +301,7 @@ def _keep_apart(built: GraphLab, env: NamespaceEnvironment) -> None:
                        f"({CONTAINER_V4}, {CONTAINER_V6}): use a smaller topology, or env = \"bare\"")
 
 
-def _graph_key(config: Configuration) -> str:
+def graph_key(config: Configuration) -> str:
     """What makes a configuration's graph: its topology table without the endpoints, the links' MTU and the
     environment its hosts run in (a matrix over lab.env builds one graph per environment, side by side)."""
     topology = config.scenario.topology
@@ -310,7 +310,7 @@ def _graph_key(config: Configuration) -> str:
         f"mtu={config.scenario.lab.mtu}" + f"variant={variant_of(config)!r}"
 
 
-def _pairs(config: Configuration, graph: Graph) -> tuple[Pair, dict[str, Pair]]:
+def config_pairs(config: Configuration, graph: Graph) -> tuple[Pair, dict[str, Pair]]:
     """(the topology's (clients, server), each active workload's: its own, else the topology's)."""
     topology = config.scenario.topology
     assert topology is not None
@@ -333,7 +333,7 @@ class GraphsBench:
         self._current: GraphBench | None = None
 
     def of(self, config: Configuration) -> GraphBench:
-        return self.benches[_graph_key(config)]
+        return self.benches[graph_key(config)]
 
     @property
     def keep_dir(self) -> Any:

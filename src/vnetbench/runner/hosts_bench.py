@@ -38,6 +38,7 @@ from vnetbench.lab.topology import Group, Lab
 from vnetbench.runner.bench import DumbbellBench, TrialOutcome
 from vnetbench.runner.fingerprint import SYSCTLS
 from vnetbench.runner.recorders import LinkRecorder, MachinesCpuRecorder, Recorder
+from vnetbench.scenario.model import HostsSpec
 from vnetbench.scenario.plan import Configuration
 from vnetbench.workloads import registry as workloads
 from vnetbench.tools import ETHTOOL, FLOCK, IP, PING, SS, TC, Tool
@@ -52,9 +53,11 @@ START_LEAD_MIN_S, START_LEAD_MAX_S, START_LEAD_PER_CLIENT_S = 0.02, 0.5, 0.005
 
 @dataclass
 class Placement:
-    """Which inventory host each endpoint is, and the address its peers send to."""
+    """Which inventory host each endpoint is, and the address its peers send to. On the dumbbell the endpoints
+    are the receiver and the senders, named after their hosts; on a declared topology (`nodes`), its host
+    nodes, each on the host hosts.nodes gives it (runner/hosts_topology.py)."""
 
-    receiver: InventoryHost
+    receiver: InventoryHost | None
     senders: list[InventoryHost]
     addresses: dict[str, str]  # host name -> the address workloads use (resolved to an IP)
     ip_version: int = 4
@@ -68,33 +71,62 @@ class Placement:
     # hosts.addresses: host -> the address the scenario gives it, checked to be on one of its interfaces
     # (check_hosts). The inventory's are the user's own, and may be a NAT's or a load balancer's: not checked.
     given: dict[str, str] = field(default_factory=dict)
+    # A declared topology's: host node -> the inventory host it runs on (the workloads' nodes only), and per
+    # host whether its link's forward direction leaves it (the host is the link's a end).
+    nodes: dict[str, InventoryHost] = field(default_factory=dict)
+    outward: dict[str, bool] = field(default_factory=dict)
 
     def changes(self, host: str) -> bool:
         """Whether the run changes something on `host`'s data interface (link conditions, offloads)."""
         return host in self.shaped or host in self.offload_hosts
 
     @property
+    def endpoints(self) -> dict[str, InventoryHost]:
+        """Endpoint name -> its host: the dumbbell's are named after their hosts, a topology's after its nodes."""
+        if self.nodes:
+            return dict(self.nodes)
+        assert self.receiver is not None
+        return {h.name: h for h in (self.receiver, *self.senders)}
+
+    @property
     def hosts(self) -> list[InventoryHost]:
-        return [self.receiver, *self.senders]
+        return list(self.endpoints.values())
 
     def peers(self, host: str) -> list[str]:
-        """The addresses whose traffic with `host` its link carries: the senders' for the receiver, the
-        receiver's for a sender."""
+        """The addresses whose traffic with `host` its link carries: on the dumbbell the senders' for the
+        receiver, the receiver's for a sender; on a topology every other endpoint's (a host's one link carries
+        all it exchanges)."""
+        if self.nodes:
+            return [self.addresses[h.name] for h in self.hosts if h.name != host]
+        assert self.receiver is not None
         if host == self.receiver.name:
             return [self.addresses[s.name] for s in self.senders]
         return [self.addresses[self.receiver.name]]
 
+    def upstream(self, host: str, link: str) -> bool:
+        """Whether `link`'s forward direction leaves `host` (its egress): a dumbbell sender's link does, the
+        bottleneck enters the receiver; a topology's link leaves its a end."""
+        return self.outward[host] if self.nodes else link != "bottleneck"
+
+
+def hosts_table(configs: list[Configuration], inventory: Inventory, source: str) -> HostsSpec:
+    """The scenario's `[hosts]` table; a ScenarioError saying what to write when it has none."""
+    spec = configs[0].scenario.hosts
+    if spec is None:
+        example = ("hosts.nodes = {NODE = \"server-a\", ...}" if configs[0].scenario.topology is not None else
+                   "[hosts] receiver = \"server-a\", senders = [\"client-1\"] (or --set hosts.receiver=NAME "
+                   "--set hosts.senders=[NAME])")
+        raise ScenarioError(f"{source}: --hosts {inventory.path} needs a [hosts] table in the scenario naming where "
+                            f"the endpoints run, e.g. {example}; hosts: {', '.join(inventory.hosts) or '(none)'}")
+    return spec
+
 
 def placement(configs: list[Configuration], inventory: Inventory, source: str) -> Placement:
     """The scenario's `[hosts]` resolved against the inventory, and everything a host run cannot do checked,
-    before any connection is made. Raises ScenarioError naming the key and what to change."""
-    spec = configs[0].scenario.hosts
-    if spec is None:
-        raise ScenarioError(f"{source}: --hosts {inventory.path} needs a [hosts] table in the scenario naming where "
-                            "the endpoints run, e.g. [hosts] receiver = \"server-a\", senders = [\"client-1\"] "
-                            f"(or --set hosts.receiver=NAME --set hosts.senders=[NAME]); hosts: "
-                            f"{', '.join(inventory.hosts) or '(none)'}")
-    receivers = inventory.resolve(spec.receiver)
+    before any connection is made (a declared topology's: runner/hosts_topology.topology_placement). Raises
+    ScenarioError naming the key and what to change."""
+    spec = hosts_table(configs, inventory, source)
+    receivers = inventory.resolve(spec.receiver)  # type: ignore[arg-type]  # the dumbbell's: the model checked it
     if len(receivers) != 1:
         raise ScenarioError(f"{source}: hosts.receiver = {spec.receiver!r} names {len(receivers)} hosts "
                             f"({', '.join(h.name for h in receivers)}); name one")
@@ -112,30 +144,40 @@ def placement(configs: list[Configuration], inventory: Inventory, source: str) -
             raise ScenarioError(f"{source}: hosts.{key} names {', '.join(map(repr, unknown))}, which is no endpoint "
                                 "of this scenario")
     for c in configs:
-        problems = _lab_problems(c)
+        problems = lab_problems(c)
         if problems:
             raise ScenarioError(f"{source} [configuration {c.label_text}]: with --hosts, " + "; ".join(problems))
     ip_version = configs[0].scenario.lab.ip_version
-    chosen = [receivers[0], *senders[:needed]]
     shaped = shaping.links_by_host(configs, lambda c: shaping.dumbbell_carriers(
         receivers[0].name, [h.name for h in senders[:needed]], c.active_senders))
-    # offload = "off" changes every endpoint's data interface: each must be opted in, as for link conditions
+    return completed(Placement(receivers[0], senders[:needed], {}, ip_version, shaped), configs, inventory, source)
+
+
+def completed(place: Placement, configs: list[Configuration], inventory: Inventory, source: str) -> Placement:
+    """`place` (its endpoints and their link conditions) completed with what every place on hosts checks the
+    same way: each host whose interface the run changes (link conditions; offloads off, which change every
+    endpoint's) opted in by the inventory, the addresses the peers send to, the interfaces hosts.interfaces
+    names. Raises ScenarioError naming the host and the inventory key."""
+    spec = configs[0].scenario.hosts
+    assert spec is not None
+    chosen = place.hosts
     offload_off = any(c.scenario.lab.offload == "off" for c in configs)
     for host in chosen:
-        problem = (shaping.opt_in_problem(host, inventory.path, shaping.conditions_on(host.name, shaped[host.name]))
-                   if host.name in shaped else None)
+        problem = (shaping.opt_in_problem(host, inventory.path, shaping.conditions_on(host.name,
+                                                                                      place.shaped[host.name]))
+                   if host.name in place.shaped else None)
         if problem is None and offload_off:
             problem = shaping.opt_in_problem(host, inventory.path, f'offloads off (lab.offload = "off") on {host.name}')
         if problem:
             raise ScenarioError(f"{source}: {problem}")
-    addresses = {h.name: _ip_of(h, spec.addresses.get(h.name), ip_version, source) for h in chosen}
-    return Placement(receivers[0], senders[:needed], addresses, ip_version, shaped,
-                     named={h.name: spec.interfaces[h.name] for h in chosen if h.name in spec.interfaces},
-                     offload_hosts=[h.name for h in chosen] if offload_off else [],
-                     given={h.name: addresses[h.name] for h in chosen if h.name in spec.addresses})
+    place.addresses = {h.name: _ip_of(h, spec.addresses.get(h.name), place.ip_version, source) for h in chosen}
+    place.named = {h.name: spec.interfaces[h.name] for h in chosen if h.name in spec.interfaces}
+    place.offload_hosts = [h.name for h in chosen] if offload_off else []
+    place.given = {h.name: place.addresses[h.name] for h in chosen if h.name in spec.addresses}
+    return place
 
 
-def _lab_problems(config: Configuration) -> list[str]:
+def lab_problems(config: Configuration) -> list[str]:
     lab = config.scenario.lab
     problems = []
     if lab.env != "bare":
@@ -321,10 +363,10 @@ class HostsBench(DumbbellBench):
     def setup(self) -> None:
         registry = Registry()
         registry.add(f"work directory {self.workdir}", lambda: shutil.rmtree(self.workdir, ignore_errors=True))
-        self.lab = Lab(self.run_prefix, registry)
+        self.lab = self._lab(registry)
         ip_version = self.configs[0].scenario.lab.ip_version
-        host_links: dict[str, shaping.HostLink] = {}
-        for host in self.place.hosts:
+        host_links: dict[str, shaping.HostLink] = {}  # endpoint -> the link it carries
+        for endpoint, host in self.place.endpoints.items():
             conn = self.connect(host)
             registry.add(f"ssh connection to {host.name}", conn.close)
             self._make_workdir(conn, registry)
@@ -332,26 +374,36 @@ class HostsBench(DumbbellBench):
                 self.offloads[host.name] = shaping.HostOffload(conn, self.place.interfaces[host.name].name,
                                                                self.remote_workdir, registry)
             for link_name in self.place.shaped.get(host.name, {}):  # the host's one link: its endpoint's
-                host_links[host.name] = shaping.HostLink(
+                host_links[endpoint] = shaping.HostLink(
                     link_name, conn, self.place.interfaces[host.name], self.place.peers(host.name), ip_version,
-                    self.run_prefix, registry, host_upstream=link_name != "bottleneck")
+                    self.run_prefix, registry, host_upstream=self.place.upstream(host.name, link_name))
             address = self.place.addresses[host.name]
             # the interface its traffic uses: the shaped one, else the one named, else the route's (as surveyed:
             # "eth1 (driver virtio_net, mtu 1500)")
             iface = self.place.interfaces.get(host.name)
             routed = str(self.host_facts.get(host.name, {}).get("interface") or "").split(" ")[0] or None
-            node = SshNode(host.name, conn, registry, ipv4=address if ip_version == 4 else "",
+            node = SshNode(endpoint, conn, registry, ipv4=address if ip_version == 4 else "",
                            ipv6=address if ip_version == 6 else "", facts=self.host_facts.get(host.name),
                            interface=iface.name if iface is not None else self.place.named.get(host.name, routed))
             clock = self.host_facts.get(host.name, {}).get("clock") or {}
             node.offset_s = (clock.get("offset_ms") or 0.0) / 1e3
-            self.lab.endpoints[host.name] = node
-            self.machine_of[host.name] = machine_id(conn, host.name)
-        self.lab.groups[BARE] = Group(BARE, "", None, self.place.receiver.name, [h.name for h in self.place.senders])
+            self.lab.endpoints[endpoint] = node
+            self.machine_of[endpoint] = machine_id(conn, host.name)
+        self._groups()
         self.lab.bringup_s[BARE] = 0.0
         self.links = HostLinkManager(self.lab, registry, self.workdir, self.run_prefix, auto=dict(self.place.backends),
                                      host_links=host_links)
         self.start_servers()
+
+    def _lab(self, registry: Registry) -> Lab:
+        """The lab as the link manager sees it: the dumbbell's (the bottleneck at the receiver, sN at the Nth
+        sender)."""
+        return Lab(self.run_prefix, registry)
+
+    def _groups(self) -> None:
+        """The endpoints' groups: the dumbbell's one (its receiver and senders)."""
+        assert self.lab is not None and self.place.receiver is not None
+        self.lab.groups[BARE] = Group(BARE, "", None, self.place.receiver.name, [h.name for h in self.place.senders])
 
     def _make_workdir(self, conn: SshConnection, registry: Registry) -> None:
         # mkdir (not -p) with mode 0700, so only this user can use it; what was there already is taken only
@@ -392,7 +444,7 @@ class HostsBench(DumbbellBench):
                 node.start_at = None
 
     def start_lead(self, nodes: list[SshNode]) -> float:
-        slowest = max(((self.host_facts.get(n.name, {}).get("clock") or {}).get("session_ms") or 50.0)
+        slowest = max(((self.host_facts.get(n.conn.host.name, {}).get("clock") or {}).get("session_ms") or 50.0)
                       for n in nodes) / 1e3
         lead = 2 * slowest + START_LEAD_PER_CLIENT_S * len(nodes)
         return min(START_LEAD_MAX_S, max(START_LEAD_MIN_S, lead))
@@ -444,11 +496,11 @@ class HostsBench(DumbbellBench):
     def unreachable(self) -> dict[str, str]:
         """host -> why, for each host that does not answer over ssh now."""
         out = {}
-        for name, node in self.lab.endpoints.items():
+        for node in self.lab.endpoints.values():
             try:
                 node.conn.run(["true"], timeout=node.conn.connect_timeout + 5)
             except HostError as e:
-                out[name] = e.reason.removeprefix(f"{node.conn.where()}: ")
+                out[node.conn.host.name] = e.reason.removeprefix(f"{node.conn.where()}: ")
         return out
 
     def after_trial(self, outcome: TrialOutcome) -> None:
@@ -469,8 +521,9 @@ class HostsBench(DumbbellBench):
             time.sleep(min(2.0, max(0.1, deadline - time.monotonic())))
         if self.relock is not None:
             self.relock(sorted(dropped))
-        for name in dropped:
-            self._make_workdir(self.lab.endpoints[name].conn, self.lab.registry)
+        for node in self.lab.endpoints.values():
+            if node.conn.host.name in dropped:
+                self._make_workdir(node.conn, self.lab.registry)
         self.links.forget()  # a host that restarted lost its qdiscs: every link's conditions again
         self._offload_on = None  # and its offloads are its own again, or still off: set them at the next one
         self.start_servers()
@@ -504,10 +557,11 @@ class HostsBench(DumbbellBench):
 
     def environment_state(self, config: Configuration) -> dict[str, Any]:
         group = self.group(config)
-        used = [group.receiver, *group.senders[:config.active_senders]]
+        used = dict.fromkeys(n for receiver, senders in self.flows(config) for n in (receiver, *senders))
+        hosts = {n: self.place.endpoints[n].name for n in used}
         return {"environment": {"variant": self.variant_name(group), "env": "bare",
-                                "hosts": {n: {"address": self.place.addresses[n], **self.host_facts.get(n, {})}
-                                          for n in used},
+                                "hosts": {n: {**({"host": h} if h != n else {}), "address": self.place.addresses[h],
+                                              **self.host_facts.get(h, {})} for n, h in hosts.items()},
                                 "offload": (self._offload_state if not self._offload_on and self.offloads
                                             else "the hosts' own settings")}}
 

@@ -152,8 +152,17 @@ def _host_links(configs: list[Configuration], on_pods: bool = False) -> dict[str
         return ({"choice": None, "note": "none: a run on Kubernetes changes nothing on the cluster's network"}
                 if on_pods else {"choice": {}, "note": ""})
     problems = [p for name, spec in shaped.items() if (p := shaping.lab_only_problem(name, spec))]
-    where = {name: ("the receiver" if name == "bottleneck" else f"sender {name[1:]}") + ("'s pod" if on_pods else "")
-             for name in shaped}
+    topology = configs[0].scenario.topology
+    if topology is not None:  # on hosts: a link's conditions go on the host at its end (runner/hosts_topology.py)
+        graph = topology.graph(configs[0].scenario.lab.mtu)
+        ends = {name: [n for n in (graph.links[name].a, graph.links[name].b) if graph.kind(n) == "host"]
+                for name in shaped}
+        where = {name: f"host {ends[name][0]}" if ends[name] else "no host (it joins two switches or routers)"
+                 for name in shaped}
+    else:
+        where = {name: ("the receiver" if name == "bottleneck" else f"sender {name[1:]}") + ("'s pod" if on_pods
+                                                                                            else "")
+                 for name in shaped}
     if on_pods:
         note = ("inside the pods (kube.shape_pods), with the pods' kernel qdiscs (tbf, htb; netem where the nodes' "
                 "kernel has it), chosen when the pods are up: " + ", ".join(f"{name} on {where[name]}'s interface"
@@ -180,11 +189,11 @@ def topology_plan(configs: list[Configuration]) -> dict[str, Any] | None:
     the topology), the first graph's, with "graphs": each graph's, with its configurations' labels."""
     if not configs or configs[0].scenario.topology is None:
         return None
-    from vnetbench.runner.graph_bench import _graph_key
+    from vnetbench.runner.graph_bench import graph_key
 
     graphs: dict[str, list[Configuration]] = {}
     for c in configs:
-        graphs.setdefault(_graph_key(c), []).append(c)
+        graphs.setdefault(graph_key(c), []).append(c)
     plans = [dict(_graph_plan(group), configurations=[dict(c.labels) for c in group]) for group in graphs.values()]
     if len(plans) == 1:
         del plans[0]["configurations"]
@@ -216,7 +225,9 @@ def _graph_plan(configs: list[Configuration]) -> dict[str, Any]:
                 pairs.append(entry)
             if workload not in entry["workloads"]:
                 entry["workloads"].append(workload)
+    on_hosts = first.hosts is not None
     return {
+        **({"on_hosts": True} if on_hosts else {}),  # the hosts' network is theirs: no address or route is made
         "template": first.topology.template,  # type: ignore[union-attr]
         "containerlab": first.topology.containerlab,  # type: ignore[union-attr]
         "nodes": {name: node.kind for name, node in graph.nodes.items()},
@@ -226,9 +237,9 @@ def _graph_plan(configs: list[Configuration]) -> dict[str, Any]:
                                                                 f"{plan.prefixlens[(node, i.ifname)][0]}",
                                         "ipv6": f"{plan.addresses[(node, i.ifname)][1]}/"
                                                 f"{plan.prefixlens[(node, i.ifname)][1]}"}
-                             for i in ifs} for node, ifs in plan.interfaces.items()},
+                             for i in ifs} for node, ifs in plan.interfaces.items()} if not on_hosts else {},
         "routes": {node: [f"{r.dst} via {r.gateway} dev {r.ifname}" for r in routes]
-                   for node, routes in plan.routes.items() if routes},
+                   for node, routes in plan.routes.items() if routes} if not on_hosts else {},
         "endpoints": pairs,
     }
 

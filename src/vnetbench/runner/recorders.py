@@ -482,9 +482,11 @@ class MachinesCpuRecorder(Recorder):
     raw_key = "cpu"  # where the trial's raw record keeps what it saw
     where = "the hosts' machines"
 
-    def __init__(self, receiver: Any, senders: list[Any], machine_of: dict[str, str], workdir: Path):
+    def __init__(self, receiver: Any, senders: list[Any], machine_of: dict[str, str], workdir: Path,
+                 sides: bool = True):
         self.receiver, self.senders, self.workdir = receiver, senders, workdir
         self.machine_of = machine_of  # host name -> its machine (boot id)
+        self.sides = sides  # whether the receiver is the only server (else no receiver/sender split)
         self.hosts: dict[str, list[str]] = {}  # machine -> the hosts on it, receiver first
         self.sampled_by: dict[str, Any] = {}  # machine -> the node its sampler runs on
         for node in [receiver, *senders]:
@@ -575,7 +577,7 @@ class MachinesCpuRecorder(Recorder):
         add_cpu_metrics(measurement, sum(busy.values()), combined)
         rx = self.machine_of.get(self.receiver.name, self.receiver.name)
         tx = {self.machine_of.get(n.name, n.name) for n in self.senders}
-        if rx not in tx and rx in busy and tx <= busy.keys():
+        if self.sides and rx not in tx and rx in busy and tx <= busy.keys():
             measurement.add("cpu.rx_util_pct", busy[rx])
             measurement.add("cpu.tx_util_pct", sum(busy[m] for m in tx))
 

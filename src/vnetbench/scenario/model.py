@@ -392,9 +392,14 @@ class HostsSpec(Strict):
     inventory host or group names. ``addresses`` gives, per host, the address its peers send to when that is
     not the inventory's (a data-plane address beside the management one SSH uses)."""
 
-    receiver: str = Field(min_length=1, description="the inventory host (or a group of one) the receiver runs on")
-    senders: list[str] = Field(min_length=1, description="inventory hosts or groups the senders run on, in order "
-                               "(a group: as many of its hosts as the scenario uses)")
+    receiver: str | None = Field(default=None, min_length=1, description="the inventory host (or a group of one) "
+                                 "the receiver runs on (the dumbbell's)")
+    senders: list[str] = Field(default_factory=list, description="inventory hosts or groups the senders run on, in "
+                               "order (a group: as many of its hosts as the scenario uses; the dumbbell's)")
+    # A declared topology's hosts are placed by name: each host node its workloads run on -> the inventory host
+    # (or group of one) it is. The topology's switches and routers stand for the network between the hosts.
+    nodes: dict[str, str] = Field(default_factory=dict, description="a [topology]'s hosts: node name = the "
+                                  "inventory host (or a group of one) it runs on")
     addresses: dict[str, str] = Field(default_factory=dict, description="per host, the address its peers send to, "
                                       "when not the inventory's (a data network beside SSH's)")
     # Per host, the interface its workloads' traffic must use (checked against the host's routes to the other
@@ -413,8 +418,16 @@ class HostsSpec(Strict):
 
     @field_validator("receiver")
     @classmethod
-    def _receiver(cls, v: str) -> str:
-        return require_name(v)
+    def _receiver(cls, v: str | None) -> str | None:
+        return v if v is None else require_name(v)
+
+    @field_validator("nodes")
+    @classmethod
+    def _nodes(cls, v: dict[str, str]) -> dict[str, str]:
+        for node, host in v.items():
+            require_name(node, "hosts.nodes key (a host of the topology)")
+            require_name(host, f"hosts.nodes.{node} (an inventory host)")
+        return v
 
     @field_validator("senders")
     @classmethod
@@ -619,6 +632,42 @@ class Scenario(Strict):
         return self
 
     @model_validator(mode="after")
+    def _dumbbell_hosts(self) -> "Scenario":
+        """On the dumbbell, [hosts] names the receiver and the senders; hosts.nodes places a [topology]'s hosts."""
+        if self.hosts is None or self.topology is not None:
+            return self
+        if self.hosts.nodes:
+            raise ValueError("hosts.nodes places the hosts of a [topology] table, and this scenario declares none: "
+                             "on the dumbbell name hosts.receiver and hosts.senders")
+        missing = [k for k, v in (("receiver", self.hosts.receiver), ("senders", self.hosts.senders)) if not v]
+        if missing:
+            raise ValueError(f"[hosts] names no {' and no '.join(missing)}: give receiver = \"HOST\" and senders = "
+                             "[\"HOST\", ...] (inventory hosts or groups)")
+        return self
+
+    def _topology_on_hosts(self, graph: Any) -> None:
+        """A [topology] on real hosts: its hosts placed by name (hosts.nodes), each a host node of the graph.
+        What the hosts' network can carry (a host's own link only) is checked per configuration when the
+        run places them (runner/hosts_topology.py)."""
+        assert self.hosts is not None
+        used = [k for k in ("receiver", "senders") if getattr(self.hosts, k)]
+        if used:
+            raise ValueError(f"hosts.{used[0]} places a dumbbell's endpoint; a [topology]'s hosts are placed by "
+                             "node: hosts.nodes = {NODE = \"INVENTORY HOST\", ...}")
+        if not self.hosts.nodes:
+            hosts = graph.hosts()
+            raise ValueError("a [topology] on real hosts needs hosts.nodes, the inventory host each of its host "
+                             f"nodes runs on, e.g. hosts.nodes = {{{hosts[0]} = \"server-a\", ...}} (the topology's "
+                             f"hosts: {', '.join(hosts[:8])}{', ...' if len(hosts) > 8 else ''})")
+        wrong = [n for n in self.hosts.nodes if n not in graph.nodes or graph.kind(n) != "host"]
+        if wrong:
+            hosts = graph.hosts()
+            what = f"a {graph.kind(wrong[0])}" if wrong[0] in graph.nodes else "no node"
+            raise ValueError(f"hosts.nodes.{wrong[0]}: {wrong[0]!r} is {what} of the topology; hosts.nodes places "
+                             f"its hosts ({', '.join(hosts[:8])}{', ...' if len(hosts) > 8 else ''}); its switches "
+                             "and routers stand for the network between the real hosts")
+
+    @model_validator(mode="after")
     def _link_names(self) -> "Scenario":
         if self.topology is not None:
             return self  # checked against the graph's links (_topology)
@@ -664,8 +713,7 @@ class Scenario(Strict):
             raise ValueError(f"lab.link.{unknown[0]}: the topology has no link {unknown[0]!r} (links: "
                              f"{', '.join(names[:12])}{', ...' if len(names) > 12 else ''})")
         if self.hosts is not None:
-            raise ValueError("a [topology] table and a [hosts] table: a declared topology runs in the local lab "
-                             "(real hosts' network is what it is); remove one")
+            self._topology_on_hosts(graph)
         if self.lab.env not in TOPOLOGY_ENVS:
             raise ValueError(f"lab.env = {self.lab.env!r} with a [topology] table: a declared topology's "
                              f"workload hosts run in {', '.join(repr(e) for e in TOPOLOGY_ENVS)} so far; choose "

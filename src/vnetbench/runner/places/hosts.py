@@ -19,6 +19,7 @@ from vnetbench.errors import VnetbenchError
 from vnetbench.hosts.lock import HostLocks, holder_line, lock_hosts
 from vnetbench.hosts.ssh import HostAccess
 from vnetbench.runner import hosts_bench
+from vnetbench.runner.hosts_topology import HostsTopologyBench, topology_placement
 from vnetbench.runner.places.base import Place
 from vnetbench.scenario.load import LoadedScenario
 from vnetbench.scenario.plan import Configuration
@@ -76,7 +77,8 @@ class HostsPlace(Place):
                 ) -> tuple[list[Configuration], list[dict[str, object]]]:
         # Where each endpoint runs, checked against the scenario, then every host over SSH, all before anything is
         # stored or started anywhere.
-        self.place = hosts_bench.placement(configs, self.access.inventory, loaded.source)
+        place = topology_placement if configs[0].scenario.topology is not None else hosts_bench.placement
+        self.place = place(configs, self.access.inventory, loaded.source)
         self.host_facts = hosts_bench.check_hosts(self.place, hosts_bench.needed_tools(configs), self.access.connect,
                                                   rate_qdisc=configs[0].scenario.lab.qdisc)
         return configs, []
@@ -94,8 +96,12 @@ class HostsPlace(Place):
         return {"hosts": self.host_facts, "inventory": str(self.access.inventory.path)}  # as this session found
 
     def bench(self, run_prefix: str, configs: list[Configuration]) -> hosts_bench.HostsBench:
-        bench = hosts_bench.HostsBench.for_hosts(run_prefix, configs, self.place, self.access.connect,
-                                                 self.host_facts)
+        if self.place.nodes:  # a declared topology's host nodes on the hosts
+            bench: hosts_bench.HostsBench = HostsTopologyBench.for_topology(run_prefix, configs, self.place,
+                                                                            self.access.connect, self.host_facts)
+        else:
+            bench = hosts_bench.HostsBench.for_hosts(run_prefix, configs, self.place, self.access.connect,
+                                                     self.host_facts)
         bench.relock = self.locks.retake
         return bench
 
