@@ -121,8 +121,46 @@ class GraphEndpoints(NamespaceEnvironment):
         return {"env": "bare", "path": self.description}
 
 
+class WorkloadPairs:
+    """The trial's endpoints on a declared topology, in the lab (GraphBench) and on real hosts
+    (runner/hosts_topology.HostsTopologyBench): every workload between its own (clients, server) pair, worked
+    out per configuration by ``_pairs``, each client with a slot of its own in ``_slots``."""
+
+    lab: Any
+    links: Any
+    _slots: dict[str, int]
+
+    def _pairs(self, config: Configuration) -> tuple[Pair, dict[str, Pair]]:
+        raise NotImplementedError
+
+    def flows(self, config: Configuration) -> list[tuple[str, list[str]]]:
+        """Each server the configuration's workloads run to, with their clients: one per distinct pair."""
+        return [(server, list(clients)) for clients, server in dict.fromkeys(self._pairs(config)[1].values())]
+
+    def workload_endpoints(self, config: Configuration, workload: str) -> TrialEndpoints:
+        clients, server = self._pairs(config)[1][workload]
+        return self._hosts(server, list(clients))
+
+    def group_endpoints(self, group: Group) -> TrialEndpoints:
+        return self._hosts(group.receiver, group.senders)
+
+    def cores(self, group: Group, config: Configuration) -> dict[str, Any]:
+        """Each host of the configuration's workloads (a node's name is its role) and each emulator: its core."""
+        hosts = dict.fromkeys(h for server, clients in self.flows(config) for h in (server, *clients))
+        return {"endpoints": {h: self.lab.endpoints[h].cpu for h in hosts},  # type: ignore[union-attr]
+                "emulators": self.links.emulator_cores()}  # type: ignore[union-attr]
+
+    def _hosts(self, server: str, clients: list[str]) -> TrialEndpoints:
+        """Endpoints, each client with its slot: its place among every client of the run, so that a server
+        keeps a port of its own for each client whatever pair it is in (an iperf3 server runs one test at a
+        time)."""
+        assert self.lab is not None
+        return TrialEndpoints(self.lab.endpoints[server], [self.lab.endpoints[c] for c in clients],
+                              slots=[self._slots[c] for c in clients])
+
+
 @dataclass
-class GraphBench(DumbbellBench):
+class GraphBench(WorkloadPairs, DumbbellBench):
     """The dumbbell bench's trials on a declared topology's lab: one group of endpoints per (clients, server)
     the run's configurations name, all on the one graph."""
 
@@ -166,14 +204,6 @@ class GraphBench(DumbbellBench):
         assert self.lab is not None
         return self.lab.groups[self._pairs(config)[0]]  # type: ignore[index]
 
-    def flows(self, config: Configuration) -> list[tuple[str, list[str]]]:
-        """Each server the configuration's workloads run to, with their clients: one per distinct pair."""
-        return [(server, list(clients)) for clients, server in dict.fromkeys(self._pairs(config)[1].values())]
-
-    def workload_endpoints(self, config: Configuration, workload: str) -> TrialEndpoints:
-        clients, server = self._pairs(config)[1][workload]
-        return self._hosts(server, list(clients))
-
     def _pairs(self, config: Configuration) -> tuple[Pair, dict[str, Pair]]:
         """The configuration's topology endpoints, and each active workload's (its own, else those): worked out
         once per configuration (a thousand-node graph is not built again per trial)."""
@@ -183,23 +213,6 @@ class GraphBench(DumbbellBench):
                 self.topology.graph(self.mtu)  # type: ignore[union-attr]
             found = self._pairs_of[config.key] = config_pairs(config, graph)
         return found
-
-    def group_endpoints(self, group: Group) -> TrialEndpoints:
-        return self._hosts(group.receiver, group.senders)
-
-    def cores(self, group: Group, config: Configuration) -> dict[str, Any]:
-        """Each host of the configuration's workloads (a node's name is its role) and each emulator: its core."""
-        hosts = dict.fromkeys(h for server, clients in self.flows(config) for h in (server, *clients))
-        return {"endpoints": {h: self.lab.endpoints[h].cpu for h in hosts},  # type: ignore[union-attr]
-                "emulators": self.links.emulator_cores()}  # type: ignore[union-attr]
-
-    def _hosts(self, server: str, clients: list[str]) -> TrialEndpoints:
-        """Endpoints, each client with its slot: its place among every client of the run, so that a server
-        keeps a port of its own for each client whatever pair it is in (an iperf3 server runs one test at a
-        time)."""
-        assert self.lab is not None
-        return TrialEndpoints(self.lab.endpoints[server], [self.lab.endpoints[c] for c in clients],
-                              slots=[self._slots[c] for c in clients])
 
     # Every group's endpoints are hosts of the one graph, on the same devices: the offloads last set are every
     # group's.

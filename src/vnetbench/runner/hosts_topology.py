@@ -27,12 +27,11 @@ from vnetbench.hosts.inventory import Inventory, InventoryHost
 from vnetbench.impair.model import lab_links
 from vnetbench.lab.teardown import Registry
 from vnetbench.lab.topology import Group, Lab
-from vnetbench.runner.graph_bench import Pair, config_pairs, graph_key
+from vnetbench.runner.graph_bench import Pair, WorkloadPairs, config_pairs, graph_key
 from vnetbench.runner.hosts_bench import BARE, HostsBench, Placement, completed, hosts_table, lab_problems
 from vnetbench.runner.recorders import LinkRecorder, MachinesCpuRecorder, Recorder
 from vnetbench.scenario.plan import Configuration
 from vnetbench.topology.graph import Graph, Link
-from vnetbench.workloads.base import TrialEndpoints
 
 
 def topology_placement(configs: list[Configuration], inventory: Inventory, source: str) -> Placement:
@@ -142,7 +141,7 @@ class HostsTopologyLab(Lab):
 
 
 @dataclass
-class HostsTopologyBench(HostsBench):
+class HostsTopologyBench(WorkloadPairs, HostsBench):
     """The hosts' bench with a declared topology's endpoints: one group per (clients, server) pair of the
     configurations' workloads, every workload between its own pair, as GraphBench runs them in the lab."""
 
@@ -181,30 +180,10 @@ class HostsTopologyBench(HostsBench):
     def group(self, config: Configuration) -> Group:
         """The group of the configuration's first workload's pair."""
         assert self.lab is not None
-        return self.lab.groups[next(iter(self._pairs_of[config.key][1].values()))]  # type: ignore[index]
+        return self.lab.groups[next(iter(self._pairs(config)[1].values()))]  # type: ignore[index]
 
-    def flows(self, config: Configuration) -> list[tuple[str, list[str]]]:
-        """Each server the configuration's workloads run to, with their clients: one per distinct pair."""
-        return [(server, list(clients)) for clients, server in dict.fromkeys(self._pairs_of[config.key][1].values())]
-
-    def workload_endpoints(self, config: Configuration, workload: str) -> TrialEndpoints:
-        clients, server = self._pairs_of[config.key][1][workload]
-        return self._endpoints(server, list(clients))
-
-    def group_endpoints(self, group: Group) -> TrialEndpoints:
-        return self._endpoints(group.receiver, group.senders)
-
-    def _endpoints(self, server: str, clients: list[str]) -> TrialEndpoints:
-        """Each client with its slot among every client of the run, so that a server keeps a port of its own
-        for each client whatever pair it is in (an iperf3 server runs one test at a time)."""
-        assert self.lab is not None
-        return TrialEndpoints(self.lab.endpoints[server], [self.lab.endpoints[c] for c in clients],
-                              slots=[self._slots[c] for c in clients])
-
-    def cores(self, group: Group, config: Configuration) -> dict[str, Any]:
-        assert self.lab is not None and self.links is not None
-        hosts = dict.fromkeys(h for server, clients in self.flows(config) for h in (server, *clients))
-        return {"endpoints": {h: self.lab.endpoints[h].cpu for h in hosts}, "emulators": {}}
+    def _pairs(self, config: Configuration) -> tuple[Pair, dict[str, Pair]]:
+        return self._pairs_of[config.key]
 
     def recorders(self, group: Group) -> list[Recorder]:
         """The links' counters, and the CPUs of the machines of every endpoint the run's workloads use (a trial
