@@ -107,3 +107,38 @@ def test_clean_removes_what_a_killed_build_left():
     assert len(_ours()) == 1 + 4 + 16
     cli("clean")
     assert _ours() == []
+
+
+def _ip(ns: str, *args: str) -> list[dict]:
+    out = subprocess.run(["ip", "-j", "-n", ns, *args], capture_output=True, text=True, check=True)
+    return __import__("json").loads(out.stdout)
+
+
+def test_the_dumbbell_is_the_templates_graph_with_the_underlay_addresses():
+    # Two environments side by side (bare and container, one sender each): one switch, every endpoint's veth
+    # from the graph builder, named and addressed as every dumbbell has been (198.18.0.x/16 from the endpoint's
+    # number, 2001:2::x/64; switch ports named after their endpoints, in br0; the variant's MTU on both ends).
+    from vnetbench.lab.environments import Variant
+    from vnetbench.lab.topology import build_dumbbell
+
+    lab = build_dumbbell(PREFIX, 1, variants=[(Variant("bare"), 1), (Variant("container", mtu=1400), 1)])
+    try:
+        assert sorted(n[len(PREFIX) + 1:] for n in _ours()) == ["b-r", "b-s1", "c-r", "c-r-ctr", "c-s1", "c-s1-ctr",
+                                                                "sw"]
+        ports = {link["ifname"]: link for link in _ip(lab.ns_name("sw"), "link", "show")}
+        for number, name, mtu in ((1, "b-r", 1500), (2, "b-s1", 1500), (3, "c-r", 1400), (4, "c-s1", 1400)):
+            assert ports[name]["master"] == "br0" and ports[name]["mtu"] == mtu, ports[name]
+            (eth0,) = _ip(lab.ns_name(name), "addr", "show", "dev", "eth0")
+            assert eth0["mtu"] == mtu
+            found = {(a["local"], a["prefixlen"]) for a in eth0["addr_info"] if a["scope"] == "global"}
+            assert found == {(f"198.18.0.{number + 1}", 16), (f"2001:2::{number:x}", 64)}, (name, found)
+            assert lab.ports[name].name == name and lab.uplinks[name].name == "eth0"
+        # ... and the endpoints reach each other across it, both IP versions.
+        r, s = lab.endpoints["b-r"], lab.endpoints["c-s1"]
+        for version in (4, 6):
+            out = s.run(["ping", f"-{version}", "-c", "2", "-i", "0.2", "-W", "2", r.service_address(version)],
+                        timeout=20)
+            assert " 0% packet loss" in out.stdout, out.stdout
+    finally:
+        assert lab.teardown() == []
+    assert _ours() == []

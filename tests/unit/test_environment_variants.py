@@ -149,15 +149,16 @@ def test_a_tool_a_guest_cannot_carry_is_named_before_anything_is_built():
         "the guest -> apt-get install nopkg"]
 
 
-def test_an_endpoint_the_lab_wired_already_is_handed_out_not_made_again():
-    # A declared topology's host: the graph made its namespace, link and addresses; the environment takes it
-    # as its node (a container sits behind it) and asks the switch for nothing: this lab has none.
+def test_an_endpoint_takes_the_namespace_the_lab_wired_for_it():
+    # The lab wires every endpoint's namespace (a dumbbell's on the switch, a topology's on its links); the
+    # environment takes it as its node (a container sits behind it) and makes no link of its own. One the
+    # lab did not wire is named, with those it did.
     from vnetbench.errors import LabError
-    from vnetbench.lab.environments.base import LabContext, WiredNamespace, attach_namespace, direct_link
+    from vnetbench.lab.environments.base import LabContext, WiredNamespace, wired_namespace
     from vnetbench.lab.teardown import Registry
 
     wired = WiredNamespace(ns=object(), iface=object(), port=None, ipv4="198.18.0.2", ipv6="2001:2::2")
-    ctx = LabContext("vnb-test", Registry(), switch=None, wired={"h1": wired})
-    assert attach_namespace(ctx, "h1", 1, 1500) is wired
-    with pytest.raises(LabError, match="endpoint 'h2': this lab has no switch"):
-        direct_link(ctx, "h2", object(), 1500)
+    ctx = LabContext("vnb-test", Registry(), wired={"h1": wired})
+    assert wired_namespace(ctx, "h1") is wired
+    with pytest.raises(LabError, match=r"endpoint 'h2': the lab wired no namespace for it \(wired: h1\)"):
+        wired_namespace(ctx, "h2")

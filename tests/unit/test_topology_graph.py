@@ -236,3 +236,29 @@ def test_netlink_answers_are_read_with_their_errors():
     refused = struct.pack("=IHHII", 36, 2, 0, 2, 0) + struct.pack("=i", -17) + bytes(16)
     other = struct.pack("=IHHII", 20, 16, 0, 3, 0) + bytes(4)
     assert list(_answers(ok + other + refused)) == [(1, 0), (2, 17)]
+
+
+def test_a_dumbbell_of_several_environments_shares_one_switch_each_with_its_bottleneck():
+    g = T.dumbbell(groups=[("b-", 1), ("c-", 2)]).check()
+    assert list(g.nodes)[:2] == ["b-r", "sw"]
+    assert sorted(g.links) == ["b-bottleneck", "b-s1", "c-bottleneck", "c-s1", "c-s2"]
+    assert (g.links["c-bottleneck"].a, g.links["c-bottleneck"].b) == ("sw", "c-r")
+    plan = g.plan()
+    assert len(plan.segments) == 1  # one network: every endpoint reaches every other on the switch
+    assert plan.ports[("sw", "c-bottleneck")] == "c-r" and plan.ports[("sw", "b-s1")] == "b-s1"
+    with pytest.raises(ScenarioError, match="senders = 65"):
+        T.dumbbell(senders=65)  # a scenario's dumbbell has 1 to 64 senders
+
+
+def test_the_dumbbell_lab_keeps_the_underlay_addresses():
+    from vnetbench.lab.environments.base import Endpoint, underlay_addresses
+    from vnetbench.lab.topology import _underlay_plan
+
+    g = T.dumbbell(senders=2).check()
+    endpoints = {name: Endpoint(name=name, number=n, cpu=None, mtu=1500) for n, name in
+                 enumerate(["r", "s1", "s2"], start=1)}
+    plan = _underlay_plan(g, endpoints)
+    assert plan.address("r") == "198.18.0.2" and plan.address("s2", 6) == "2001:2::3"
+    assert all(plan.addresses[(n, "eth0")] == underlay_addresses(e.number) for n, e in endpoints.items())
+    assert set(plan.prefixlens.values()) == {(16, 64)} and plan.routes == {"r": [], "s1": [], "s2": []}
+    assert str(plan.segments[0].v4) == "198.18.0.0/16"

@@ -8,10 +8,13 @@ star, where the requests themselves take the kernel under 2 s). Interface indexe
 for: a request can name an interface before the kernel has answered the one that made it.
 
 A switch floods: every multicast listener report a host sends at link-up reaches every other host, and a
-1,000-host star spent 10 s in that storm. A switch here forwards no multicast listener report, IGMP report or
-router solicitation to its ports (an nftables rule in its namespace, where frames enter it: a drop after the flooding decision still
-cost a rule per port), as a snooping switch keeps reports to its
-router ports; nothing in a lab listens to multicast, so nothing else changes. Switches have no addresses.
+1,000-host star spent 10 s in that storm. A switch of more than QUIET_SWITCH_PORTS ports here forwards no
+multicast listener report, IGMP report or router solicitation to its ports (an nftables rule in its namespace,
+where frames enter it: a drop after the flooding decision still cost a rule per port), as a snooping switch
+keeps reports to its router ports; nothing in a lab listens to multicast, so nothing else changes. The storm
+grows with the square of the ports (a few reports a host, each to every other port: about 40 ms at 64 ports,
+from the 1,000-host star's 10 s), so a smaller switch, a dumbbell's among them, is a plain bridge with no rule
+on its frames' way and needs no nftables. Switches have no addresses.
 
 Teardown: every namespace is registered the moment it exists; removing a namespace removes its devices.
 """
@@ -42,6 +45,7 @@ IFA_F_NODAD = 0x02
 RT_TABLE_MAIN, RTPROT_STATIC, RT_SCOPE_UNIVERSE, RTN_UNICAST = 254, 4, 0, 1
 SO_RCVBUFFORCE = 33
 CHUNK = 200  # requests per write: their answers fit the socket's receive buffer
+QUIET_SWITCH_PORTS = 64  # a switch of more ports drops multicast reports where they enter it (module note)
 BRIDGE = "br0"
 BRIDGE_INDEX = 2  # a switch's bridge; its ports and an IP node's interfaces count from 3
 
@@ -191,13 +195,14 @@ class GraphLab:
 
 
 def build_graph(run_prefix: str, graph: Graph, registry: Registry | None = None,
-                provided: Mapping[str, str] | None = None) -> GraphLab:
+                provided: Mapping[str, str] | None = None, plan: Plan | None = None) -> GraphLab:
     """Make `graph` (checked) in namespaces named ``<run_prefix>-<node>``; everything made is torn down again
     if any step fails. `provided`: hosts whose namespace exists already, by name (a container an engine made,
-    whose namespace is the host's own): their links are wired into it."""
+    whose namespace is the host's own): their links are wired into it. `plan`: the graph's plan with
+    addresses of the caller's (the dumbbell's, lab/topology.py); else the graph's own."""
     graph.check()
     registry = registry or Registry()
-    lab = GraphLab(run_prefix, graph, graph.plan(), registry)
+    lab = GraphLab(run_prefix, graph, plan or graph.plan(), registry)
     try:
         _namespaces(lab, provided or {})
         _links(lab)
@@ -225,7 +230,7 @@ def _namespaces(lab: GraphLab, provided: Mapping[str, str]) -> None:
         with netns.inside(name):
             for key, value in SYSCTLS[spec.kind].items():
                 Path("/proc/sys", key).write_text(value)
-        if spec.kind == "switch":
+        if spec.kind == "switch" and len(lab.graph.links_of(node)) > QUIET_SWITCH_PORTS:
             netns.apply_ruleset(name, SWITCH_RULESET)
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import os
 import re
+import shutil
 import subprocess
 from contextlib import contextmanager
 from typing import Any, Iterator
@@ -127,6 +128,8 @@ def open_iproute(name: str | None) -> Netlink:
 
 def apply_ruleset(name: str, ruleset: str) -> None:
     """Load an nftables ruleset inside namespace `name` (nft -f, from stdin)."""
+    if shutil.which("nft") is None:  # `ip netns exec` would say only that its exec failed
+        raise LabError("nft is missing: apt-get install nftables")
     try:
         out = subprocess.run(["ip", "netns", "exec", name, "nft", "-f", "-"], input=ruleset, capture_output=True,
                              text=True, timeout=10)

@@ -1,4 +1,5 @@
-"""Topologies built from namespaces, veth links and a Linux bridge.
+"""The dumbbell lab: the ``dumbbell`` template's graph made by the graph builder, with each run's
+environments attached to it.
 
 Names: every namespace is ``vnb-<run id>-<node>`` so `vnetbench clean` can find
 what a killed run left, and touch nothing else. Addresses come from the
@@ -8,9 +9,10 @@ the plan is in :mod:`vnetbench.lab.environments.base`.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from vnetbench.errors import EnvironmentUnavailable, LabError
@@ -18,11 +20,14 @@ from vnetbench.impair.backend import LabLink
 from vnetbench.lab import environments
 from vnetbench.lab.environments import Variant
 from vnetbench.lab.environments.base import (UNDERLAY_V4_PREFIXLEN, UNDERLAY_V6_PREFIXLEN, Endpoint, LabContext,
-                                             underlay_addresses)
-from vnetbench.lab import idle
+                                             WiredNamespace, underlay_addresses)
+from vnetbench.lab import idle, netns
+from vnetbench.lab.graph_lab import build_graph
 from vnetbench.lab.idle import WakeLatency
-from vnetbench.lab.nodes import NamespaceNode, Namespace
+from vnetbench.lab.nodes import Interface, NamespaceNode, Namespace
 from vnetbench.lab.teardown import Registry
+from vnetbench.topology import templates
+from vnetbench.topology.graph import Graph, Plan
 
 IPV4_PREFIXLEN = UNDERLAY_V4_PREFIXLEN
 IPV6_PREFIXLEN = UNDERLAY_V6_PREFIXLEN
@@ -155,22 +160,21 @@ def build_dumbbell(run_prefix: str, senders: int, mtu: int = 1500, pin_cpus: boo
         o2-s1 ─┤                        ├── o2-r   overlay routed
         v1-s1 ─┘                        └── v1-r   vm: wired ns (tap, bridge) + QEMU guest
 
-    Each receiver's switch port is its variant's bottleneck.
+    Each receiver's switch port is its variant's bottleneck. The switch and every link to it are the
+    ``dumbbell`` template's graph (topology/templates.py), made by the graph builder as any declared topology
+    is (lab/graph_lab.py), with the underlay addresses every dumbbell has had (198.18.0.x/16, 2001:2::x/64,
+    lab/environments/base.py). An engine's endpoints on a network of the engine's own (Docker's bridge) are
+    not on the switch: the engine wires them.
     """
     registry = registry or Registry()
     variants = variants or [(Variant(env="bare", mtu=mtu), senders)]
     lab = Lab(run_prefix, registry)
     lab.wake = idle.held(registry, run_prefix, idle_cores)
     try:
-        lab.switch = Namespace.create(lab.ns_name("sw"), registry)
-        sw = lab.switch
-        sw.ipr.link("add", ifname="br0", kind="bridge")
-        sw.link_up("br0")
-        ctx = LabContext(run_prefix=run_prefix, registry=registry, switch=sw, bridge="br0")
+        ctx = LabContext(run_prefix=run_prefix, registry=registry)
         tags = variant_tags([v for v, _ in variants])
+        planned: list[tuple[Variant, Any, list[Endpoint]]] = []
         number = 0
-        # Every variant's endpoints first, then each joins (and guests finish booting): guests of
-        # several variants boot at the same time instead of one after the other.
         for variant, n_senders in variants:
             t0 = time.perf_counter()
             env = environments.create(variant, ctx)
@@ -179,15 +183,26 @@ def build_dumbbell(run_prefix: str, senders: int, mtu: int = 1500, pin_cpus: boo
             names = [f"{tag}r"] + [f"{tag}s{i}" for i in range(1, n_senders + 1)]
             if max(len(n) for n in names) > 15:
                 raise LabError(f"host name {max(names, key=len)!r} is longer than an interface name may be")
+            endpoints = []
             for name, cpu in zip(names, [rx_cpu] + tx_cpus):
                 number += 1
-                att = env.attach(Endpoint(name=name, number=number, cpu=cpu if pin_cpus else None,
+                endpoints.append(Endpoint(name=name, number=number, cpu=cpu if pin_cpus else None,
                                           mtu=variant.mtu, receiver=name == names[0]))
-                lab.endpoints[name] = att.node
-                lab.ports[name] = att.port
-                lab.uplinks[name] = att.uplink
-            lab.groups[variant] = Group(variant, tag, env, names[0], names[1:])
+            planned.append((variant, env, endpoints))
             lab.bringup_s[variant] = time.perf_counter() - t0
+        _wire(lab, ctx, [(variant, env, endpoints, tags[variant]) for variant, env, endpoints in planned])
+        # Every variant's endpoints first, then each joins (and guests finish booting): guests of
+        # several variants boot at the same time instead of one after the other.
+        for variant, env, endpoints in planned:
+            t0 = time.perf_counter()
+            for endpoint in endpoints:
+                att = env.attach(endpoint)
+                lab.endpoints[endpoint.name] = att.node
+                lab.ports[endpoint.name] = att.port
+                lab.uplinks[endpoint.name] = att.uplink
+            lab.groups[variant] = Group(variant, tags[variant], env, endpoints[0].name,
+                                        [e.name for e in endpoints[1:]])
+            lab.bringup_s[variant] += time.perf_counter() - t0
         for variant, group in lab.groups.items():
             t0 = time.perf_counter()
             try:
@@ -199,3 +214,55 @@ def build_dumbbell(run_prefix: str, senders: int, mtu: int = 1500, pin_cpus: boo
         registry.teardown()
         raise
     return lab
+
+
+def _wire(lab: Lab, ctx: LabContext, planned: list[tuple[Variant, Any, list[Endpoint], str]]) -> None:
+    """The switch and the links of every endpoint on the lab's network, in one graph made at once; each
+    endpoint's namespace is then in ``ctx.wired`` for its environment to attach (or to sit behind). The time
+    it takes is shared among the variants by their endpoints."""
+    on_switch = [(variant, env, endpoints, tag) for variant, env, endpoints, tag in planned if env.on_lab_network()]
+    if not on_switch:
+        return
+    t0 = time.perf_counter()
+    endpoints = {e.name: e for _, _, eps, _ in on_switch for e in eps}
+    # Namespaces an environment makes itself (an engine's container with its host's network), by endpoint
+    provided = {e.name: ns for _, env, eps, _ in on_switch for e in eps if (ns := env.host_namespace(e)) is not None}
+    shape = templates.dumbbell(groups=[(tag, len(eps) - 1) for _, _, eps, tag in on_switch])
+    host_end = {name: link.b if link.a == "sw" else link.a for name, link in shape.links.items()}
+    graph = Graph(shape.nodes.values(), [replace(link, mtu=endpoints[host_end[link.name]].mtu)
+                                         for link in shape.links.values()])
+    plan = _underlay_plan(graph.check(), endpoints)
+    built = build_graph(lab.run_prefix, graph, lab.registry, provided=provided, plan=plan)
+    lab.switch = _namespace(lab.registry, built.namespaces["sw"])
+    for name, endpoint in endpoints.items():
+        ns = _namespace(lab.registry, built.namespaces[name])
+        (iface,) = plan.interfaces[name]
+        port = plan.ports[("sw", iface.link)]
+        v4, v6 = plan.addresses[(name, iface.ifname)]
+        ctx.wired[name] = WiredNamespace(ns=ns, iface=Interface(ns, iface.ifname), port=Interface(lab.switch, port),
+                                         ipv4=v4, ipv6=v6, prefixlens=plan.prefixlens[(name, iface.ifname)])
+    took = time.perf_counter() - t0
+    for variant, _, eps, _ in on_switch:
+        lab.bringup_s[variant] += took * len(eps) / len(endpoints)
+
+
+def _underlay_plan(graph: Graph, endpoints: dict[str, Endpoint]) -> Plan:
+    """The dumbbell's graph's plan with the underlay addresses of lab/environments/base.py (endpoint n at
+    underlay_addresses(n), in 198.18.0.0/16 and 2001:2::/64) in place of the plan's own: the addresses every
+    stored dumbbell run has, and the ones its environments' subnets (198.19.k.0/24) are planned beside."""
+    plan = graph.plan()
+    (segment,) = plan.segments
+    segment.v4 = ipaddress.IPv4Network(f"198.18.0.0/{UNDERLAY_V4_PREFIXLEN}")
+    segment.v6 = ipaddress.IPv6Network(f"2001:2::/{UNDERLAY_V6_PREFIXLEN}")
+    for name, endpoint in endpoints.items():
+        for iface in plan.interfaces[name]:
+            plan.addresses[(name, iface.ifname)] = underlay_addresses(endpoint.number)
+            plan.prefixlens[(name, iface.ifname)] = (UNDERLAY_V4_PREFIXLEN, UNDERLAY_V6_PREFIXLEN)
+    return plan
+
+
+def _namespace(registry: Registry, name: str) -> Namespace:
+    """Namespace `name` with a netlink socket in it (closed at teardown)."""
+    ipr = netns.open_iproute(name)
+    registry.add(f"netlink socket of {name}", ipr.close)
+    return Namespace(name, ipr)

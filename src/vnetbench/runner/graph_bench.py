@@ -265,7 +265,7 @@ class GraphBench(WorkloadPairs, DumbbellBench):
             # (LabContext.wired, filled in below), as a dumbbell container's wired namespace sits on the switch;
             # or in a namespace the environment makes itself before the graph is wired (an engine's container).
             # The topology's other hosts stay bare: no workload runs there.
-            ctx = LabContext(self.run_prefix, registry, switch=None)
+            ctx = LabContext(self.run_prefix, registry, engine_networks=False)
             env = environments.create(variant, ctx)
             provided = {name: ns for name, e in endpoints.items() if (ns := env.host_namespace(e)) is not None}
         lab.built = build_graph(self.run_prefix, graph, registry, provided=provided)

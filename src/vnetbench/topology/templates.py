@@ -29,17 +29,25 @@ def _count(value: int, key: str, template: str, least: int = 1, most: int = MAX_
     return value
 
 
-def dumbbell(senders: int = 1) -> Graph:
+def dumbbell(senders: int = 1, groups: list[tuple[str, int]] | None = None) -> Graph:
     """Senders behind a switch whose port toward the receiver is the bottleneck (the lab of every seed)::
 
         s1 ──┐
         ...  ├── sw ── bottleneck ──> r
         sN ──┘
 
-    Links ``s1``..``sN`` (sender -> switch) and ``bottleneck`` (switch -> receiver)."""
-    n = _count(senders, "senders", "dumbbell", most=64)
-    nodes = [Node("r"), Node("sw", "switch")] + [Node(f"s{i}") for i in range(1, n + 1)]
-    links = [Link(f"s{i}", f"s{i}", "sw") for i in range(1, n + 1)] + [Link("bottleneck", "sw", "r")]
+    Links ``s1``..``sN`` (sender -> switch) and ``bottleneck`` (switch -> receiver). With ``groups`` (name
+    prefix, senders), several such receivers and senders share the one switch, each group's names prefixed
+    (``c-r``, ``c-s1``, link ``c-bottleneck``): the lab of a run over several environments (lab/topology.py)."""
+    if groups is None:
+        groups = [("", _count(senders, "senders", "dumbbell", most=64))]  # a scenario's dumbbell: 1 to 64
+    nodes, links = [], []
+    for prefix, count in groups:
+        n = _count(count, "senders", "dumbbell", least=0, most=MAX_NODES - 2)
+        nodes += [Node(f"{prefix}r")] + [Node(f"{prefix}s{i}") for i in range(1, n + 1)]
+        links += [Link(f"{prefix}s{i}", f"{prefix}s{i}", "sw") for i in range(1, n + 1)]
+        links.append(Link(f"{prefix}bottleneck", "sw", f"{prefix}r"))
+    nodes.insert(1, Node("sw", "switch"))  # r, sw, s1, ...: the order the graph has always listed them in
     return Graph(nodes, links)
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from vnetbench.lab.environments.base import (Attached, Capability, Endpoint, NamespaceEnvironment, attach_namespace,
+from vnetbench.lab.environments.base import (Attached, Capability, Endpoint, NamespaceEnvironment, wired_namespace,
                                              namespace_node, register)
 
 
@@ -23,7 +23,7 @@ class BareEnvironment(NamespaceEnvironment):
         return [Capability("bare", True, "namespace on the switch (the reference)")]
 
     def attach(self, endpoint: Endpoint) -> Attached:
-        node = attach_namespace(self.ctx, endpoint.name, endpoint.number, endpoint.mtu)
+        node = wired_namespace(self.ctx, endpoint.name)
         host = namespace_node(endpoint, node.ns, self.ctx.registry, node.iface, node.ipv4, node.ipv6,
                               env_facts={"env": "bare", "netns": node.ns.name})
         att = Attached(node=host, port=node.port, uplink=node.iface, offload_ifaces=[node.iface])

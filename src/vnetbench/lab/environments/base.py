@@ -1,5 +1,6 @@
 """What every environment shares: the lab it attaches to, addresses, and the
-one way an endpoint's node joins the switch.
+namespaces the lab wired for its endpoints (the one way an endpoint joins the
+lab's network: lab/graph_lab.py makes every link, a dumbbell's too).
 
 Address plan (benchmarking ranges only, RFC 2544 / RFC 5180)::
 
@@ -19,7 +20,7 @@ from pydantic import BaseModel, ConfigDict
 
 from vnetbench.errors import LabError
 from vnetbench.lab import offload
-from vnetbench.lab.nodes import Interface, Link, Namespace, NamespaceNode
+from vnetbench.lab.nodes import Interface, Namespace, NamespaceNode
 from vnetbench.lab.teardown import Registry
 
 UNDERLAY_V4_PREFIXLEN = 16
@@ -56,28 +57,21 @@ class Subnet:
         return f"2001:2:0:{0x100 + self.index:x}::/{SUBNET_V6_PREFIXLEN}"
 
 
-def direct_link(ctx: "LabContext", name: str, ns: Namespace, mtu: int) -> tuple[Interface, Interface]:
-    """A veth pair from the switch bridge (port named after the endpoint) to ``eth0`` in `ns`."""
-    if ctx.switch is None:
-        raise LabError(f"endpoint {name!r}: this lab has no switch to join it to (a declared topology wires its "
-                       "hosts itself)")
-    link = Link.connect(ctx.switch, name, ns, "eth0", ctx.registry, mtu=mtu)
-    ctx.switch.ipr.link("set", index=link.a.index, master=ctx.switch.index(ctx.bridge))
-    return link.a, link.b
-
-
 @dataclass
 class LabContext:
     """The lab under construction, as an environment sees it."""
 
     run_prefix: str
     registry: Registry
-    switch: Namespace | None  # None: the lab has no switch of the dumbbell's (a declared topology's)
-    bridge: str = "br0"
     workdir: Path | None = None
-    # Namespaces the lab wired itself before the environment came (a declared topology's hosts, joined to
-    # their links with the graph's addresses): attach_namespace hands an endpoint its own instead of making one.
+    # The namespaces the lab wired before the environment came, by endpoint: each joined to its links with the
+    # graph's addresses (a dumbbell's endpoint on the switch, a declared topology's host on its links), as the
+    # lab's graph builder made them (lab/graph_lab.py). An environment's endpoint sits in or behind its own.
     wired: dict[str, "WiredNamespace"] = field(default_factory=dict)
+    # Whether an engine's endpoints may sit on a network of the engine's own, beside the lab's (a dumbbell's
+    # containers on Docker's bridge, which stands in for the switch); a declared topology's hosts are all on the
+    # graph's links.
+    engine_networks: bool = True
     # The lab's IP forwarders between the endpoints' namespaces (a declared topology's routers): a routed overlay
     # gives them routes to its container blocks, as Calico's BGP tells the fabric's routers.
     routers: list[Namespace] = field(default_factory=list)
@@ -163,11 +157,17 @@ class EnvironmentType:
         samples their CPUs from inside too (runner/recorders.GuestsCpuRecorder). None here."""
         return []
 
+    def on_lab_network(self) -> bool:
+        """Whether this environment's endpoints join the lab's own network (wired by the lab before
+        :meth:`attach`, found in LabContext.wired), or bring a network of their own that the lab does not
+        make (an engine's bridge network, whose bridge and veths the engine makes)."""
+        return True
+
     def host_namespace(self, endpoint: "Endpoint") -> str | None:
-        """The namespace a declared topology's host is to have, made by this environment before the graph is
-        wired, by name: the graph then wires the host's links into it (an engine's container, whose namespace
-        only the engine can make). None: the graph makes it, and :meth:`attach` finds it in LabContext.wired
-        (bare, container, overlay and vm sit in or behind a namespace of the lab's own)."""
+        """The namespace an endpoint on the lab's network is to have, made by this environment before the lab
+        is wired, by name: the lab then wires the endpoint's links into it (an engine's container, whose
+        namespace only the engine can make). None: the lab makes it, and :meth:`attach` finds it in
+        LabContext.wired (bare, container, overlay and vm sit in or behind a namespace of the lab's own)."""
         return None
 
     def cpu_parts(self) -> dict[str, list[Any]]:
@@ -253,23 +253,15 @@ class NamespaceEnvironment(EnvironmentType):
         return self._offload.set(on)
 
 
-def attach_namespace(ctx: LabContext, name: str, number: int, mtu: int) -> WiredNamespace:
-    """A namespace joined to the switch by a veth pair, with its underlay addresses; or the one the lab wired
-    for this endpoint already (a declared topology's host, on its own links and addresses)."""
-    if name in ctx.wired:
-        return ctx.wired[name]
-    return wire_namespace(ctx, new_namespace(ctx, name), name, number, mtu)
-
-
-def wire_namespace(ctx: LabContext, ns: Namespace, name: str, number: int, mtu: int) -> WiredNamespace:
-    """Join an existing namespace to the switch: a bare endpoint's own, or a container's."""
-    # An impairment on this link (the emulator) is spliced in later, between port and iface
-    # (vnetbench.lab.splice): attach_namespace's result stays the endpoint's view of it.
-    port, iface = direct_link(ctx, name, ns, mtu)
-    v4, v6 = underlay_addresses(number)
-    iface.add_address(f"{v4}/{UNDERLAY_V4_PREFIXLEN}")
-    iface.add_address(f"{v6}/{UNDERLAY_V6_PREFIXLEN}")
-    return WiredNamespace(ns=ns, iface=iface, port=port, ipv4=v4, ipv6=v6)
+def wired_namespace(ctx: LabContext, name: str) -> WiredNamespace:
+    """The namespace the lab wired for endpoint `name`: on its links, with its addresses and routes. An
+    impairment on its link (the emulator) is spliced in later, between the two ends (vnetbench.lab.splice):
+    this stays the endpoint's view of it."""
+    wired = ctx.wired.get(name)
+    if wired is None:
+        raise LabError(f"endpoint {name!r}: the lab wired no namespace for it (wired: "
+                       f"{', '.join(sorted(ctx.wired)) or 'none'})")
+    return wired
 
 
 def new_namespace(ctx: LabContext, name: str) -> Namespace:

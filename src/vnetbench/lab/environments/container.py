@@ -32,7 +32,7 @@ from vnetbench import quantities, units
 from vnetbench.lab import cgroups, netns
 from vnetbench.lab.environments.base import (EnvironmentOptions, SUBNET_V4_PREFIXLEN, SUBNET_V6_PREFIXLEN, Attached, Capability,
                                              Endpoint, LabContext, NamespaceEnvironment, add_default_routes,
-                                             attach_namespace, enable_forwarding, namespace_node, new_namespace,
+                                             wired_namespace, enable_forwarding, namespace_node, new_namespace,
                                              register)
 from vnetbench.lab.nodes import Interface, Link
 
@@ -173,7 +173,7 @@ class ContainerEnvironment(NamespaceEnvironment):
 
     def attach(self, endpoint: Endpoint) -> Attached:
         ctx, reg = self.ctx, self.ctx.registry
-        node = attach_namespace(ctx, endpoint.name, endpoint.number, endpoint.mtu)
+        node = wired_namespace(ctx, endpoint.name)
         ctr = new_namespace(ctx, f"{endpoint.name}-ctr")
         subnet = ctx.new_subnet()
         gw4, gw6, c4, c6 = subnet.v4(1), subnet.v6(1), subnet.v4(2), subnet.v6(2)

@@ -39,7 +39,7 @@ from pydantic import Field
 from vnetbench.errors import EnvironmentUnavailable, LabError
 from vnetbench.lab import cgroups, engines, netns
 from vnetbench.lab.environments.base import (Attached, Capability, Endpoint, LabContext, NamespaceEnvironment,
-                                             Subnet, register, wire_namespace)
+                                             Subnet, register, wired_namespace)
 from vnetbench.lab.environments.container import ContainerLimits, container_memory_problem, cpuset_problem
 from vnetbench.lab.guest import initramfs
 from vnetbench.lab.nodes import IFA_F_NODAD, Interface, Namespace, RunsCommands, placement_entry
@@ -183,7 +183,8 @@ class EngineEnvironment(NamespaceEnvironment):
         self._next_host = 2
         self._senders = 0
         self.cpu_accounts: list[cgroups.CpuAccount] = []  # each container's cgroup, by endpoint
-        self._topology_hosts: dict[str, tuple[Any, int]] = {}  # a declared topology's host -> (container, pid)
+        # Each endpoint on the lab's network (host_namespace): its container and that container's pid
+        self._lab_network_containers: dict[str, tuple[Any, int]] = {}
 
     # ------------------------------------------------------------ the network, once per variant
 
@@ -242,25 +243,31 @@ class EngineEnvironment(NamespaceEnvironment):
 
     # ------------------------------------------------------------ endpoints
 
+    def on_lab_network(self) -> bool:
+        """A container on an engine network (``network = "bridge"``) is on the engine's bridge, which the engine
+        makes; one with its host's network (``network = "host"``, and every declared topology's host) is on
+        the lab's, as a bare endpoint."""
+        return self.variant.network == "host" or not self.ctx.engine_networks
+
     def host_namespace(self, endpoint: Endpoint) -> str:
-        """A declared topology's host is a container of its own with no engine network (`--network none`, as
-        containerlab's nodes): the graph wires the host's links and addresses into the container's namespace,
-        named here as the graph names a host's."""
+        """A container on the lab's network is a container of its own with no engine network (`--network none`,
+        as containerlab's nodes; Docker cannot join a namespace it did not make): the lab wires its links and
+        addresses into the container's namespace, named here as the lab names an endpoint's. With
+        ``network = "host"`` that is what `--network host` is on a machine of its own."""
         if self.image is None:
             self.image = engines.tools_image(self.engine)
+        # Docker turns IPv6 off in a container without an IPv6 network; this one gets the lab's, so it is on.
         container, pid = self._start_container(endpoint, "none", sysctls={
             **container_sysctls(), "net.ipv6.conf.all.disable_ipv6": "0", "net.ipv6.conf.default.disable_ipv6": "0"})
         ns = attach_namespace(self.ctx.ns_name(endpoint.name), pid, self.ctx.registry)
-        self._topology_hosts[endpoint.name] = (container, pid)
+        self._lab_network_containers[endpoint.name] = (container, pid)
         return ns.name
 
     def attach(self, endpoint: Endpoint) -> Attached:
         if self.image is None:
             self.image = engines.tools_image(self.engine)
-        if endpoint.name in self._topology_hosts:
-            return self._attach_as_topology_host(endpoint)
-        if self.variant.network == "host":
-            return self._attach_on_its_host_network(endpoint)
+        if endpoint.name in self._lab_network_containers:
+            return self._attach_on_lab_network(endpoint)
         ctx, reg = self.ctx, self.ctx.registry
         if self.network is None:
             self._prepare(endpoint.mtu)
@@ -300,34 +307,16 @@ class EngineEnvironment(NamespaceEnvironment):
         self.attached.append(att)
         return att
 
-    def _attach_on_its_host_network(self, endpoint: Endpoint) -> Attached:
-        """network = "host": the container has its endpoint's host network, as a bare endpoint has it (a veth to
-        the lab's switch, the underlay addresses), and no engine network at all: what `--network host` is on a
-        machine of its own. The engine makes the container with no network (`--network none`: a namespace with
-        lo only, since Docker cannot join a namespace it did not make) and the lab wires that namespace itself."""
-        reg = self.ctx.registry
-        # Docker turns IPv6 off in a container without an IPv6 network; this one gets the lab's, so it is on.
-        container, pid = self._start_container(endpoint, "none", sysctls={
-            **container_sysctls(), "net.ipv6.conf.all.disable_ipv6": "0", "net.ipv6.conf.default.disable_ipv6": "0"})
-        ns = attach_namespace(self.ctx.ns_name(endpoint.name), pid, reg)
-        node = wire_namespace(self.ctx, ns, endpoint.name, endpoint.number, endpoint.mtu)
-        facts = self._facts(container, pid, ns, node.ipv4, node.ipv6,
-                            network="host (its own namespace on the lab's switch, as a bare endpoint)")
-        host = EngineNode(endpoint.name, self.engine, container, ns, reg, node.ipv4, node.ipv6, self._cpu(endpoint),
-                          facts, node.iface)
-        att = Attached(node=host, port=node.port, uplink=node.iface, offload_ifaces=[node.iface])
-        self.attached.append(att)
-        return att
-
-    def _attach_as_topology_host(self, endpoint: Endpoint) -> Attached:
-        """The container :meth:`host_namespace` made, once the graph has wired its namespace."""
-        container, pid = self._topology_hosts[endpoint.name]
-        wired = self.ctx.wired[endpoint.name]
-        facts = self._facts(container, pid, wired.ns, wired.ipv4, wired.ipv6,
-                            network="none of the engine's: a declared topology's host, its links in the container")
+    def _attach_on_lab_network(self, endpoint: Endpoint) -> Attached:
+        """The container :meth:`host_namespace` made, once the lab has wired its namespace."""
+        container, pid = self._lab_network_containers[endpoint.name]
+        wired = wired_namespace(self.ctx, endpoint.name)
+        network = "host (its own namespace on the lab's switch, as a bare endpoint)" if self.variant.network == \
+            "host" else "none of the engine's: a declared topology's host, its links in the container"
+        facts = self._facts(container, pid, wired.ns, wired.ipv4, wired.ipv6, network=network)
         host = EngineNode(endpoint.name, self.engine, container, wired.ns, self.ctx.registry, wired.ipv4,
                           wired.ipv6, self._cpu(endpoint), facts, wired.iface)
-        att = Attached(node=host, port=None, uplink=wired.iface, offload_ifaces=[wired.iface])
+        att = Attached(node=host, port=wired.port, uplink=wired.iface, offload_ifaces=[wired.iface])
         self.attached.append(att)
         return att
 

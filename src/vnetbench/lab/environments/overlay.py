@@ -33,7 +33,7 @@ from pydantic import Field
 
 from vnetbench.lab.environments.base import (EnvironmentOptions, SUBNET_V4_PREFIXLEN, SUBNET_V6_PREFIXLEN, Attached, Capability,
                                              Endpoint, LabContext, NamespaceEnvironment, WiredNamespace, Subnet,
-                                             add_default_routes, add_route, attach_namespace, enable_forwarding,
+                                             add_default_routes, add_route, wired_namespace, enable_forwarding,
                                              new_namespace, namespace_node, register)
 from vnetbench.lab.nodes import Interface, Link, Namespace
 
@@ -84,7 +84,7 @@ class OverlayEnvironment(NamespaceEnvironment):
 
     def attach(self, endpoint: Endpoint) -> Attached:
         ctx, reg = self.ctx, self.ctx.registry
-        node = attach_namespace(ctx, endpoint.name, endpoint.number, endpoint.mtu)
+        node = wired_namespace(ctx, endpoint.name)
         ctr = new_namespace(ctx, f"{endpoint.name}-ctr")
         mtu = self.inner_mtu(endpoint.mtu)
         link = Link.connect(node.ns, "veth0", ctr, "eth0", reg, mtu=mtu)

@@ -47,7 +47,7 @@ from vnetbench.lab import netns, offload
 from vnetbench.lab.environments.base import Capability, EnvironmentOptions, EnvironmentType, register
 from vnetbench.lab.guest import initramfs, qemu
 from vnetbench.lab.guest.qemu import Guest, GuestBootError, GuestConfig
-from vnetbench.lab.nodes import Interface, Link, Namespace, RunsCommands, placement_entry
+from vnetbench.lab.nodes import Interface, Namespace, RunsCommands, placement_entry
 from vnetbench.lab.teardown import Registry
 
 BRIDGE = "br0"
@@ -372,25 +372,16 @@ class VmEnvironment(EnvironmentType):
         self._workdir: Path | None = None
 
     def attach(self, endpoint: Any) -> Any:
-        from vnetbench.lab.environments.base import Attached, new_namespace, underlay_addresses
+        from vnetbench.lab.environments.base import Attached, wired_namespace
 
         ctx = self.ctx
-        wired = ctx.wired.get(endpoint.name)
-        routes: list[tuple[str, str]] = []
-        if wired is None:
-            ns = new_namespace(ctx, endpoint.name)
-            link = Link.connect(ctx.switch, endpoint.name, ns, "eth0", ctx.registry, mtu=endpoint.mtu)
-            ctx.switch.ipr.link("set", index=link.a.index, master=ctx.switch.index(ctx.bridge))
-            port, uplink = link.a, link.b
-            v4, v6 = underlay_addresses(endpoint.number)
-        else:
-            # A declared topology's host: the guest takes over what the graph gave its namespace (the addresses
-            # on its one link, its routes) and the namespace becomes the guest's hypervisor, bridging that link
-            # to the guest's TAP as a dumbbell's guest node bridges its switch port.
-            ns, port, uplink = wired.ns, wired.port, wired.iface
-            v4, v6 = (f"{a}/{n}" for a, n in zip((wired.ipv4, wired.ipv6), wired.prefixlens))
-            routes = list(wired.routes)
-            give_up_addresses(uplink)
+        # The guest takes over what the lab gave its namespace (the addresses on its one link, its routes), and
+        # the namespace becomes the guest's hypervisor, bridging that link to the guest's TAP.
+        wired = wired_namespace(ctx, endpoint.name)
+        ns, port, uplink = wired.ns, wired.port, wired.iface
+        v4, v6 = (f"{a}/{n}" for a, n in zip((wired.ipv4, wired.ipv6), wired.prefixlens))
+        routes = list(wired.routes)
+        give_up_addresses(uplink)
         if self._workdir is None:
             self._workdir = _workdir(ctx, ctx.registry)
         options = replace(self.options, mtu=endpoint.mtu)
