@@ -297,3 +297,43 @@ def test_random_sequences_measure_what_each_configuration_measures_alone(tmp_pat
 @pytest.mark.campaign
 def test_random_sequences_campaign(tmp_path, alone, no_leftovers):
     _campaign(tmp_path, CAMPAIGN_SEEDS, alone)
+
+
+BACK_TO_BACK = """
+name = "back-to-back"
+[lab]
+topology = "dumbbell"
+senders = 1
+bottleneck = "125Mbit"
+buffer = "10ms"
+shape = "forward"
+delay = "30ms"
+[matrix]
+proto = ["udp", "tcp"]
+[workload.stream]
+tool = "iperf3"
+duration = "2s"
+omit = "0s"
+offered = "1Gbit"
+[repeat]
+repetitions = 6
+order = "sequential"
+warmup = false
+"""
+
+
+def test_back_to_back_trials_wait_for_the_last_ones_test_to_end_on_the_server(tmp_path, no_leftovers):
+    # A configuration's repetitions in a row through 30 ms one way and a full 10 ms buffer: the client of the
+    # trial before has exited while its last message still waits on the path, and the iperf3 server is still in
+    # that test. Before the next trial waited for it, every other trial here failed ("the server is busy
+    # running a test": static-congestion's sequential runs, 23 of 216 trials).
+    store, run_id = _run(tmp_path, BACK_TO_BACK, "b2b")
+    trials = store.trials(run_id)
+    assert [t["status"] for t in trials] == ["ok"] * 12, [t["reason"] for t in trials]
+    by_proto = {c["labels"]["proto"]: store.values(run_id)[c["key"]] for c in store.configurations(run_id)}
+    # Each measures the bottleneck: UDP offered 8x its rate delivers it (125 x 1428/1470 of the datagrams'
+    # wire bytes, less the loss of the buffer's tail), TCP at most it.
+    for proto, values in by_proto.items():
+        assert max(values["throughput.rx_mbps"]) <= 125, (proto, values["throughput.rx_mbps"])
+    assert min(by_proto["udp"]["throughput.rx_mbps"]) > 100, by_proto["udp"]["throughput.rx_mbps"]
+    store.close()

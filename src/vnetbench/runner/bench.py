@@ -39,6 +39,13 @@ from vnetbench.workloads import ping, registry
 from vnetbench.workloads.base import Measurement, ServerSpec, Started, ToolFailed, TrialContext, TrialEndpoints
 
 SERVER_READY_TIMEOUT = 5.0
+# How long a trial waits for the connections of the trial before it to end on its servers: their last messages
+# queue behind the path's buffers and delays (seconds, on a slow link with a deep buffer). Longer, and a server
+# is taken to hang and is started afresh.
+SERVER_FREE_TIMEOUT = 30.0
+# A TCP socket in these states is a connection its server still holds (established; closed by the client only;
+# being accepted). A server that has closed its side (TIME-WAIT, FIN-WAIT-*, LAST-ACK) is free for the next.
+HELD_STATES = ("ESTAB", "CLOSE-WAIT", "SYN-RECV")
 PATH_CHECK_TIMEOUT = 30.0  # seconds a path probe may take at most (its own deadline is shorter)
 WORKDIR_PREFIX = "vnetbench-"  # + the run's prefix (vnb-<id>-): a run's local work directory, in the temp dir
 GUEST_READY_TIMEOUT = 60.0
@@ -271,6 +278,32 @@ class DumbbellBench:
                 ready.add((fields[0], int(fields[4].rsplit(":", 1)[1])))
         return ready
 
+    def _wait_servers_free(self, group: Group) -> None:
+        """Until no connection of an earlier trial is held on `group`'s servers. A client that has exited has
+        not ended its test on the server while its last messages still queue on the path: through a 30 ms delay
+        and a full bottleneck, back-to-back trials (a configuration's repetitions in a row) found the iperf3
+        server still in the last one's test ("the server is busy running a test"; 23 of 216 trials of a
+        sequential static-congestion run, none interleaved). Past SERVER_FREE_TIMEOUT the group's servers are
+        started afresh."""
+        ports: dict[str, set[int]] = {}
+        for spec in self.server_specs([group]):
+            if spec.transport == "tcp":
+                ports.setdefault(spec.node.name, set()).add(spec.port)
+        deadline = time.monotonic() + SERVER_FREE_TIMEOUT
+        for host, held_on in ports.items():
+            while self._held_connections(host, held_on):
+                if time.monotonic() > deadline:
+                    self.start_servers([group])
+                    return
+                time.sleep(0.02)
+
+    def _held_connections(self, host: str, ports: set[int]) -> list[str]:
+        try:
+            out = self.lab.endpoints[host].run(["ss", "-Htan"], timeout=10).stdout
+        except subprocess.TimeoutExpired:
+            return []
+        return held_connections(out, ports)
+
     def _wait_released(self, host: str, specs: list[ServerSpec]) -> None:
         """Until the ports of servers just stopped on `host` are free. Where the local process is the node's
         command channel (an ssh client, an engine's exec), the server itself ends a moment later on its node
@@ -484,6 +517,9 @@ class DumbbellBench:
         workloads = config.scenario.workload
         span = sum(sum(registry.of(workloads[lead]).timing(workloads[lead], config)) for lead, _ in phases)
 
+        # The trial before's connections end first: its servers are free, and no connection that closes later
+        # writes its metrics into the cache flushed next.
+        self._wait_servers_free(group)
         reason = self._forget_tcp_metrics([self.lab.endpoints[h] for h in dict.fromkeys(
             h for receiver, senders in self.flows(config) for h in (receiver, *senders))])
         status = "ok" if reason is None else "failed"
@@ -673,6 +709,18 @@ class DumbbellBench:
                 if name in companions and s.stopped_by_runner:
                     _stop(s)
         return "ok", None
+
+
+def held_connections(ss_tan: str, ports: set[int]) -> list[str]:
+    """The TCP connections in `ss -Htan`'s output that a server on one of `ports` still holds (HELD_STATES),
+    each as "state local peer"."""
+    held = []
+    for line in ss_tan.splitlines():
+        fields = line.split()
+        if len(fields) >= 5 and fields[0] in HELD_STATES and fields[3].rpartition(":")[2].isdigit() \
+                and int(fields[3].rpartition(":")[2]) in ports:
+            held.append(" ".join((fields[0], fields[3], fields[4])))
+    return held
 
 
 def _with_what_failed_said(reason: str, runs: list[tuple[str, Started]]) -> str:
