@@ -59,10 +59,17 @@ def test_each_router_on_the_shortest_path_decrements_the_ttl_once(graph, pairs):
     assert _ours() == []
 
 
+def _nft_tables(ns: str) -> str:
+    return subprocess.run(["ip", "netns", "exec", ns, "nft", "list", "tables"], capture_output=True, text=True,
+                          check=True).stdout
+
+
 def test_a_star_of_300_hosts_comes_up_and_every_host_answers():
     lab = build_graph(PREFIX, T.star(leaves=300))
     try:
         assert len(_ours()) == 302
+        # A network of more than 64 nodes: its switch drops the hosts' multicast reports (graph_lab's note).
+        assert "table bridge vnb_switch" in _nft_tables(lab.ns_name("x1"))
         # Every host, from the server, in one sweep (ping's own sequence over many targets would take long).
         addrs = [lab.plan.address(f"h{i}") for i in range(1, 301)]
         script = "for a in " + " ".join(addrs) + "; do ping -c1 -W2 -q $a >/dev/null || echo LOST $a; done"
@@ -133,6 +140,7 @@ def test_the_dumbbell_is_the_templates_graph_with_the_underlay_addresses():
             found = {(a["local"], a["prefixlen"]) for a in eth0["addr_info"] if a["scope"] == "global"}
             assert found == {(f"198.18.0.{number + 1}", 16), (f"2001:2::{number:x}", 64)}, (name, found)
             assert lab.ports[name].name == name and lab.uplinks[name].name == "eth0"
+        assert _nft_tables(lab.ns_name("sw")) == ""  # a small network's switch is a plain bridge
         # ... and the endpoints reach each other across it, both IP versions.
         r, s = lab.endpoints["b-r"], lab.endpoints["c-s1"]
         for version in (4, 6):
@@ -142,3 +150,4 @@ def test_the_dumbbell_is_the_templates_graph_with_the_underlay_addresses():
     finally:
         assert lab.teardown() == []
     assert _ours() == []
+
