@@ -81,6 +81,21 @@ def test_a_star_of_300_hosts_comes_up_and_every_host_answers():
     assert _ours() == []
 
 
+@pytest.mark.parametrize("fanout, quiet", [(3, []), (9, ["x1", "x10", "x2", "x5"])])
+def test_a_tree_of_small_switches_drops_reports_when_the_tree_is_large(fanout, quiet):
+    # Every switch of these trees has at most 10 ports; 81 hosts in one network flood each other all the same.
+    lab = build_graph(PREFIX, T.tree(depth=2, fanout=fanout))
+    try:
+        with_rule = sorted(sw for sw in lab.graph.nodes if lab.graph.kind(sw) == "switch"
+                           and "table bridge vnb_switch" in _nft_tables(lab.ns_name(sw)))
+        assert [sw for sw in with_rule if sw in quiet] == quiet
+        assert len(with_rule) == (0 if not quiet else 1 + fanout)
+        assert _ping(lab, "h1", f"h{fanout * fanout}", 4) == 64 and _ping(lab, "h1", "h2", 6) == 64
+    finally:
+        assert lab.teardown() == []
+    assert _ours() == []
+
+
 def test_a_failure_half_way_leaves_nothing_and_names_the_link():
     # The kernel refuses a veth MTU above 65535 when it makes the link: after the namespaces exist.
     graph = Graph([Node("a"), Node("b"), Node("sw", "switch")],

@@ -262,3 +262,15 @@ def test_the_dumbbell_lab_keeps_the_underlay_addresses():
     assert all(plan.addresses[(n, "eth0")] == underlay_addresses(e.number) for n, e in endpoints.items())
     assert set(plan.prefixlens.values()) == {(16, 64)} and plan.routes == {"r": [], "s1": [], "s2": []}
     assert str(plan.segments[0].v4) == "198.18.0.0/16"
+
+
+def test_switches_drop_multicast_reports_by_the_size_of_their_network_not_their_ports():
+    from vnetbench.lab.graph_lab import QUIET_SEGMENT_HOSTS, quiet_switches
+    assert QUIET_SEGMENT_HOSTS == 64
+    assert quiet_switches(T.tree(depth=2, fanout=3).plan()) == set()
+    # 81 hosts under 10 switches of at most 10 ports each: one network, every switch quiet.
+    assert quiet_switches(T.tree(depth=2, fanout=9).plan()) == {f"x{i}" for i in range(1, 11)}
+    assert quiet_switches(T.tree(depth=2, fanout=9, node="router").plan()) == set()
+    # A star's centre and its leaves: 64 hosts are quiet enough, 65 are not.
+    assert quiet_switches(T.star(leaves=63).plan()) == set()
+    assert quiet_switches(T.star(leaves=64).plan()) == {"x1"}

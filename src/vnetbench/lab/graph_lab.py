@@ -7,14 +7,16 @@ IPRoute spends about 0.7 ms on each request and 5 ms on each namespace's socket,
 star, where the requests themselves take the kernel under 2 s). Interface indexes are chosen here, not asked
 for: a request can name an interface before the kernel has answered the one that made it.
 
-A switch floods: every multicast listener report a host sends at link-up reaches every other host, and a
-1,000-host star spent 10 s in that storm. A switch of more than QUIET_SWITCH_PORTS ports here forwards no
-multicast listener report, IGMP report or router solicitation to its ports (an nftables rule in its namespace,
-where frames enter it: a drop after the flooding decision still cost a rule per port), as a snooping switch
-keeps reports to its router ports; nothing in a lab listens to multicast, so nothing else changes. The storm
-grows with the square of the ports (a few reports a host, each to every other port: about 40 ms at 64 ports,
-from the 1,000-host star's 10 s), so a smaller switch, a dumbbell's among them, is a plain bridge with no rule
-on its frames' way and needs no nftables. Switches have no addresses.
+A switch floods: every multicast listener report a host sends at link-up reaches every other host of its
+segment (the switches joined by switch-to-switch links, and everything on them), and a 1,000-host star spent
+10 s in that storm. The switches of a segment of more than QUIET_SEGMENT_HOSTS members here forward no
+multicast listener report, IGMP report or router solicitation to their ports (an nftables rule in each
+switch's namespace, where frames enter it: a drop after the flooding decision still cost a rule per port), as
+a snooping switch keeps reports to its router ports; nothing in a lab listens to multicast, so nothing else
+changes. The storm grows with the square of the segment's members (a few reports a member, each to every
+other: about 40 ms at 64, from the 1,000-host star's 10 s), and it is the segment that counts, not one
+switch's ports: a tree of small switches floods every host of the tree. A smaller segment, a dumbbell's among
+them, is plain bridges with no rule on its frames' way and needs no nftables. Switches have no addresses.
 
 Teardown: every namespace is registered the moment it exists; removing a namespace removes its devices.
 """
@@ -45,7 +47,7 @@ IFA_F_NODAD = 0x02
 RT_TABLE_MAIN, RTPROT_STATIC, RT_SCOPE_UNIVERSE, RTN_UNICAST = 254, 4, 0, 1
 SO_RCVBUFFORCE = 33
 CHUNK = 200  # requests per write: their answers fit the socket's receive buffer
-QUIET_SWITCH_PORTS = 64  # a switch of more ports drops multicast reports where they enter it (module note)
+QUIET_SEGMENT_HOSTS = 64  # the switches of a larger segment drop multicast reports where they enter (module note)
 BRIDGE = "br0"
 BRIDGE_INDEX = 2  # a switch's bridge; its ports and an IP node's interfaces count from 3
 
@@ -214,11 +216,18 @@ def build_graph(run_prefix: str, graph: Graph, registry: Registry | None = None,
     return lab
 
 
+def quiet_switches(plan: Plan) -> set[str]:
+    """The switches that drop multicast reports: those of every segment of more than QUIET_SEGMENT_HOSTS
+    members (module note)."""
+    return {sw for seg in plan.segments if len(seg.members) > QUIET_SEGMENT_HOSTS for sw in seg.switches}
+
+
 def _namespaces(lab: GraphLab, provided: Mapping[str, str]) -> None:
     taken = [n for n in lab.graph.nodes if n not in provided and netns.exists(lab.ns_name(n))]
     if taken:
         raise LabError(f"namespace {lab.ns_name(taken[0])} already exists: a run with this id is active, or run "
                        "`vnetbench clean`")
+    quiet = quiet_switches(lab.plan)
     for node, spec in lab.graph.nodes.items():
         name = provided.get(node)
         if name is None:
@@ -230,7 +239,7 @@ def _namespaces(lab: GraphLab, provided: Mapping[str, str]) -> None:
         with netns.inside(name):
             for key, value in SYSCTLS[spec.kind].items():
                 Path("/proc/sys", key).write_text(value)
-        if spec.kind == "switch" and len(lab.graph.links_of(node)) > QUIET_SWITCH_PORTS:
+        if node in quiet:
             netns.apply_ruleset(name, SWITCH_RULESET)
 
 
