@@ -17,7 +17,7 @@ export PATH := $(HOME)/.cargo/bin:/usr/local/go/bin:$(PATH)
 # SUPPORT_PACKAGES (tests/unit/test_tools.py keeps the two the same). Checked one by one so a
 # machine that has them all never touches apt.
 DEB_PACKAGES := iproute2 iputils-ping iperf3 irtt sockperf wrk apache2-utils nginx-light sysbench mbw \
-                ethtool tcpdump \
+                ethtool tcpdump skopeo \
                 nftables procps util-linux coreutils kmod busybox-static qemu-system-x86 \
                 linux-image-amd64 dropbear-bin openssh-client openssh-server zstd chromium python3-venv tmux docker.io \
                 podman catatonit containerd containernetworking-plugins gcc libc6-dev openssl
@@ -71,7 +71,17 @@ KUBE_LDFLAGS := -s -w -X k8s.io/component-base/version.gitVersion=$(KUBE_VERSION
                 -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=34 \
                 -X k8s.io/client-go/pkg/version.gitVersion=$(KUBE_VERSION)
 
-kube: $(KUBE_BIN)
+# The test cluster's image registry: Debian's docker-registry program, taken out of its package (installing
+# the package would start a registry on every address of the machine).
+REGISTRY_BIN := $(KUBE_CACHE)/registry/docker-registry
+
+kube: $(KUBE_BIN) $(REGISTRY_BIN)
+
+$(REGISTRY_BIN):
+	rm -rf $(dir $@)deb && mkdir -p $(dir $@)deb
+	cd $(dir $@)deb && { apt-get download -q docker-registry || { apt-get update -q && apt-get download -q docker-registry; }; }
+	dpkg-deb -x $(dir $@)deb/docker-registry_*.deb $(dir $@)deb/root
+	mv $(dir $@)deb/root/usr/bin/docker-registry $@ && rm -rf $(dir $@)deb
 
 $(KUBE_BIN): kube/go.mod kube/go.sum kube/cmd/kube/main.go
 	@command -v go >/dev/null || { echo "go not found: the test cluster's Kubernetes is built with Go 1.24 or later (go.dev/dl)"; exit 1; }

@@ -16,7 +16,12 @@ A metric changed the same way in all four different-order pairs is an order effe
 is one. A B B A puts both orders at the same mean position in time.
 
 Run as root:  .venv/bin/python bench/order.py [--only quick,latency-rr] [--repetitions 6] [--first sequential]
-              [--dockerd] [--podman]
+              [--dockerd] [--podman] [--against REV]
+
+--against REV asks the same of two versions instead of two orders: A is vnetbench as of git revision REV (a
+worktree of it, made and removed here, with this checkout's emulator), B this checkout, both interleaved (or
+--first), A B B A. A change of the lab's mechanism that must not change what it measures (issue 31's dumbbell
+through the graph builder) is checked so: a metric changed the same way in all four pairs is the change's effect.
 
 --dockerd and --podman start engines of the benchmark's own (tests/engine_daemon.py) for the four runs, so the
 built-ins' docker and podman configurations (left out where no engine listens) are checked too.
@@ -64,12 +69,19 @@ TRIMS: dict[str, list[str]] = {
 RUN_TEARDOWN_S = 120  # a stopped run's teardown: guests, containers and namespaces (seconds at most, here)
 
 
-def run(scenario: str, db: Path, overrides: list[str]) -> str:
+def run(scenario: str, db: Path, overrides: list[str], checkout: Path | None = None) -> str:
+    """`vnetbench run` of `scenario` into `db`, by this checkout or by the one at `checkout` (its sources first
+    on the path, this checkout's emulator); the run's id."""
     argv = [*VNETBENCH, "run", scenario, "--db", str(db), "--no-progress"]
     for o in overrides:
         argv += ["--set", o]
+    env = None
+    if checkout is not None:
+        from vnetbench.impair.backend import BINARY_IN_TREE
+
+        env = {**os.environ, "PYTHONPATH": str(checkout / "src"), "VNB_LINK": str(BINARY_IN_TREE)}
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-        proc = subprocess.Popen(argv, stdout=out, stderr=err, text=True, cwd=ROOT)
+        proc = subprocess.Popen(argv, stdout=out, stderr=err, text=True, cwd=checkout or ROOT, env=env)
         try:
             proc.wait()
         except BaseException:
@@ -114,6 +126,8 @@ def main() -> int:
                     help="the order of the first and the last run (the middle two take the other)")
     ap.add_argument("--dockerd", action="store_true", help="start a dockerd of this benchmark's own for the runs")
     ap.add_argument("--podman", action="store_true", help="start a Podman API service of this benchmark's own")
+    ap.add_argument("--against", metavar="REV", help="compare vnetbench at git revision REV with this checkout "
+                    "(one order) instead of two orders")
     args = ap.parse_args()
     if args.repetitions < 6:
         ap.error("--repetitions below 6 cannot find a change (4 trials a side reach p = 0.14 over 5 metrics)")
@@ -127,37 +141,55 @@ def main() -> int:
         for kind, wanted in (("docker", args.dockerd), ("podman", args.podman)):
             if wanted:  # the runs are subprocesses: they find the engine through the environment
                 os.environ[engines.URL_VARIABLES[kind]] = own.enter_context(engine_daemon.engine(kind))
+        if args.against:
+            return check(args, own.enter_context(worktree(args.against)))
         return check(args)
+
+
+@contextlib.contextmanager
+def worktree(rev: str):
+    """A git worktree of `rev`, removed after."""
+    path = Path(tempfile.mkdtemp(prefix="vnb-against-")) / "checkout"
+    subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "--quiet", str(path), rev], check=True)
+    try:
+        yield path
+    finally:
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(path)], check=False)
 
 
 def interrupted(signum: int, frame: object) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
 
-def check(args: argparse.Namespace) -> int:
+def check(args: argparse.Namespace, before: Path | None = None) -> int:
+    """A B B A per built-in: two orders, or (`before`: a checkout) two versions in one order."""
     names = args.only.split(",") if args.only else list(TRIMS)
     other = "sequential" if args.first == "interleaved" else "interleaved"
+    if before is not None:
+        other = args.first
+    a_is, b_is = ((f"{args.against}", "this checkout") if before is not None else (args.first, other))
+    what = "versions" if before is not None else "orders"
     tmp = Path(tempfile.mkdtemp(prefix="vnb-order-"))
     failed = False
     for name in names:
         db = tmp / f"{name}.db"
         common = [*TRIMS[name], f"repetitions={args.repetitions}", f"repeat.seed={args.seed}"]
-        a1 = run(name, db, [*common, f"repeat.order={args.first}"])
+        a1 = run(name, db, [*common, f"repeat.order={args.first}"], before)
         b1 = run(name, db, [*common, f"repeat.order={other}"])
         b2 = run(name, db, [*common, f"repeat.order={other}"])
-        a2 = run(name, db, [*common, f"repeat.order={args.first}"])
+        a2 = run(name, db, [*common, f"repeat.order={args.first}"], before)
         cross = [verdicts(db, b, a) for b in (b1, b2) for a in (a1, a2)]
         controls = [verdicts(db, a1, a2), verdicts(db, b1, b2)]
         # the same way in every different-order pair
         effect = sorted(k for k in set.intersection(*map(changed, cross)) if len({v[k][0] for v in cross}) == 1)
         status = subprocess.run([*VNETBENCH, "runs", "--db", str(db)], capture_output=True, text=True,
                                 cwd=ROOT).stdout
-        print(f"{name}: {args.first} {a1} and {a2}, {other} {b1} and {b2}; {len(cross[0])} metric verdicts a pair")
+        print(f"{name}: {a_is} {a1} and {a2}, {b_is} {b1} and {b2}; {len(cross[0])} metric verdicts a pair")
         print("  " + "\n  ".join(line for line in status.splitlines() if any(r in line for r in (a1, b1, b2, a2))))
-        print(f"  changed between orders: {', '.join(str(len(changed(v))) for v in cross)}; between runs of one "
-              f"order (the controls): {', '.join(str(len(changed(v))) for v in controls)}")
+        print(f"  changed between {what}: {', '.join(str(len(changed(v))) for v in cross)}; between runs of one "
+              f"{what[:-1]} (the controls): {', '.join(str(len(changed(v))) for v in controls)}")
         for k in effect:
-            print(f"  ORDER EFFECT {k[0]} {k[1]}: {cross[0][k][0]} ({'; '.join(v[k][1] for v in cross)})")
+            print(f"  {what[:-1].upper()} EFFECT {k[0]} {k[1]}: {cross[0][k][0]} ({'; '.join(v[k][1] for v in cross)})")
         failed |= bool(effect)
     print(f"databases in {tmp}")
     return 1 if failed else 0

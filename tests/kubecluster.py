@@ -1,5 +1,7 @@
 """A real Kubernetes cluster for tests: one control plane and two nodes on this machine, from binaries built
-from source (kube/: `make kube`), with no image registry, touching nothing of the machine's.
+from source (kube/: `make kube`), touching nothing of the machine's. The nodes have vnetbench's tools image
+loaded, as a user without a registry loads it; a registry beside the API (Debian's docker-registry, the CNCF
+distribution registry, unpacked by `make kube` without installing its service) is there for runs that push it.
 
 Layout (every address in 198.18.0.0/15, inside namespaces made here; the machine's namespace gets none):
 
@@ -40,6 +42,8 @@ import signal
 import subprocess
 import tempfile
 import time
+import urllib.error
+import urllib.request
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
@@ -53,6 +57,8 @@ VERSION = "v1.34.4"
 NETNS_PREFIX = "vnbtest-k8s-"  # not vnb-*: `vnetbench clean` must never take it for a run's
 API_ADDRESS = "198.18.254.254"
 API_URL = f"https://{API_ADDRESS}:6443"
+REGISTRY = f"{API_ADDRESS}:5000"
+DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # the registry is the fabric's: no proxy
 SERVICE_RANGE = "198.18.128.0/24"
 POD_CIDR = "198.18.0.0/20"  # every node's pod subnet, 198.18.N.0/24
 POD_MTU = 1450  # 1500 less the VXLAN header (50 bytes), as flannel sets it
@@ -73,10 +79,18 @@ def binary() -> Path:
     return cache_dir() / f"kube-{VERSION}" / "kube"
 
 
+def registry_binary() -> Path:
+    """Debian's docker-registry program, unpacked from its package by `make kube` (installing the package
+    would start a registry on the machine's every address)."""
+    return cache_dir() / "registry" / "docker-registry"
+
+
 def missing() -> str | None:
     """Why a test cluster cannot be started here (None: it can)."""
     if not binary().exists():
         return f"the Kubernetes binary {binary()} is not built: run `make kube` (about 10 minutes the first time)"
+    if not registry_binary().exists():
+        return f"the image registry {registry_binary()} is not unpacked: run `make kube`"
     for program in PROGRAMS:
         if shutil.which(program) is None:
             return f"{program} is not installed (apt-get install {PACKAGES}; make setup does)"
@@ -145,6 +159,7 @@ class KubeCluster:
     # -- bring-up ----------------------------------------------------------------------------------------
     def start(self) -> None:
         self._network()
+        self._registry()
         self._certificates()
         self._control_plane()
         images = self._images()
@@ -201,6 +216,35 @@ class KubeCluster:
                                 self.node_address(peer)], check=True)
                 self._ip("route", "add", self.pod_subnet(peer), "via", f"198.18.{p}.0", "dev", "flannel.1",
                          "onlink", netns=ns)
+
+    def _registry(self) -> None:
+        """The registry on the fabric, its storage in the cluster's home (gone with it)."""
+        config = self.home / "registry.yml"
+        config.write_text(json.dumps({  # YAML's superset: JSON
+            "version": 0.1, "log": {"level": "warn", "accesslog": {"disabled": True}},
+            "storage": {"filesystem": {"rootdirectory": str(self.home / "registry")}},
+            "http": {"addr": REGISTRY}}))
+        self._spawn("registry", ["ip", "netns", "exec", self.cp_netns, str(registry_binary()), "serve", str(config)])
+
+        def up() -> bool:
+            with self.entered():
+                try:
+                    return DIRECT.open(f"http://{REGISTRY}/v2/", timeout=2).status == 200
+                except OSError:
+                    return False
+
+        self._wait("the registry answering", up, ("registry",), timeout=30)
+
+    def registry_tags(self, repository: str) -> list[str]:
+        """What the registry holds of `repository` (its tags; none: [])."""
+        with self.entered():
+            try:
+                with DIRECT.open(f"http://{REGISTRY}/v2/{repository}/tags/list", timeout=5) as r:
+                    return json.load(r).get("tags") or []
+            except urllib.error.HTTPError as e:
+                if e.code == 404:
+                    return []
+                raise
 
     def _openssl(self, *args: str) -> None:
         p = subprocess.run(["openssl", *args], capture_output=True, text=True, cwd=self.home)
@@ -333,6 +377,9 @@ class KubeCluster:
             (d / "sysctl" / name).write_text(value + "\n")
         template = (REPO / "kube" / "containerd-node.toml").read_text()
         (d / "containerd.toml").write_text(template.replace("NODE", str(d)))
+        (d / "certs.d" / REGISTRY).mkdir(parents=True)
+        (d / "certs.d" / REGISTRY / "hosts.toml").write_text(
+            f'server = "http://{REGISTRY}"\n[host."http://{REGISTRY}"]\n  capabilities = ["pull", "resolve"]\n')
         (d / "net.d" / "10-vnbtest.conflist").write_text(json.dumps({
             "cniVersion": "1.0.0", "name": "vnbtest", "plugins": [{
                 "type": "bridge", "bridge": "cni0", "isGateway": True, "ipMasq": False, "hairpinMode": True,

@@ -110,9 +110,20 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def cmd_image(args: argparse.Namespace) -> int:
-    from vnetbench.kube.image import tools_image
+    from vnetbench.kube import image as kube_image
 
-    image = tools_image()
+    if args.push:
+        if not kube_image.REGISTRY.fullmatch(args.push.rstrip("/")):
+            raise VnetbenchError(f"--push {args.push!r}: a registry's address is host[:port][/path], without a "
+                                 "scheme or a tag (registry.example:5000/team)")
+        pushed = kube_image.push(args.push.rstrip("/"), tls_verify=not args.no_tls_verify)
+        out.print(f"pushed {escape(pushed.name)} ({pushed.digest})", highlight=False, soft_wrap=True)
+        out.print(f"run with it: \\[kube] registry = \"{escape(args.push.rstrip('/'))}\""
+                  f"{' and registry_tls_verify = false' if args.no_tls_verify else ''} (the run pushes it again, "
+                  "sending only what the registry lacks), or kube.image = the name above with "
+                  "kube.image_pull_policy = \"IfNotPresent\"", highlight=False, soft_wrap=True)
+        return 0
+    image = kube_image.tools_image()
     with output_file(args.oci, what="image", binary=True) as f:
         f.write(image.archive)
     out.print(f"wrote {escape(args.oci)}: {escape(image.name)} ({image.digest}, {len(image.archive) / 2**20:.0f} MiB)",
@@ -330,9 +341,15 @@ def build_parser() -> argparse.ArgumentParser:
     sp.set_defaults(func=cmd_report)
 
     sp = sub.add_parser("image", help="write vnetbench's tools image (this machine's tools) as an OCI image layout, "
-                        "for the nodes of a Kubernetes cluster (run --kube)")
-    sp.add_argument("--oci", required=True, metavar="FILE", help="the tar to write (`ctr -n k8s.io images import FILE` "
-                    "loads it on a node)")
+                        "or push it to a registry, for the nodes of a Kubernetes cluster (run --kube)")
+    where = sp.add_mutually_exclusive_group(required=True)
+    where.add_argument("--oci", metavar="FILE", help="the tar to write (`ctr -n k8s.io images import FILE` loads it "
+                       "on a node)")
+    where.add_argument("--push", metavar="REGISTRY", help="push it to a registry the nodes pull from "
+                       "(host[:port][/path]: REGISTRY/vnetbench/tools:DIGEST), with skopeo and this machine's "
+                       "registry credentials")
+    sp.add_argument("--no-tls-verify", action="store_true", help="with --push: a registry over plain HTTP or with "
+                    "a certificate this machine does not trust")
     sp.set_defaults(func=cmd_image)
 
     sp = sub.add_parser("clean", help="remove namespaces and processes left by a killed run")

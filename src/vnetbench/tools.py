@@ -76,9 +76,11 @@ BUSYBOX = Tool("busybox", "busybox-static", ())
 DATE = Tool("date", "coreutils")  # GNU date: steps a guest's clock by a fractional offset (busybox's: whole seconds)
 # For the user's own looking at the wire; doctor reports it.
 TCPDUMP = Tool("tcpdump", "tcpdump", ("--version",))
+SKOPEO = Tool("skopeo", "skopeo", ("--version",))  # the tools image to a cluster's registry (kube.registry)
 
 ALL: tuple[Tool, ...] = (IP, TC, SS, TASKSET, FLOCK, ETHTOOL, NFT, IPERF3, PING, SOCKPERF, WRK, AB, NGINX, SYSBENCH,
-                         MBW, IRTT, QEMU, DROPBEAR, DROPBEARKEY, SSH, SSH_KEYGEN, BUSYBOX, DATE, TCPDUMP)
+                         MBW, IRTT, QEMU, DROPBEAR, DROPBEARKEY, SSH, SSH_KEYGEN, BUSYBOX, DATE, TCPDUMP,
+                         SKOPEO)
 
 # Packages the set-up installs that provide no tool of the table, and why.
 SUPPORT_PACKAGES: dict[str, str] = {

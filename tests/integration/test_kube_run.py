@@ -578,6 +578,63 @@ def test_conditions_a_pods_kernel_cannot_make_are_named_with_the_pod_before_the_
     assert vnetbench_namespaces(k8s) == []
 
 
+PUSHED = """name = "pushed"
+[lab]
+bottleneck = "unlimited"
+senders = 1
+[kube]
+receiver = "node2"
+senders = ["node1"]
+registry = "REGISTRY"
+registry_tls_verify = false
+[workload.stream]
+tool = "iperf3"
+duration = "2s"
+omit = "1s"
+[repeat]
+repetitions = 1
+warmup = false
+"""
+
+
+def test_the_tools_image_pushed_to_a_registry_is_what_the_nodes_pull_and_run(kube_cluster, tmp_path):
+    """kube.registry: the run pushes vnetbench's tools image there (skopeo), the pods pull it (IfNotPresent: the
+    nodes have it loaded only under its local name), and the run stores the name and the registry's digest,
+    which each pod's image id is."""
+    import kubecluster
+
+    k8s = kube_cluster
+    registry = f"{kubecluster.REGISTRY}/lab"
+    # A registry that is not there: named, before any pod is made.
+    gone = run_here(k8s, tmp_path, text=PUSHED.replace("REGISTRY", f"{kubecluster.API_ADDRESS}:5999"), check=False)
+    assert gone.returncode == 2 and f"pushing the tools image to {kubecluster.API_ADDRESS}:5999" in gone.stderr \
+        and "connection refused" in gone.stderr, gone.stderr
+    assert vnetbench_namespaces(k8s) == []
+    # Over plain HTTP without saying so: skopeo's reason, and the key that says it.
+    plain = run_here(k8s, tmp_path, text=PUSHED.replace("REGISTRY", registry).replace(
+        "registry_tls_verify = false\n", ""), check=False)
+    assert plain.returncode == 2 and "kube.registry_tls_verify = false" in plain.stderr, plain.stderr
+    _, trials, configs, _ = run_all_ok(k8s, tmp_path, PUSHED.replace("REGISTRY", registry), trials=1)
+    tag = k8s.tools_image.name.rpartition(":")[2]
+    assert k8s.registry_tags("lab/vnetbench/tools") == [tag]
+    with Store(tmp_path / "r.db") as store:
+        [run] = store.runs()
+        kube = store.run(run["id"])["fingerprint"]["kube"]
+    assert kube["image"] == f"{registry}/vnetbench/tools:{tag}"
+    digest = kube["image_pushed"]["digest"]
+    assert digest.startswith("sha256:") and kube["image_pushed"]["pull_policy"] == "IfNotPresent"
+    # the registry holds the layer compressed: its manifest is not the local layout's
+    assert digest != k8s.tools_image.digest
+    [config] = configs.values()
+    for name, pod in config["lab_state"]["environment"]["pods"].items():
+        assert pod["image"] == kube["image"] and pod["image_id"] == f"{registry}/vnetbench/tools@{digest}", (name, pod)
+    # `vnetbench image --push` by hand: the same name and digest, nothing sent again.
+    by_hand = subprocess.run([*k8s.enter(), sys.executable, "-m", "vnetbench", "image", "--push", registry,
+                              "--no-tls-verify"], capture_output=True, text=True, timeout=600, cwd=ROOT, check=True)
+    assert f"pushed {registry}/vnetbench/tools:{tag} ({digest})" in " ".join(by_hand.stdout.split()), by_hand.stdout
+    assert vnetbench_namespaces(k8s) == []
+
+
 def test_doctor_names_the_nodes_and_whether_they_have_the_tools_image(kube_cluster):
     out = kube_cli(kube_cluster, "doctor", "--kube").stdout
     assert "Kubernetes v1.34.4" in out

@@ -174,6 +174,31 @@ def test_the_kube_table_places_one_pod_per_endpoint_the_last_node_taking_the_sen
     assert all(s.host_network for s in host.pods()[0])
 
 
+def test_a_registry_pushed_to_is_pulled_from_and_named_as_an_address():
+    from vnetbench.errors import ScenarioError
+    from vnetbench.kube.bench import placement
+    from vnetbench.kube.image import pushed_name, tools_image_name
+
+    pushed = kube_configs(KUBE_SCENARIO.replace('[kube]\n', '[kube]\nregistry = "reg.example:5000/team/"\n'))
+    assert pushed[0].scenario.kube.registry == "reg.example:5000/team"
+    name = pushed_name("reg.example:5000/team")
+    assert name == "reg.example:5000/team/vnetbench/tools:" + tools_image_name().rpartition(":")[2]
+    plan = placement(pushed, "k.toml", name)
+    assert plan.image == name and plan.pull_policy == "IfNotPresent"
+    always = kube_configs(KUBE_SCENARIO.replace('[kube]\n', '[kube]\nregistry = "r"\nimage_pull_policy = "Always"\n'))
+    assert placement(always, "k.toml", "r/x:1").pull_policy == "Always"
+    assert placement(kube_configs(), "k.toml", "img:1").pull_policy == "Never"
+    for value, says in (('"https://reg.example"', "is not a registry's address"),
+                        ('"reg.example/team:1"', "is not a registry's address"),
+                        ('"Reg.Example"', "is not a registry's address")):
+        with pytest.raises(ScenarioError, match=says):
+            kube_configs(KUBE_SCENARIO.replace('[kube]\n', f'[kube]\nregistry = {value}\n'))
+    with pytest.raises(ScenarioError, match="kube.image and kube.registry both given"):
+        kube_configs(KUBE_SCENARIO.replace('[kube]\n', '[kube]\nregistry = "r"\nimage = "a:1"\n'))
+    with pytest.raises(ScenarioError, match="the nodes would never pull what the run pushes"):
+        kube_configs(KUBE_SCENARIO.replace('[kube]\n', '[kube]\nregistry = "r"\nimage_pull_policy = "Never"\n'))
+
+
 SWEPT = KUBE_SCENARIO.replace('senders = ["node1", "node3"]\n', '').replace(
     "senders = 3", "senders = 2").replace(
     "[workload.stream]", '[matrix]\n"kube.network" = ["pod", "host"]\n"kube.placement" = ["same-node", "cross-node"]\n'
@@ -274,7 +299,7 @@ def test_a_placement_that_contradicts_the_senders_named_is_refused():
     (('senders = 3', 'senders = 3\noffload = "off"'), "leaves the nodes' offloads as they are"),
     (('[kube]\nreceiver = "node2"\nsenders = ["node1", "node3"]\n', ''), "needs a [kube] table"),
     (('[workload.stream]', '[matrix]\n"kube.image" = ["a:1", "b:1"]\n[workload.stream]'),
-     "kube.image and kube.image_pull_policy differ between configurations"),
+     "kube.image, kube.registry or kube.image_pull_policy differ between configurations"),
 ])
 def test_what_a_run_on_a_cluster_cannot_do_is_named_with_the_key(change, message):
     from vnetbench.errors import ScenarioError
@@ -562,3 +587,14 @@ def test_the_bottleneck_goes_on_each_receiver_pod_and_a_senders_link_on_its_pod_
     assert peers["r"] == [endpoints[s].ipv4 for s in ("s1", "s2", "s3")]
     # a sender sends to the receiver's pod and to its Service's ClusterIP, and hears back from both
     assert peers["s2"] == [endpoints["r"].ipv4, endpoints["r2"].ipv4, "198.18.3.7"]
+
+
+def test_skopeos_reason_is_its_fatal_message():
+    from vnetbench.kube.image import skopeo_reason
+
+    recorded = (Path(__file__).parent.parent / "fixtures" / "skopeo_copy_plain_http_registry.stderr").read_text()
+    assert skopeo_reason(recorded) == (
+        "trying to reuse blob sha256:4d6c917893df32945cc92760e01ce4720a2ec3e3972d074f471623f6a3b0ef73 at destination: "
+        'pinging container registry 198.18.254.254:5000: Get "https://198.18.254.254:5000/v2/": http: server gave '
+        "HTTP response to HTTPS client")
+    assert skopeo_reason("plain words\n") == "plain words" and skopeo_reason("") == "(nothing on stderr)"

@@ -185,9 +185,9 @@ def placement(configs: list[Configuration], source: str, default_image: str, nam
                                 "kube.path = \"service\": a ClusterIP Service carries its ports only, no ICMP echo; "
                                 "measure latency through it with sockperf or irtt (UDP), or keep ping for "
                                 "kube.path = \"pod-ip\"")
-        if (own.image, own.image_pull_policy) != (spec.image, spec.image_pull_policy):
-            raise ScenarioError(f"{source} [configuration {c.label_text}]: kube.image and kube.image_pull_policy "
-                                "differ between configurations; one run's pods share one image")
+        if (own.image, own.registry, own.pull_policy) != (spec.image, spec.registry, spec.pull_policy):
+            raise ScenarioError(f"{source} [configuration {c.label_text}]: kube.image, kube.registry or "
+                                "kube.image_pull_policy differ between configurations; one run's pods share one image")
         if own.pod_security != spec.pod_security:
             raise ScenarioError(f"{source} [configuration {c.label_text}]: kube.pod_security differs between "
                                 "configurations; one run's pods keep to one level")
@@ -201,7 +201,7 @@ def placement(configs: list[Configuration], source: str, default_image: str, nam
         if lab.offload != "on":
             raise ScenarioError(f"{source} [configuration {c.label_text}]: lab.offload = {lab.offload!r}: a run on "
                                 "Kubernetes leaves the nodes' offloads as they are")
-    return KubePlan(spec.image or default_image, spec.image_pull_policy,
+    return KubePlan(spec.image or default_image, spec.pull_policy,
                     {c.key: (c.scenario.kube, c.active_senders) for c in configs}, pod_security=spec.pod_security,
                     namespace=namespace)
 

@@ -349,9 +349,17 @@ class KubeSpec(Strict):
                                                "front of it, through the cluster's Service proxy)")
     image: str | None = Field(default=None, description="the pods' image; default: vnetbench's tools image "
                               "(localhost/vnetbench/tools:DIGEST, built from this machine's files), which must "
-                              "be loaded on the nodes")
-    image_pull_policy: Literal["Never", "IfNotPresent", "Always"] = Field(
-        default="Never", description="as a pod's imagePullPolicy: 'Never' takes the image the nodes have")
+                              "be loaded on the nodes, or is pushed to kube.registry")
+    registry: str | None = Field(
+        default=None, description="a registry the nodes pull from (host[:port][/path]): the run pushes vnetbench's "
+        "tools image there first (skopeo, with this machine's registry credentials), as "
+        "REGISTRY/vnetbench/tools:DIGEST, and the pods pull it; unset: the image is loaded on the nodes")
+    registry_tls_verify: bool = Field(
+        default=True, description="false: push to kube.registry over plain HTTP or an untrusted certificate "
+        "(the nodes' container runtime must be told the same of it)")
+    image_pull_policy: Literal["Never", "IfNotPresent", "Always"] | None = Field(
+        default=None, description="as a pod's imagePullPolicy: 'Never' takes the image the nodes have; unset: "
+        "'IfNotPresent' with kube.registry, else 'Never'")
     pod_security: Literal["privileged", "baseline"] = Field(
         default="privileged", description="the Pod Security Standards level the run's pods keep to: "
         "'privileged' (NET_ADMIN, to flush TCP's metrics before each trial; hostNetwork allowed) or 'baseline', "
@@ -367,6 +375,30 @@ class KubeSpec(Strict):
     @classmethod
     def _one_or_more(cls, v: Any) -> Any:
         return [v] if isinstance(v, str) else v
+
+    @field_validator("registry")
+    @classmethod
+    def _registry(cls, v: str | None) -> str | None:
+        from vnetbench.kube.image import REGISTRY
+
+        if v is not None and not REGISTRY.fullmatch(v.rstrip("/")):
+            raise ValueError(f"{v!r} is not a registry's address: host[:port][/path], without a scheme or a tag "
+                             "(\"registry.example:5000/team\")")
+        return v.rstrip("/") if v else v
+
+    @model_validator(mode="after")
+    def _one_image(self) -> "KubeSpec":
+        if self.registry and self.image:
+            raise ValueError("kube.image and kube.registry both given: kube.registry is where vnetbench's tools image "
+                             "is pushed; an image of your own needs none (drop one)")
+        if self.registry and self.image_pull_policy == "Never":
+            raise ValueError("kube.registry with kube.image_pull_policy = \"Never\": the nodes would never pull what "
+                             "the run pushes (leave the policy unset, or \"IfNotPresent\" or \"Always\")")
+        return self
+
+    @property
+    def pull_policy(self) -> str:
+        return self.image_pull_policy or ("IfNotPresent" if self.registry else "Never")
 
     @model_validator(mode="after")
     def _placed(self) -> "KubeSpec":

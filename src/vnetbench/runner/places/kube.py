@@ -22,7 +22,7 @@ from rich.markup import escape
 
 from vnetbench.errors import EnvironmentProblem, VnetbenchError
 from vnetbench.kube import api, bench as kube_bench, lock as kube_lock, pods
-from vnetbench.kube.image import tools_image_name
+from vnetbench.kube import image as kube_image
 from vnetbench.runner.places.base import Place
 from vnetbench.scenario.load import LoadedScenario
 from vnetbench.scenario.plan import Configuration
@@ -55,6 +55,7 @@ class KubePlace(Place):
         self.lock: kube_lock.ClusterLock | None = None
         self.cluster: api.Cluster | None = None
         self.plan: kube_bench.KubePlan | None = None
+        self.pushed: kube_image.Pushed | None = None  # the tools image pushed to kube.registry by prepare
         self._bench: kube_bench.KubeBench | None = None
         self.nodes: dict[str, dict[str, Any]] = {}
         self.server_version: str | None = None
@@ -114,7 +115,8 @@ class KubePlace(Place):
     def prepare(self, loaded: LoadedScenario, configs: list[Configuration]
                 ) -> tuple[list[Configuration], list[dict[str, object]]]:
         spec = configs[0].scenario.kube
-        default_image = tools_image_name() if spec is not None and spec.image is None else ""
+        default_image = "" if spec is None or spec.image else (
+            kube_image.pushed_name(spec.registry) if spec.registry else kube_image.tools_image_name())
         self.plan = plan = kube_bench.placement(configs, loaded.source, default_image, self.namespace)
         self.survey()
         problems = [f"node {node!r} is not in the cluster (nodes: {', '.join(self.nodes) or 'none'})"
@@ -133,6 +135,9 @@ class KubePlace(Place):
         if problems:
             raise EnvironmentProblem(f"{loaded.source}: on {self.cluster.where()}: " + "; ".join(problems))
         self._check_namespace(plan)
+        if spec is not None and spec.registry:
+            # Last, once the cluster can run the pods: what the nodes will pull, and its digest in the registry.
+            self.pushed = kube_image.push(spec.registry, spec.registry_tls_verify)
         return configs, []
 
     def _refused(self, needs: list[tuple[str, str, str]]) -> list[str]:
@@ -180,6 +185,8 @@ class KubePlace(Place):
         return {"kube": {"server": self.cluster.server if self.cluster else None, "version": self.server_version,
                          "context": self.context, "network": ", ".join(networks) or None,
                          "image": plan.image if plan else None,
+                         **({"image_pushed": {"digest": self.pushed.digest, "pull_policy": plan.pull_policy}}
+                            if self.pushed and plan else {}),
                          "pod_security": plan.pod_security if plan else None,
                          "namespace": self.namespace_facts or None,
                          "nodes": {n: {**{k: v for k, v in self.nodes.get(n, {}).items() if k != "images"},
@@ -198,7 +205,7 @@ class KubePlace(Place):
         from vnetbench.cli_common import out
 
         self.survey()
-        image = tools_image_name()
+        image = kube_image.tools_image_name()
         out.print(f"cluster {escape(self.cluster.where())}: Kubernetes {escape(str(self.server_version))}")
         lacking = []
         for name, facts in self.nodes.items():
