@@ -167,6 +167,16 @@ def test_pods_kept_to_baseline_pod_security_ping_without_net_raw_and_say_what_th
     assert vnetbench_namespaces(k8s) == []
 
 
+# One 2 s TCP stream, once: a run that checks where things ran more than what they measured.
+ONE_SHORT_STREAM = """[workload.stream]
+tool = "iperf3"
+duration = "2s"
+omit = "1s"
+[repeat]
+repetitions = 1
+warmup = false
+"""
+
 SWEEP = """name = "kube-sweep"
 [lab]
 bottleneck = "unlimited"
@@ -176,14 +186,7 @@ receiver = "node2"
 [matrix]
 "kube.network" = ["pod", "host"]
 "kube.placement" = ["same-node", "cross-node"]
-[workload.stream]
-tool = "iperf3"
-duration = "2s"
-omit = "1s"
-[repeat]
-repetitions = 1
-warmup = false
-"""
+""" + ONE_SHORT_STREAM
 # What TCP may put in a segment on each path, set by the MTU of the device it leaves by (less 40 bytes of headers
 # and 12 of timestamps): the pod network's veths and bridge are the CNI's 1450 (VXLAN's 50 taken from the
 # fabric's 1500), on one node as across; the nodes' own network is the fabric's 1500 across; within a node, a
@@ -587,14 +590,7 @@ receiver = "node2"
 senders = ["node1"]
 registry = "REGISTRY"
 registry_tls_verify = false
-[workload.stream]
-tool = "iperf3"
-duration = "2s"
-omit = "1s"
-[repeat]
-repetitions = 1
-warmup = false
-"""
+""" + ONE_SHORT_STREAM
 
 
 def test_the_tools_image_pushed_to_a_registry_is_what_the_nodes_pull_and_run(kube_cluster, tmp_path):
