@@ -113,12 +113,13 @@ def cmd_image(args: argparse.Namespace) -> int:
     from vnetbench.kube import image as kube_image
 
     if args.push:
-        if not kube_image.REGISTRY.fullmatch(args.push.rstrip("/")):
-            raise VnetbenchError(f"--push {args.push!r}: a registry's address is host[:port][/path], without a "
-                                 "scheme or a tag (registry.example:5000/team)")
-        pushed = kube_image.push(args.push.rstrip("/"), tls_verify=not args.no_tls_verify)
+        try:
+            registry = kube_image.registry_address(args.push)
+        except ValueError as e:
+            raise VnetbenchError(f"--push: {e}") from None
+        pushed = kube_image.push(registry, tls_verify=not args.no_tls_verify)
         out.print(f"pushed {escape(pushed.name)} ({pushed.digest})", highlight=False, soft_wrap=True)
-        out.print(f"run with it: \\[kube] registry = \"{escape(args.push.rstrip('/'))}\""
+        out.print(f"run with it: \\[kube] registry = \"{escape(registry)}\""
                   f"{' and registry_tls_verify = false' if args.no_tls_verify else ''} (the run pushes it again, "
                   "sending only what the registry lacks), or kube.image = the name above with "
                   "kube.image_pull_policy = \"IfNotPresent\"", highlight=False, soft_wrap=True)

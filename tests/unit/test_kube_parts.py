@@ -598,3 +598,9 @@ def test_skopeos_reason_is_its_fatal_message():
         'pinging container registry 198.18.254.254:5000: Get "https://198.18.254.254:5000/v2/": http: server gave '
         "HTTP response to HTTPS client")
     assert skopeo_reason("plain words\n") == "plain words" and skopeo_reason("") == "(nothing on stderr)"
+
+
+def test_image_push_refuses_what_is_not_a_registrys_address_before_pushing():
+    proc = subprocess.run([sys.executable, "-m", "vnetbench", "image", "--push", "https://reg.example/team"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "--push: 'https://reg.example/team' is not a registry's address" in proc.stderr

@@ -42,16 +42,26 @@ def tools_image_name() -> str:
     return f"{REPOSITORY}:{digest}"
 
 
-def tools_image() -> oci.OciImage:
-    """The image, as an OCI image-layout tar in memory (a few tens of MiB)."""
+def tools_image(repository: str = REPOSITORY) -> oci.OciImage:
+    """The image, named `repository`:DIGEST, as an OCI image-layout tar in memory (a few tens of MiB)."""
     plan = engines.plan_image()
     digest, _ = engines.image_digest(plan)
-    return oci.image_layout(f"{REPOSITORY}:{digest}", engines.render_image(plan), IDLE, {"PATH": "/bin"})
+    return oci.image_layout(f"{repository}:{digest}", engines.render_image(plan), IDLE, {"PATH": "/bin"})
+
+
+def registry_address(value: str) -> str:
+    """`value` as a registry's address (host[:port][/path], a trailing / dropped); ValueError saying what it
+    must look like otherwise."""
+    address = value.rstrip("/")
+    if not REGISTRY.fullmatch(address):
+        raise ValueError(f"{value!r} is not a registry's address: host[:port][/path], without a scheme or a tag "
+                         "(\"registry.example:5000/team\")")
+    return address
 
 
 def pushed_name(registry: str) -> str:
     """The tools image's name in `registry` (host[:port][/path]): its tag is the content's digest, as locally."""
-    return f"{registry.rstrip('/')}/{PUSHED_REPOSITORY}:{tools_image_name().rpartition(':')[2]}"
+    return f"{registry}/{PUSHED_REPOSITORY}:{tools_image_name().rpartition(':')[2]}"
 
 
 def push(registry: str, tls_verify: bool = True) -> Pushed:
@@ -60,8 +70,8 @@ def push(registry: str, tls_verify: bool = True) -> Pushed:
     if SKOPEO.path() is None:
         raise EnvironmentProblem(f"pushing the tools image to {registry} needs skopeo: apt-get install "
                                  f"{SKOPEO.package} (make setup does)")
-    name = pushed_name(registry)
-    image = oci.image_layout(name, engines.render_image(engines.plan_image()), IDLE, {"PATH": "/bin"})
+    image = tools_image(f"{registry}/{PUSHED_REPOSITORY}")
+    name = image.name
     with tempfile.TemporaryDirectory(prefix="vnb-image-") as tmp:
         archive, digest_file = Path(tmp) / "tools.oci.tar", Path(tmp) / "digest"
         archive.write_bytes(image.archive)
@@ -74,9 +84,9 @@ def push(registry: str, tls_verify: bool = True) -> Pushed:
                                      "(is the registry reachable from this machine?)") from None
         if p.returncode != 0:
             said = skopeo_reason(p.stderr)
+            untrusted = "HTTP response to HTTPS client" in said or "x509:" in said  # plain HTTP; a certificate
             hint = ("; a registry over plain HTTP or with a certificate this machine does not trust needs "
-                    "kube.registry_tls_verify = false" if tls_verify and ("http" in said.lower() or "x509" in said)
-                    else "")
+                    "kube.registry_tls_verify = false" if tls_verify and untrusted else "")
             raise EnvironmentProblem(f"pushing the tools image to {registry} (skopeo copy ... docker://{name}) "
                                      f"failed: {said}{hint}; check the address, and log in with `skopeo login "
                                      f"{registry.split('/')[0]}` if it asks for credentials")

@@ -379,12 +379,9 @@ class KubeSpec(Strict):
     @field_validator("registry")
     @classmethod
     def _registry(cls, v: str | None) -> str | None:
-        from vnetbench.kube.image import REGISTRY
+        from vnetbench.kube.image import registry_address
 
-        if v is not None and not REGISTRY.fullmatch(v.rstrip("/")):
-            raise ValueError(f"{v!r} is not a registry's address: host[:port][/path], without a scheme or a tag "
-                             "(\"registry.example:5000/team\")")
-        return v.rstrip("/") if v else v
+        return v if v is None else registry_address(v)
 
     @model_validator(mode="after")
     def _one_image(self) -> "KubeSpec":
