@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import select
 import shutil
 import subprocess
 import time
@@ -155,6 +156,20 @@ def test_container_cgroup_limits_apply_to_its_processes(pair, tmp_path):
     assert throttled() - before >= 3 or cpu < 0.6, (cpu, throttled() - before)
 
 
+def _wait_for_line(stream, text, timeout):
+    """Read a pipe until what came holds text; False when timeout seconds pass first.
+
+    Reads the file descriptor itself: a text wrapper's readline would buffer lines select cannot see."""
+    deadline, seen = time.monotonic() + timeout, b""
+    while text.encode() not in seen and (left := deadline - time.monotonic()) > 0:
+        ready, _, _ = select.select([stream.fileno()], [], [], left)
+        chunk = os.read(stream.fileno(), 4096) if ready else b""
+        if not chunk:
+            break
+        seen += chunk
+    return text.encode() in seen
+
+
 def test_overlay_mtu_and_encapsulation(pair):
     name, lab, _ = pair
     if not name.startswith("overlay"):
@@ -173,7 +188,10 @@ def test_overlay_mtu_and_encapsulation(pair):
     flt = "udp port 4789" if vxlan else f"icmp and host {r.address(4)}"
     cap = subprocess.Popen(["ip", "netns", "exec", sw, "tcpdump", "-n", "-l", "-c", "3", "-i", "r", flt],
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(0.5)
+    # Ping only once the capture is open: tcpdump says so on stderr. A fixed sleep was not enough on a
+    # busy CI machine (the five pings went by before tcpdump listened, and it saw none).
+    listening = _wait_for_line(cap.stderr, "listening on", timeout=10)
+    assert listening, "tcpdump did not start listening within 10 s"
     env = lab.groups[next(iter(lab.groups))].env
     before = env.vxlan_counters()
     s.run(["ping", "-4", "-c", "5", "-i", "0.05", r.address(4)])
