@@ -42,6 +42,13 @@ impl Engine {
         self.t0 + ms_to_ns(self.schedule[i].at_ms)
     }
 
+    /// The earliest time something is due without a frame arriving: a queued frame's release, the next
+    /// schedule step; None when nothing is (the loop may then sleep until a frame comes).
+    pub fn next_due(&self) -> Option<u64> {
+        let step = (self.next_step < self.schedule.len()).then(|| self.step_time(self.next_step));
+        self.links.iter().filter_map(|l| l.next_due()).chain(step).min()
+    }
+
     /// Cheap check for the packet loop.
     #[inline]
     pub fn schedule_due(&self, now: u64) -> bool {

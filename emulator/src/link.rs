@@ -477,9 +477,18 @@ impl Link {
         self.delay_line.push(Delayed { release, seq: self.seq, pkt });
     }
 
+    /// When this direction next has something to do with no frame arriving: now (0) while a frame waits in the
+    /// queue or is on the wire (its serialisation is polled for), else the delay line's next release; None
+    /// when it holds nothing.
+    pub fn next_due(&self) -> Option<u64> {
+        if self.in_service.is_some() || self.queue.peek().is_some() {
+            return Some(0);
+        }
+        self.next_release()
+    }
+
     /// Earliest release time in the delay line.
     #[inline]
-    #[cfg_attr(not(test), allow(dead_code))]
     pub fn next_release(&self) -> Option<u64> {
         self.delay_line.peek().map(|d| d.release)
     }
@@ -584,6 +593,33 @@ mod tests {
             t += 7 * MS;
         }
         assert_eq!(releases, vec![11 * MS, 12 * MS, 13 * MS, 14 * MS, 15 * MS]);
+    }
+
+    #[test]
+    fn a_loop_that_sleeps_until_next_due_releases_what_a_spinning_one_does() {
+        // --block: the loop sleeps until next_due() unless a frame is queued or on the wire (then it polls).
+        let mut l = link(LinkSettings { rate_bps: 12_000_000, delay_ms: 10.0, ..Default::default() });
+        assert_eq!(l.next_due(), None);
+        for i in 0..5 {
+            l.ingress(frame(1500, i), 0);
+        }
+        let (mut releases, mut t, mut wakes) = (vec![], 0, 0);
+        while t < 40 * MS {
+            l.advance(t);
+            while let Some((r, _)) = l.pop_ready_at(t) {
+                releases.push(r);
+            }
+            wakes += 1;
+            t = match l.next_due() {
+                Some(0) => t + 10_000,
+                Some(due) => due.max(t + 1),
+                None => break,
+            };
+        }
+        assert_eq!(releases, vec![11 * MS, 12 * MS, 13 * MS, 14 * MS, 15 * MS]);
+        assert_eq!(l.next_due(), None); // all out: nothing left to wake for
+        // Polled while the five serialise (5 ms at 10 us), then one wake per release at most.
+        assert!(wakes <= 500 + 5 + 2, "{wakes}");
     }
 
     #[test]

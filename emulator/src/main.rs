@@ -7,7 +7,7 @@
 //! ```
 //!
 //! Usage: vnb-link --iface-a A --iface-b B --config CFG.json
-//!                 [--control SOCK|-] [--stats-out FILE] [--cpu N]
+//!                 [--control SOCK|-] [--stats-out FILE] [--cpu N] [--block]
 //!        vnb-link ctl SOCK 'JSON'        (send one control request, print the reply)
 //!        vnb-link idle-poll CPU...       (keep idle cores polling: idle.rs)
 //!        vnb-link wake-probe FROM TO ASLEEP_US SAMPLES   (how late a sleeper wakes: idle.rs)
@@ -53,15 +53,22 @@ struct Args {
     control: Option<String>,
     stats_out: Option<String>,
     cpu: Option<usize>,
+    /// Wait in ppoll(2) when nothing is due instead of spinning: for an emulator without a core of its own,
+    /// whose spinning would take the core from the hosts it shares it with (and, at nice -10, most of it).
+    block: bool,
 }
 
+/// The longest a blocked loop sleeps: control requests and schedule steps wait at most this long.
+const BLOCK_MAX_NS: u64 = 1_000_000;
+
 const USAGE: &str = "usage: vnb-link --iface-a IFACE --iface-b IFACE --config CONFIG.json \
-[--control UNIX_SOCKET_PATH | --control -] [--stats-out STATS.json] [--cpu N]\n       \
+[--control UNIX_SOCKET_PATH | --control -] [--stats-out STATS.json] [--cpu N] [--block]\n       \
 vnb-link ctl UNIX_SOCKET_PATH 'JSON'\n       vnb-link --check-config CONFIG.json\n       \
 vnb-link idle-poll CPU...\n       vnb-link wake-probe FROM_CPU TO_CPU ASLEEP_US SAMPLES";
 
 fn parse_args(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
     let (mut a, mut b, mut c, mut ctl, mut st, mut cpu) = (None, None, None, None, None, None);
+    let mut block = false;
     while let Some(k) = it.next() {
         let mut val = |name: &str| it.next().ok_or_else(|| format!("{name} needs a value"));
         match k.as_str() {
@@ -74,6 +81,7 @@ fn parse_args(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
                 let v = val("--cpu")?;
                 cpu = Some(v.parse::<usize>().map_err(|_| format!("--cpu expects a core number, got '{v}'"))?)
             }
+            "--block" => block = true,
             "-h" | "--help" => return Err(USAGE.to_string()),
             other => return Err(format!("unknown argument '{other}'\n{USAGE}")),
         }
@@ -85,6 +93,7 @@ fn parse_args(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
         control: ctl,
         stats_out: st,
         cpu,
+        block,
     })
 }
 
@@ -111,6 +120,13 @@ fn install_stop_handlers() {
         libc::signal(libc::SIGINT, h);
         libc::signal(libc::SIGPIPE, libc::SIG_IGN);
     }
+}
+
+/// Sleep until a frame can be read on one of `socks` or `ns` nanoseconds have passed (a signal ends it too).
+fn wait_for_frames(socks: &[&PacketSocket; 2], ns: u64) {
+    let mut fds = socks.map(|s| libc::pollfd { fd: s.fd, events: libc::POLLIN, revents: 0 });
+    let ts = libc::timespec { tv_sec: (ns / 1_000_000_000) as libc::time_t, tv_nsec: (ns % 1_000_000_000) as libc::c_long };
+    unsafe { libc::ppoll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, &ts, std::ptr::null()) };
 }
 
 fn fail(msg: &str) -> ! {
@@ -216,6 +232,7 @@ fn main() {
 
     while !STOP.load(Ordering::Relaxed) {
         let now = now_ns();
+        let mut moved = 0usize; // frames received or sent this iteration: a blocking loop sleeps only when none
         // Schedule and control first, so a change applies before the next packets.
         if eng.schedule_due(now) {
             for e in eng.run_schedule(now) {
@@ -241,6 +258,7 @@ fn main() {
             let link = &mut eng.links[d];
             let before = now_ns();
             let r = rx[d].recv(socks[d], &mut pool, &mut inbox);
+            moved += r.raw;
             if r.oversize > 0 {
                 link.stats.rx_packets += r.oversize as u64;
                 link.stats.rx_bytes += r.oversize_bytes;
@@ -304,6 +322,7 @@ fn main() {
                 let full = outbox.len() == afpacket::BATCH;
                 let r = txb.send(socks[1 - d], &mut outbox, &mut pool);
                 link.stats.forwarded_packets += r.sent as u64;
+                moved += r.sent;
                 link.stats.forwarded_bytes += r.sent_bytes;
                 link.stats.tx_errors += r.errors as u64;
                 if let (Some(e), false) = (r.last_error, warned_tx) {
@@ -317,6 +336,12 @@ fn main() {
                 if !full {
                     break;
                 }
+            }
+        }
+        if args.block && moved == 0 {
+            let wake = eng.next_due().map_or(BLOCK_MAX_NS, |t| t.saturating_sub(now_ns()).min(BLOCK_MAX_NS));
+            if wake > 0 {
+                wait_for_frames(&socks, wake);
             }
         }
     }

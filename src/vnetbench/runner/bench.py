@@ -47,6 +47,9 @@ SERVER_FREE_TIMEOUT = 30.0
 # being accepted). A server that has closed its side (TIME-WAIT, FIN-WAIT-*, LAST-ACK) is free for the next.
 HELD_STATES = ("ESTAB", "CLOSE-WAIT", "SYN-RECV")
 PATH_CHECK_TIMEOUT = 30.0  # seconds a path probe may take at most (its own deadline is shorter)
+# How long the path check waits for a sender's first echo reply before it probes: the kernel's neighbour
+# resolution gives up after 3 solicitations a second apart.
+NEIGHBOURS_WAIT_S = 3
 WORKDIR_PREFIX = "vnetbench-"  # + the run's prefix (vnb-<id>-): a run's local work directory, in the temp dir
 GUEST_READY_TIMEOUT = 60.0
 
@@ -418,6 +421,7 @@ class DumbbellBench:
         outdir = self.workdir / "path-check"
         outdir.mkdir(exist_ok=True)
         problems: list[str] = []
+        self._resolve_neighbours(pairs, ipv, outdir)
         started = {}
         for i, (name, receiver) in enumerate(pairs):
             exp = pathcheck.expectation(self.links.paths(receiver, [name])[name], mtu)
@@ -452,6 +456,25 @@ class DumbbellBench:
             _, found = pathcheck.judge_burst(exp, payload, ipv, result)
             problems += [f"path {name} -> {receiver}: {p}" for p in found]
         return problems
+
+    def _resolve_neighbours(self, pairs: list[tuple[str, str]], ipv: int, outdir: Path) -> None:
+        """Each sender's echo requests until one is answered (at most NEIGHBOURS_WAIT_S), all senders at once,
+        before the probe. A link re-wired (an emulator spliced in or taken out) drops its carrier and the
+        kernel forgets the neighbours behind it; until ARP or NDP has found them again the echo replies wait in
+        the neighbour queue, and one lost solicitation on a lossy link (20 % declared) held them a second and
+        let them go at once: the probe saw a shortest round trip of 7 to 44 ms where none was declared. Not
+        judged: a black hole still fails the probe after it."""
+        waits = []
+        for i, (name, receiver) in enumerate(pairs):
+            argv = ["ping", f"-{ipv}", "-n", "-c", "1", "-i", "0.1", "-w", str(NEIGHBOURS_WAIT_S),
+                    self.lab.endpoints[receiver].echo_address(ipv)]
+            waits.append(self._start_probe(name, argv, outdir / f"neighbours-{i}")[0])
+        for proc in waits:
+            try:
+                proc.wait(timeout=PATH_CHECK_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                kill_group(proc)
+                proc.wait()
 
     def _least_delivery(self, config: Configuration) -> pathcheck.Expectation:
         """The expectation of the configuration's sender path that delivers the fewest round trips."""
