@@ -268,8 +268,13 @@ def test_switches_drop_multicast_reports_by_the_size_of_their_network_not_their_
     from vnetbench.lab.graph_lab import QUIET_SEGMENT_HOSTS, quiet_switches
     assert QUIET_SEGMENT_HOSTS == 64
     assert quiet_switches(T.tree(depth=2, fanout=3).plan()) == set()
-    # 81 hosts under 10 switches of at most 10 ports each: one network, every switch quiet.
-    assert quiet_switches(T.tree(depth=2, fanout=9).plan()) == {f"x{i}" for i in range(1, 11)}
+    # 121 hosts under 12 switches of at most 12 ports each: one network, every switch quiet (a storm of about
+    # 150 ms against 12 rules).
+    assert quiet_switches(T.tree(depth=2, fanout=11).plan()) == {f"x{i}" for i in range(1, 13)}
+    assert len(quiet_switches(T.tree(depth=3, fanout=10).plan())) == 111  # 1,000 hosts: 10 s of storm
+    # 81 hosts storm for about 66 ms: less than 10 rules take (2x9), or 40 (4x3).
+    assert quiet_switches(T.tree(depth=2, fanout=9).plan()) == set()
+    assert quiet_switches(T.tree(depth=4, fanout=3).plan()) == set()
     assert quiet_switches(T.tree(depth=2, fanout=9, node="router").plan()) == set()
     # A star's centre and its leaves: 64 hosts are quiet enough, 65 are not.
     assert quiet_switches(T.star(leaves=63).plan()) == set()
