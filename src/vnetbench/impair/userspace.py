@@ -235,8 +235,8 @@ class Emulator:
                 "--control", str(self.control_path), "--stats-out", str(self.stats_path)]
         # An emulator with a core of its own spins there (no wake-up on any frame's path); one without (the
         # machine has no core left for it) sleeps when nothing is due: spinning at nice -10 on a core the
-        # hosts share took most of it from them (a 2-core machine with emulators on two links: 16-26 ms
-        # round trips where none was declared).
+        # hosts share took most of it from them (a 2-core machine with emulators on two links: a TCP stream
+        # through 1 % loss carried 62 Mbit/s with it spinning, 542 with it sleeping).
         argv += ["--cpu", str(self.cpu)] if self.cpu is not None else ["--block"]
         return argv
 

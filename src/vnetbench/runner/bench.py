@@ -468,13 +468,9 @@ class DumbbellBench:
         for i, (name, receiver) in enumerate(pairs):
             argv = ["ping", f"-{ipv}", "-n", "-c", "1", "-i", "0.1", "-w", str(NEIGHBOURS_WAIT_S),
                     self.lab.endpoints[receiver].echo_address(ipv)]
-            waits.append(self._start_probe(name, argv, outdir / f"neighbours-{i}")[0])
-        for proc in waits:
-            try:
-                proc.wait(timeout=PATH_CHECK_TIMEOUT)
-            except subprocess.TimeoutExpired:
-                kill_group(proc)
-                proc.wait()
+            waits.append((name, *self._start_probe(name, argv, outdir / f"neighbours-{i}")))
+        for name, proc, out in waits:
+            self._finish_probe(name, proc, out)  # what it got is not judged
 
     def _least_delivery(self, config: Configuration) -> pathcheck.Expectation:
         """The expectation of the configuration's sender path that delivers the fewest round trips."""
