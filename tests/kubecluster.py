@@ -10,7 +10,9 @@ Layout (every address in 198.18.0.0/15, inside namespaces made here; the machine
   vnbtest-k8s-<pid>-nN   N = 1, 2: a veth u0 on fab0 (198.18.254.N/24), its own containerd and kubelet
                          (kubelet on 198.18.254.N:10250), the CNI bridge cni0 with pods in 198.18.N.0/24,
                          and a VXLAN device flannel.1 carrying pod traffic to the other node, programmed as
-                         flannel's VXLAN backend programs it (static neighbour, fdb and route entries);
+                         flannel's VXLAN backend programs it (static neighbour, fdb and route entries),
+                         or (backend "host-gw", flannel's other backend) a route to each other node's pod
+                         subnet through that node's fabric address, nothing encapsulated;
                          kube-proxy in nftables mode for ClusterIP Services (198.18.128.0/24), its rules
                          in the node's own namespace (tables ip/ip6 kube-proxy)
 
@@ -62,6 +64,9 @@ DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # the reg
 SERVICE_RANGE = "198.18.128.0/24"
 POD_CIDR = "198.18.0.0/20"  # every node's pod subnet, 198.18.N.0/24
 POD_MTU = 1450  # 1500 less the VXLAN header (50 bytes), as flannel sets it
+# The pod network's MTU for each of the two backends the cluster offers, as flannel sets them: VXLAN's 50 bytes
+# less than the fabric's 1500, host-gw's the fabric's own (its packets are routed, not wrapped).
+BACKENDS = {"vxlan": POD_MTU, "host-gw": 1500}
 PAUSE_IMAGE = "localhost/vnetbench/pause:1"
 START_TIMEOUT_S = 180
 PROGRAMS = ("containerd", "ctr", "runc", "nsenter", "unshare", "openssl", "gcc")
@@ -106,8 +111,11 @@ class KubeCluster:
     Roles, user name "tenant"), ``nodes`` (names), ``enter`` (argv prefix into its
     network), ``tools_image`` (the vnetbench tools image on every node), ``stop()``."""
 
-    def __init__(self, home: Path, nodes: int = 2):
+    def __init__(self, home: Path, nodes: int = 2, backend: str = "vxlan"):
+        if backend not in BACKENDS:
+            raise ValueError(f"backend {backend!r}: the test cluster offers {', '.join(BACKENDS)}")
         self.home = home
+        self.backend = backend
         self.tag = f"{NETNS_PREFIX}{os.getpid()}"
         self.cp_netns = f"{self.tag}-cp"
         self.nodes = [f"node{n}" for n in range(1, nodes + 1)]
@@ -134,6 +142,11 @@ class KubeCluster:
 
     def pod_subnet(self, node: str) -> str:
         return f"198.18.{node.removeprefix('node')}.0/24"
+
+    @property
+    def pod_mtu(self) -> int:
+        """The MTU the CNI gives the pods it makes now (its backend's)."""
+        return BACKENDS[self.backend]
 
     def enter(self) -> list[str]:
         """The argv prefix that runs a program in the control plane's network, where the API is."""
@@ -179,13 +192,12 @@ class KubeCluster:
         self._ip("link", "set", "lo", "up", netns=name)
 
     def _network(self) -> None:
-        """The fabric (a bridge in the control plane's namespace), each node's veth onto it, and the VXLAN
-        links between the nodes' pod networks."""
+        """The fabric (a bridge in the control plane's namespace), each node's veth onto it, and the links
+        between the nodes' pod networks (the backend's)."""
         self._netns(self.cp_netns)
         self._ip("link", "add", "fab0", "type", "bridge", netns=self.cp_netns)
         self._ip("addr", "add", f"{API_ADDRESS}/24", "dev", "fab0", netns=self.cp_netns)
         self._ip("link", "set", "fab0", "up", netns=self.cp_netns)
-        macs = {}
         for node in self.nodes:
             ns, n = self.node_netns(node), node.removeprefix("node")
             self._netns(ns)
@@ -198,6 +210,20 @@ class KubeCluster:
             # route takes it: the route decides before kube-proxy's DNAT does, and a node here has no default.
             self._ip("route", "add", SERVICE_RANGE, "dev", "u0", netns=ns)
             subprocess.run(["ip", "netns", "exec", ns, "sysctl", "-qw", "net.ipv4.ip_forward=1"], check=True)
+        self._pod_links()
+
+    def _pod_links(self) -> None:
+        """What carries pod traffic between the nodes, as flannel's backend of that name programs it."""
+        if self.backend == "host-gw":
+            for node in self.nodes:
+                for peer in self.nodes:
+                    if peer != node:
+                        self._ip("route", "add", self.pod_subnet(peer), "via", self.node_address(peer), "dev",
+                                 "u0", netns=self.node_netns(node))
+            return
+        macs = {}
+        for node in self.nodes:
+            ns, n = self.node_netns(node), node.removeprefix("node")
             self._ip("link", "add", "flannel.1", "type", "vxlan", "id", "1", "local", self.node_address(node),
                      "dev", "u0", "dstport", "8472", "nolearning", netns=ns)
             self._ip("link", "set", "flannel.1", "mtu", str(POD_MTU), "up", netns=ns)
@@ -216,6 +242,54 @@ class KubeCluster:
                                 self.node_address(peer)], check=True)
                 self._ip("route", "add", self.pod_subnet(peer), "via", f"198.18.{p}.0", "dev", "flannel.1",
                          "onlink", netns=ns)
+
+    def _remove_pod_links(self) -> None:
+        for node in self.nodes:
+            ns = self.node_netns(node)
+            if self.backend == "host-gw":
+                for peer in self.nodes:
+                    if peer != node:
+                        self._ip("route", "del", self.pod_subnet(peer), netns=ns)
+            else:
+                self._ip("link", "del", "flannel.1", netns=ns)  # its neighbours, fdb entries and routes with it
+
+    def _write_cni_config(self, node: str) -> None:
+        d = self.node_dir(node)
+        (d / "net.d" / "10-vnbtest.conflist").write_text(json.dumps({
+            "cniVersion": "1.0.0", "name": "vnbtest", "plugins": [{
+                "type": "bridge", "bridge": "cni0", "isGateway": True, "ipMasq": False, "hairpinMode": True,
+                "mtu": self.pod_mtu, "ipam": {"type": "host-local", "dataDir": str(d / "ipam"),
+                                              "ranges": [[{"subnet": self.pod_subnet(node)}]],
+                                              "routes": [{"dst": "0.0.0.0/0"}]}}]}))
+
+    @contextmanager
+    def using_backend(self, backend: str) -> Iterator["KubeCluster"]:
+        """The cluster with pod traffic between the nodes carried by `backend` while inside, as a cluster
+        built with it: the links re-programmed and the CNI's MTU its own for the pods made from then on (pods
+        made before keep theirs, as on a cluster whose CNI changed: make none across the switch). Back to
+        the backend it had after."""
+        if backend not in BACKENDS:
+            raise ValueError(f"backend {backend!r}: the test cluster offers {', '.join(BACKENDS)}")
+        before = self.backend
+        self._switch(backend)
+        try:
+            yield self
+        finally:
+            self._switch(before)
+
+    def _switch(self, backend: str) -> None:
+        if backend == self.backend:
+            return
+        self._remove_pod_links()
+        self.backend = backend
+        self._pod_links()
+        for node in self.nodes:
+            self._write_cni_config(node)
+            # The CNI sets its bridge's MTU only when it makes it (with a node's first pod): set here, the
+            # bridge, the gateway the nodes route pod traffic through, carries what the new MTU allows.
+            ns = self.node_netns(node)
+            if subprocess.run(["ip", "-n", ns, "link", "show", "cni0"], capture_output=True).returncode == 0:
+                self._ip("link", "set", "cni0", "mtu", str(self.pod_mtu), netns=ns)
 
     def _registry(self) -> None:
         """The registry on the fabric, its storage in the cluster's home (gone with it)."""
@@ -380,12 +454,7 @@ class KubeCluster:
         (d / "certs.d" / REGISTRY).mkdir(parents=True)
         (d / "certs.d" / REGISTRY / "hosts.toml").write_text(
             f'server = "http://{REGISTRY}"\n[host."http://{REGISTRY}"]\n  capabilities = ["pull", "resolve"]\n')
-        (d / "net.d" / "10-vnbtest.conflist").write_text(json.dumps({
-            "cniVersion": "1.0.0", "name": "vnbtest", "plugins": [{
-                "type": "bridge", "bridge": "cni0", "isGateway": True, "ipMasq": False, "hairpinMode": True,
-                "mtu": POD_MTU, "ipam": {"type": "host-local", "dataDir": str(d / "ipam"),
-                                         "ranges": [[{"subnet": self.pod_subnet(node)}]],
-                                         "routes": [{"dst": "0.0.0.0/0"}]}}]}))
+        self._write_cni_config(node)
         cgroup_root = f"/{self.node_netns(node)}"
         self._make_cgroups(cgroup_root)
         self._write_kubeconfig(d / "kubelet.kubeconfig", self.node_tokens[node])
@@ -593,13 +662,13 @@ def remove_dead_ones() -> list[str]:
 
 
 @contextmanager
-def cluster(nodes: int = 2) -> Iterator[KubeCluster]:
+def cluster(nodes: int = 2, backend: str = "vxlan") -> Iterator[KubeCluster]:
     why = missing()
     if why:
         raise RuntimeError(why)
     remove_dead_ones()
     home = Path(tempfile.mkdtemp(prefix=f"{NETNS_PREFIX}{os.getpid()}-"))  # the tag: found by a later session
-    c = KubeCluster(home, nodes)
+    c = KubeCluster(home, nodes, backend)
     try:
         c.start()
         yield c
