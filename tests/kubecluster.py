@@ -267,7 +267,8 @@ class KubeCluster:
         """The cluster with pod traffic between the nodes carried by `backend` while inside, as a cluster
         built with it: the links re-programmed and the CNI's MTU its own for the pods made from then on (pods
         made before keep theirs, as on a cluster whose CNI changed: make none across the switch). Back to
-        the backend it had after."""
+        the backend it had after, though not yet exactly as it was: a tbf in a pod carries less after a switch
+        to host-gw and back (test_kube_run.py's backend test says how much), so switch last."""
         if backend not in BACKENDS:
             raise ValueError(f"backend {backend!r}: the test cluster offers {', '.join(BACKENDS)}")
         before = self.backend
