@@ -106,14 +106,18 @@ def missing() -> str | None:
     return None
 
 
+def _check_backend(backend: str) -> None:
+    if backend not in BACKENDS:
+        raise ValueError(f"backend {backend!r}: the test cluster offers {', '.join(BACKENDS)}")
+
+
 class KubeCluster:
     """A started cluster: ``kubeconfig`` (admin), ``tenant_kubeconfig`` (a user with no rights but the tests'
     Roles, user name "tenant"), ``nodes`` (names), ``enter`` (argv prefix into its
     network), ``tools_image`` (the vnetbench tools image on every node), ``stop()``."""
 
     def __init__(self, home: Path, nodes: int = 2, backend: str = "vxlan"):
-        if backend not in BACKENDS:
-            raise ValueError(f"backend {backend!r}: the test cluster offers {', '.join(BACKENDS)}")
+        _check_backend(backend)
         self.home = home
         self.backend = backend
         self.tag = f"{NETNS_PREFIX}{os.getpid()}"
@@ -269,8 +273,7 @@ class KubeCluster:
         made before keep theirs, as on a cluster whose CNI changed: make none across the switch). Back to
         the backend it had after, though not yet exactly as it was: a tbf in a pod carries less after a switch
         to host-gw and back (test_kube_run.py's backend test says how much), so switch last."""
-        if backend not in BACKENDS:
-            raise ValueError(f"backend {backend!r}: the test cluster offers {', '.join(BACKENDS)}")
+        _check_backend(backend)
         before = self.backend
         self._switch(backend)
         try:
