@@ -36,7 +36,10 @@ SHORT = ["--no-progress", "--set", "ratios=[2.0]", "--set", "protos=[tcp,udp]", 
 
 # Identical settings on this machine drift by ~6% between runs (a CI run's A at about 88% of its link where
 # runs usually reach 93-94%), beyond the 5% default: gate them with the noise the machine has, as a user would.
-SAME_MACHINE_NOISE = ["--noise-default", "10%"]
+# A 2 s trial's p99 round trip is its second-longest of about 200 pings: up to the full queue's 40 ms it is
+# physics, beyond it only how long the busy machine kept the pinger or the emulator off a core (a CI run:
+# 39.6 ms in A, 48.4 in C, with every trial of C marked busy), so the tail is gated as loosely as retransmits.
+SAME_MACHINE_NOISE = ["--noise-default", "10%", "--noise", "rtt.p99_ms=50%"]
 
 
 def fills(rx_mbps: float, bottleneck_mbps: float) -> bool:

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 import sshlab
-from helpers import cli, run_id_of
+from helpers import BUSY_LINK_FILL, cli, run_id_of
 from vnetbench.store.db import Store
 
 pytestmark = pytest.mark.lab
@@ -111,9 +111,11 @@ def test_a_stars_leaves_on_real_hosts_each_get_their_own_links_rate_and_share_th
     a, b = np.array(own["throughput.rx_mbps@a"]), np.array(own["throughput.rx_mbps@b"])
     # Each site's stream is held to its own link's rate, made on its own host, at once: a link on the wrong
     # host, or both on one, would give the two the same rate or their sum (measured, 10 runs with one core kept
-    # busy: 18.92-19.08 and 47.26-47.81 of 19.13 and 47.82).
-    assert all(0.93 * 20 * GOODPUT <= x <= 20 * GOODPUT * 1.01 for x in a), a
-    assert all(0.93 * 50 * GOODPUT <= x <= 50 * GOODPUT * 1.01 for x in b), b
+    # busy: 18.92-19.08 and 47.26-47.81 of 19.13 and 47.82; a busier CI machine: 17.05-18.58 of 19.13). Never
+    # above its link; at least what a busy machine keeps a link filled (BUSY_LINK_FILL), still far from the
+    # other link's rate or the sum.
+    assert all(BUSY_LINK_FILL * 20 * GOODPUT <= x <= 20 * GOODPUT * 1.01 for x in a), a
+    assert all(BUSY_LINK_FILL * 50 * GOODPUT <= x <= 50 * GOODPUT * 1.01 for x in b), b
     shared = values[configs["shared"]["key"]]
     a, b = np.array(shared["throughput.rx_mbps@a"]), np.array(shared["throughput.rx_mbps@b"])
     # Into the server, one 30 Mbit/s link carries both: they fill it together, and neither starves (the leaves'
@@ -121,7 +123,7 @@ def test_a_stars_leaves_on_real_hosts_each_get_their_own_links_rate_and_share_th
     # measured window, b's begun a moment after a's, so the sum can pass the link's rate by what one flow sent
     # alone at either end (measured, 10 runs with one core kept busy: 28.55-28.85 of 28.69; the smaller
     # stream's share 0.24-0.50).
-    assert all(0.93 * 30 * GOODPUT <= x + y <= 30 * GOODPUT * 1.02 for x, y in zip(a, b)), (a, b)
+    assert all(BUSY_LINK_FILL * 30 * GOODPUT <= x + y <= 30 * GOODPUT * 1.02 for x, y in zip(a, b)), (a, b)
     assert all(min(x, y) > 0.1 * (x + y) for x, y in zip(a, b)), (a, b)
     # where each link was made, as the hosts' kernels reported it: h1 and h2 leaving their sites, srv entering
     # server-a, each a tbf on an IFB of the run's (a link plain in a configuration keeps the run's backend,

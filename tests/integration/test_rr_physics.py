@@ -14,6 +14,12 @@ trip through 5 ms each way came out 246 to 340 us above 10 ms plus the
 zero-delay one, 400 to 580 us with the cores halting). That cost is the same
 through any delay of milliseconds: the growth from one delay to another is
 2 x their difference, within the issue's 0.3 ms, whatever the machine.
+
+Not while other work holds the cores: a CI machine whose other processes or
+hypervisor took them (the trials vnetbench marks, metrics.NOISE_MARKS) once gave
+the 5 ms delay's median 1.4 ms above 10 ms, the 2 ms one's 0.09 above 4. A
+bound missed by a run that marked its trials so (as `show` tells a user not to
+trust them) skips the test, saying so; missed by one that did not, it fails.
 """
 
 from __future__ import annotations
@@ -69,6 +75,18 @@ def _medians(store: Store, run_id: str) -> dict[tuple[str, str], dict[str, float
     return out
 
 
+def _marks(store: Store, run_id: str) -> list[str]:
+    """Why the run's trials were marked (the machine busy with other work), each reason once."""
+    return sorted({w for trials in store.marked_trials(run_id).values() for _, why in trials for w in why})
+
+
+def _within(ok: bool, store: Store, run_id: str, said: object) -> None:
+    """Assert a bound of the machine's precision; missed in a run that marked trials, skip saying why."""
+    if not ok and (marks := _marks(store, run_id)):
+        pytest.skip(f"missed {said} in a run whose trials ran while the machine was busy ({'; '.join(marks)})")
+    assert ok, said
+
+
 def test_every_trial_ran_through_the_emulator(rr_run):
     store, run_id = rr_run
     trials = store.trials(run_id)
@@ -90,11 +108,13 @@ def test_delay_adds_twice_itself_to_the_median_round_trip(rr_run, proto):
     print(f"{proto}: floor {floor_us:.1f} us, {SHORT_DELAY_MS:g} ms: {short_us:.1f} us, {DELAY_MS:g} ms: "
           f"{delayed_us:.1f} us, wake-up {store.run(run_id)['fingerprint'].get('cpu_wake_up')}")
     # the issue's bound: 3 ms more of delay each way adds 6 ms to the median round trip, within 0.3 ms
-    assert abs(delayed_us - short_us - 2 * (DELAY_MS - SHORT_DELAY_MS) * 1e3) <= 300, (proto, short_us, delayed_us)
+    _within(abs(delayed_us - short_us - 2 * (DELAY_MS - SHORT_DELAY_MS) * 1e3) <= 300, store, run_id,
+            (proto, short_us, delayed_us))
     # and against none: never less than 2d, and more only by the machine's two wake-ups of a sleeping process
     # (under a millisecond with idle cores held)
     for d_ms, rtt_us in ((SHORT_DELAY_MS, short_us), (DELAY_MS, delayed_us)):
-        assert 0 <= rtt_us - 2 * d_ms * 1e3 - floor_us <= 1000, (proto, floor_us, d_ms, rtt_us)
+        assert 0 <= rtt_us - 2 * d_ms * 1e3 - floor_us, (proto, floor_us, d_ms, rtt_us)  # physics: never less
+        _within(rtt_us - 2 * d_ms * 1e3 - floor_us <= 1000, store, run_id, (proto, floor_us, d_ms, rtt_us))
     # and the floor itself is a path through namespaces and the emulator: well under a millisecond
     assert 5 <= floor_us <= 1000, floor_us
 
