@@ -22,9 +22,15 @@ DEB_PACKAGES := iproute2 iputils-ping iperf3 irtt sockperf wrk apache2-utils ngi
                 linux-image-amd64 dropbear-bin openssh-client openssh-server zstd chromium python3-venv tmux docker.io \
                 podman catatonit containerd containernetworking-plugins gcc libc6-dev openssl
 
-.PHONY: setup deps venv emulator plotly-bundle kube demo test check test-unit test-lab docs clean-lab
+.PHONY: setup deps venv bytecode emulator plotly-bundle kube demo test check test-unit test-lab docs clean-lab
 
-setup: deps venv emulator plotly-bundle
+setup: deps venv bytecode emulator plotly-bundle
+
+# vnetbench's modules compiled once (compileall skips what is current): where the environment says not to write
+# bytecode (PYTHONDONTWRITEBYTECODE, as on the CI machine) every `vnetbench` command, and every exec into a
+# pod, would compile each of them again: 1.9 s to start a command here, 1.1 s with them compiled.
+bytecode: venv
+	$(PY) -m compileall -q src
 
 # The tests run their own sshd in each of their namespaces (tests/sshlab.py). An openssh-server this target
 # installs never starts the machine's own: Debian's service (systemd and init script) does not start while
