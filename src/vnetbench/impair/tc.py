@@ -8,14 +8,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from pyroute2.netlink.rtnl.tcmsg import common as tc_common, plugins as tc_plugins, sched_pfifo
-
 from vnetbench.impair.model import frame_bytes
+from vnetbench.lab.netns import rtnl  # pyroute2, with bfifo's codec
 from vnetbench.lab.nodes import Interface
-
-# bfifo's options are the same struct as pfifo's (one u32 limit, here in bytes);
-# pyroute2 ships only the pfifo codec, so it serves both.
-tc_plugins.setdefault("bfifo", sched_pfifo)
 
 TC_H_ROOT = 0xFFFFFFFF
 
@@ -81,7 +76,7 @@ def read_back(iface: Interface) -> list[dict[str, Any]]:
                 rate = parms["rate"]  # bytes/s
                 entry["rate_bps"] = rate * 8
                 entry["limit_bytes"] = parms["limit"]
-                entry["burst_bytes"] = round(parms["buffer"] / tc_common.tick_in_usec * rate / 1e6)
+                entry["burst_bytes"] = round(parms["buffer"] / rtnl().tc_common.tick_in_usec * rate / 1e6)
         elif kind in ("bfifo", "pfifo") and opts is not None:
             entry["limit"] = opts["limit"]
         stats = q.get_attr("TCA_STATS")

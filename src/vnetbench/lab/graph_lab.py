@@ -34,14 +34,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
-from pyroute2.netlink import NLM_F_ACK, NLM_F_CREATE, NLM_F_EXCL, NLM_F_REQUEST
-from pyroute2.netlink.rtnl import RTM_NEWADDR, RTM_NEWLINK, RTM_NEWROUTE
-from pyroute2.netlink.rtnl.ifaddrmsg import ifaddrmsg
-from pyroute2.netlink.rtnl.ifinfmsg import ifinfmsg
-from pyroute2.netlink.rtnl.rtmsg import rtmsg
 
 from vnetbench.errors import LabError
 from vnetbench.lab import netns
+from vnetbench.lab.netns import rtnl
 from vnetbench.lab.teardown import Registry, atomic
 from vnetbench.topology.graph import Graph, Plan, Route
 
@@ -95,44 +91,45 @@ class Requests:
 
     def _add(self, msg: Any, kind: int, create: bool, what: str) -> None:
         msg["header"]["type"] = kind
-        msg["header"]["flags"] = NLM_F_REQUEST | NLM_F_ACK | (NLM_F_CREATE | NLM_F_EXCL if create else 0)
+        nl = rtnl()
+        msg["header"]["flags"] = nl.NLM_F_REQUEST | nl.NLM_F_ACK | (nl.NLM_F_CREATE | nl.NLM_F_EXCL if create else 0)
         msg["header"]["sequence_number"] = len(self.messages) + 1
         self.messages.append(msg)
         self.said.append(what)
 
     def up(self, index: int, what: str, master: int | None = None) -> None:
-        msg = ifinfmsg()
+        msg = rtnl().ifinfmsg()
         msg["index"], msg["flags"], msg["change"] = index, IFF_UP, IFF_UP
         if master is not None:
             msg["attrs"] = [("IFLA_MASTER", master)]
-        self._add(msg, RTM_NEWLINK, False, what)
+        self._add(msg, rtnl().RTM_NEWLINK, False, what)
 
     def veth(self, name: str, index: int, ns_fd: int, peer: str, peer_index: int, peer_ns_fd: int, mtu: int,
              what: str) -> None:
-        msg = ifinfmsg()
+        msg = rtnl().ifinfmsg()
         msg["index"] = index
         msg["attrs"] = [("IFLA_IFNAME", name), ("IFLA_MTU", mtu), ("IFLA_NET_NS_FD", ns_fd),
                         ("IFLA_LINKINFO", {"attrs": [("IFLA_INFO_KIND", "veth"), ("IFLA_INFO_DATA", {"attrs": [
                             ("VETH_INFO_PEER", {"index": peer_index, "attrs": [
                                 ("IFLA_IFNAME", peer), ("IFLA_MTU", mtu), ("IFLA_NET_NS_FD", peer_ns_fd)]})]})]})]
-        self._add(msg, RTM_NEWLINK, True, what)
+        self._add(msg, rtnl().RTM_NEWLINK, True, what)
 
     def bridge(self, name: str, index: int, what: str) -> None:
-        msg = ifinfmsg()
+        msg = rtnl().ifinfmsg()
         msg["index"] = index
         msg["attrs"] = [("IFLA_IFNAME", name), ("IFLA_LINKINFO", {"attrs": [("IFLA_INFO_KIND", "bridge")]})]
-        self._add(msg, RTM_NEWLINK, True, what)
+        self._add(msg, rtnl().RTM_NEWLINK, True, what)
 
     def address(self, index: int, address: str, prefixlen: int, what: str) -> None:
-        msg = ifaddrmsg()
+        msg = rtnl().ifaddrmsg()
         v6 = ":" in address
         msg["family"] = socket.AF_INET6 if v6 else socket.AF_INET
         msg["prefixlen"], msg["index"], msg["flags"] = prefixlen, index, IFA_F_NODAD if v6 else 0
         msg["attrs"] = [("IFA_LOCAL", address), ("IFA_ADDRESS", address)] if not v6 else [("IFA_ADDRESS", address)]
-        self._add(msg, RTM_NEWADDR, True, what)
+        self._add(msg, rtnl().RTM_NEWADDR, True, what)
 
     def route(self, route: Route, oif: int, what: str) -> None:
-        msg = rtmsg()
+        msg = rtnl().rtmsg()
         msg["family"] = socket.AF_INET6 if route.dst.version == 6 else socket.AF_INET
         msg["dst_len"], msg["table"], msg["proto"] = route.dst.prefixlen, RT_TABLE_MAIN, RTPROT_STATIC
         msg["scope"], msg["type"] = RT_SCOPE_UNIVERSE, RTN_UNICAST
@@ -140,7 +137,7 @@ class Requests:
         if route.dst.prefixlen:
             attrs.insert(0, ("RTA_DST", str(route.dst.network_address)))
         msg["attrs"] = attrs
-        self._add(msg, RTM_NEWROUTE, True, what)
+        self._add(msg, rtnl().RTM_NEWROUTE, True, what)
 
     def send(self, sock: socket.socket) -> None:
         """Every request, CHUNK at a time, each chunk's answers read before the next is written; the first

@@ -14,13 +14,33 @@ import re
 import shutil
 import subprocess
 from contextlib import contextmanager
+from types import SimpleNamespace
 from typing import Any, Iterator
-
-from pyroute2 import IPRoute, netns as pr_netns
 
 from vnetbench.errors import LabError
 from vnetbench.lab import marks
 from vnetbench.lab.teardown import atomic
+
+@functools.cache
+def rtnl() -> SimpleNamespace:
+    """pyroute2's parts vnetbench uses, imported at first use: importing pyroute2 takes half a second, which
+    every command paid at its start, most of them (plan, show, compare, report) never opening netlink. Every
+    socket decodes bfifo's options with pfifo's codec: they are the same struct (one u32 limit, here in bytes),
+    and pyroute2 ships only pfifo's."""
+    from pyroute2 import IPRoute, netns
+    from pyroute2.netlink import NLM_F_ACK, NLM_F_CREATE, NLM_F_EXCL, NLM_F_REQUEST
+    from pyroute2.netlink.rtnl import RTM_NEWADDR, RTM_NEWLINK, RTM_NEWROUTE
+    from pyroute2.netlink.rtnl.ifaddrmsg import ifaddrmsg
+    from pyroute2.netlink.rtnl.ifinfmsg import ifinfmsg
+    from pyroute2.netlink.rtnl.rtmsg import rtmsg
+    from pyroute2.netlink.rtnl.tcmsg import common as tc_common, plugins as tc_plugins, sched_pfifo
+
+    tc_plugins.setdefault("bfifo", sched_pfifo)
+    return SimpleNamespace(
+        IPRoute=IPRoute, netns=netns, tc_common=tc_common, ifaddrmsg=ifaddrmsg, ifinfmsg=ifinfmsg, rtmsg=rtmsg,
+        NLM_F_ACK=NLM_F_ACK, NLM_F_CREATE=NLM_F_CREATE, NLM_F_EXCL=NLM_F_EXCL, NLM_F_REQUEST=NLM_F_REQUEST,
+        RTM_NEWADDR=RTM_NEWADDR, RTM_NEWLINK=RTM_NEWLINK, RTM_NEWROUTE=RTM_NEWROUTE)
+
 
 NETNS_DIR = "/var/run/netns"
 PREFIX = "vnb-"
@@ -71,12 +91,12 @@ def inside(name: str) -> Iterator[None]:
     try:
         target = os.open(os.path.join(NETNS_DIR, name), os.O_RDONLY | os.O_CLOEXEC)
         try:
-            pr_netns.setns(target, flags=0)
+            rtnl().netns.setns(target, flags=0)
         finally:
             os.close(target)
         yield
     finally:
-        pr_netns.setns(home, flags=0)
+        rtnl().netns.setns(home, flags=0)
         os.close(home)
 
 
@@ -87,9 +107,9 @@ def create(name: str) -> None:
     home = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
     try:
         # unshare(CLONE_NEWNET) in this thread, bind-mount it, then come back.
-        pr_netns._create(name)  # noqa: SLF001 - the fork-free variant of pyroute2.netns.create
+        rtnl().netns._create(name)  # noqa: SLF001 - the fork-free variant of pyroute2.netns.create
     finally:
-        pr_netns.setns(home, flags=0)
+        rtnl().netns.setns(home, flags=0)
         os.close(home)
 
 
@@ -101,7 +121,7 @@ class Netlink:
     short (one netlink exchange), so deferring a signal until they return costs nothing.
     """
 
-    def __init__(self, ipr: IPRoute):
+    def __init__(self, ipr: Any):  # a pyroute2 IPRoute
         self._ipr = ipr
 
     def __getattr__(self, name: str) -> Any:
@@ -121,9 +141,9 @@ def open_iproute(name: str | None) -> Netlink:
     """A netlink socket bound to namespace `name` (None: the current one)."""
     with atomic():
         if name is None:
-            return Netlink(IPRoute())
+            return Netlink(rtnl().IPRoute())
         with inside(name):
-            return Netlink(IPRoute())
+            return Netlink(rtnl().IPRoute())
 
 
 def apply_ruleset(name: str, ruleset: str) -> None:
@@ -150,7 +170,7 @@ def attach(name: str, pid: int) -> None:
 
 def remove(name: str) -> None:
     if exists(name):
-        pr_netns.remove(name)
+        rtnl().netns.remove(name)
     marks.unmark("netns", name)
 
 
