@@ -34,7 +34,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
-
 from vnetbench.errors import LabError
 from vnetbench.lab import netns
 from vnetbench.lab.netns import rtnl
@@ -98,38 +97,43 @@ class Requests:
         self.said.append(what)
 
     def up(self, index: int, what: str, master: int | None = None) -> None:
-        msg = rtnl().ifinfmsg()
+        nl = rtnl()
+        msg = nl.ifinfmsg()
         msg["index"], msg["flags"], msg["change"] = index, IFF_UP, IFF_UP
         if master is not None:
             msg["attrs"] = [("IFLA_MASTER", master)]
-        self._add(msg, rtnl().RTM_NEWLINK, False, what)
+        self._add(msg, nl.RTM_NEWLINK, False, what)
 
     def veth(self, name: str, index: int, ns_fd: int, peer: str, peer_index: int, peer_ns_fd: int, mtu: int,
              what: str) -> None:
-        msg = rtnl().ifinfmsg()
+        nl = rtnl()
+        msg = nl.ifinfmsg()
         msg["index"] = index
         msg["attrs"] = [("IFLA_IFNAME", name), ("IFLA_MTU", mtu), ("IFLA_NET_NS_FD", ns_fd),
                         ("IFLA_LINKINFO", {"attrs": [("IFLA_INFO_KIND", "veth"), ("IFLA_INFO_DATA", {"attrs": [
                             ("VETH_INFO_PEER", {"index": peer_index, "attrs": [
                                 ("IFLA_IFNAME", peer), ("IFLA_MTU", mtu), ("IFLA_NET_NS_FD", peer_ns_fd)]})]})]})]
-        self._add(msg, rtnl().RTM_NEWLINK, True, what)
+        self._add(msg, nl.RTM_NEWLINK, True, what)
 
     def bridge(self, name: str, index: int, what: str) -> None:
-        msg = rtnl().ifinfmsg()
+        nl = rtnl()
+        msg = nl.ifinfmsg()
         msg["index"] = index
         msg["attrs"] = [("IFLA_IFNAME", name), ("IFLA_LINKINFO", {"attrs": [("IFLA_INFO_KIND", "bridge")]})]
-        self._add(msg, rtnl().RTM_NEWLINK, True, what)
+        self._add(msg, nl.RTM_NEWLINK, True, what)
 
     def address(self, index: int, address: str, prefixlen: int, what: str) -> None:
-        msg = rtnl().ifaddrmsg()
+        nl = rtnl()
+        msg = nl.ifaddrmsg()
         v6 = ":" in address
         msg["family"] = socket.AF_INET6 if v6 else socket.AF_INET
         msg["prefixlen"], msg["index"], msg["flags"] = prefixlen, index, IFA_F_NODAD if v6 else 0
         msg["attrs"] = [("IFA_LOCAL", address), ("IFA_ADDRESS", address)] if not v6 else [("IFA_ADDRESS", address)]
-        self._add(msg, rtnl().RTM_NEWADDR, True, what)
+        self._add(msg, nl.RTM_NEWADDR, True, what)
 
     def route(self, route: Route, oif: int, what: str) -> None:
-        msg = rtnl().rtmsg()
+        nl = rtnl()
+        msg = nl.rtmsg()
         msg["family"] = socket.AF_INET6 if route.dst.version == 6 else socket.AF_INET
         msg["dst_len"], msg["table"], msg["proto"] = route.dst.prefixlen, RT_TABLE_MAIN, RTPROT_STATIC
         msg["scope"], msg["type"] = RT_SCOPE_UNIVERSE, RTN_UNICAST
@@ -137,7 +141,7 @@ class Requests:
         if route.dst.prefixlen:
             attrs.insert(0, ("RTA_DST", str(route.dst.network_address)))
         msg["attrs"] = attrs
-        self._add(msg, rtnl().RTM_NEWROUTE, True, what)
+        self._add(msg, nl.RTM_NEWROUTE, True, what)
 
     def send(self, sock: socket.socket) -> None:
         """Every request, CHUNK at a time, each chunk's answers read before the next is written; the first

@@ -21,6 +21,7 @@ from vnetbench.errors import LabError
 from vnetbench.lab import marks
 from vnetbench.lab.teardown import atomic
 
+
 @functools.cache
 def rtnl() -> SimpleNamespace:
     """pyroute2's parts vnetbench uses, imported at first use: importing pyroute2 takes half a second, which
