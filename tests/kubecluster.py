@@ -271,8 +271,8 @@ class KubeCluster:
         """The cluster with pod traffic between the nodes carried by `backend` while inside, as a cluster
         built with it: the links re-programmed and the CNI's MTU its own for the pods made from then on (pods
         made before keep theirs, as on a cluster whose CNI changed: make none across the switch). Back to
-        the backend it had after, though not yet exactly as it was: a tbf in a pod carries less after a switch
-        to host-gw and back (test_kube_run.py's backend test says how much), so switch last."""
+        the backend it had after: the links as they were (test_kube_run.py's backend test says what a pod's tbf
+        carried before and after)."""
         _check_backend(backend)
         before = self.backend
         self._switch(backend)
