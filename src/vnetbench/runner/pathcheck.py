@@ -31,6 +31,7 @@ import numpy as np
 from vnetbench.impair.model import FRAME_OVERHEAD, LinkConditions, LinkSpec, frame_bytes
 from vnetbench.impair.tc import burst_bytes
 from vnetbench.metrics import metric
+from vnetbench.stats import binomial
 from vnetbench.workloads.ping import PingResult
 
 # A check that fails by chance fails a configuration: with hundreds of checks in a run, this keeps the chance of
@@ -152,9 +153,7 @@ def judge_probe(exp: Expectation, sent: int, rtts_ms: np.ndarray, env: str) -> l
     elif not exp.dynamic and not exp.bursty_loss:
         # A lossless path is held to 99 %: an odd request lost to the machine's own hiccups is not the lab's.
         q = min(exp.delivery, LOSSLESS_DELIVERY)
-        from scipy import stats  # here, not at the top: it takes every command a second to import
-
-        p = stats.binomtest(received, sent, q).pvalue
+        p = binomial.two_sided_p(received, sent, q)
         if p < ALPHA:
             declared = "lossless" if exp.delivery >= 1 else f"declared to deliver {100 * exp.delivery:.3g}%"
             out.append(f"{received} of {sent} echo requests answered on a path {declared} (binomial p = {p:.1e})")
@@ -220,9 +219,7 @@ def judge_burst(exp: Expectation, payload: int, ip_version: int, result: PingRes
     queued = queued[len(queued) // 4:]
     if len(queued) < MIN_RATE_POINTS or exp.rate_bps is None:
         return None, []  # the buffer (or the declared loss) left too few to judge
-    from scipy import stats
-
-    slope_s = stats.theilslopes(queued, np.arange(len(queued), dtype=float)).slope
+    slope_s = theil_sen_slope(queued)
     rate = frame_bits / slope_s if slope_s > 0 else math.inf
     if rate > NO_QUEUE_FACTOR * exp.rate_bps:
         return rate, [f"a train of {requests} full-size echo requests did not queue: no rate limit of "
@@ -231,6 +228,14 @@ def judge_burst(exp: Expectation, payload: int, ip_version: int, result: PingRes
         return rate, [f"a train of full-size echo requests left the queue at {rate / 1e6:.3g} Mbit/s, where "
                       f"{exp.rate_bps / 1e6:.3g} Mbit/s is declared"]
     return rate, []
+
+
+def theil_sen_slope(y: np.ndarray) -> float:
+    """The median of the slopes between every two of `y`'s points, at x = 0, 1, 2, ... (Theil-Sen's estimator,
+    scipy.stats.theilslopes' slope, which imports scipy.stats: a second of every run)."""
+    y = np.asarray(y, dtype=float)
+    i, j = np.triu_indices(len(y), k=1)
+    return float(np.median((y[j] - y[i]) / (j - i)))
 
 
 # What a link's backend counts as packets it did not deliver (the emulator's models and queue, a kernel

@@ -36,6 +36,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from . import binomial
+
 __all__ = [
     "CI_LEVEL",
     "UNSTABLE_CV",
@@ -132,24 +134,20 @@ def median_ci_ranks(n: int, level: float = CI_LEVEL) -> tuple[int, int, float] |
     coverage = 1 - 2 * P(B <= l - 1). Returns ``None`` when even [min, max]
     falls short (n < 6 at 95%).
     """
-    from scipy import stats as _sps  # here, not at the top: it takes every command a second to import
-
     if n < 1:
         return None
     tail = (1.0 - level) / 2.0
-    # smallest k with cdf(k) >= tail; since cdf(k - 1) < tail, rank l = k keeps
-    # P(B <= l - 1) <= tail. The loops only guard against rounding at the edge.
-    l = int(_sps.binom.ppf(tail, n, 0.5))
-    while l >= 1 and _sps.binom.cdf(l - 1, n, 0.5) > tail:
-        l -= 1
-    while _sps.binom.cdf(l, n, 0.5) <= tail:
+    # the largest rank l with P(B <= l - 1) <= tail, so that P(l <= B <= n - l) >= level
+    l, below = 0, 0.0  # below = P(B <= l - 1)
+    while below + binomial.pmf(l, n, 0.5) <= tail:
+        below += binomial.pmf(l, n, 0.5)
         l += 1
     if l < 1:
         return None
     u = n + 1 - l
     if u < l:
         return None
-    coverage = float(1.0 - 2.0 * _sps.binom.cdf(l - 1, n, 0.5))
+    coverage = 1.0 - 2.0 * binomial.cdf(l - 1, n, 0.5)
     return l, u, coverage
 
 
