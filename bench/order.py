@@ -16,12 +16,15 @@ A metric changed the same way in all four different-order pairs is an order effe
 is one. A B B A puts both orders at the same mean position in time.
 
 Run as root:  .venv/bin/python bench/order.py [--only quick,latency-rr] [--repetitions 6] [--first sequential]
-              [--dockerd] [--podman] [--against REV]
+              [--dockerd] [--podman] [--against REV] [--set KEY=VALUE ...]
 
 --against REV asks the same of two versions instead of two orders: A is vnetbench as of git revision REV (a
 worktree of it, made and removed here, with this checkout's emulator), B this checkout, both interleaved (or
 --first), A B B A. A change of the lab's mechanism that must not change what it measures (issue 31's dumbbell
 through the graph builder) is checked so: a metric changed the same way in all four pairs is the change's effect.
+Each --set is added to every run's overrides: the trims below keep every axis (an order can matter on any), and a
+version check can keep fewer (the environment-heavy built-ins take hours at 6 repetitions: virt-compare 577 trials
+a run, docker-vs-kvm 217).
 
 --dockerd and --podman start engines of the benchmark's own (tests/engine_daemon.py) for the four runs, so the
 built-ins' docker and podman configurations (left out where no engine listens) are checked too.
@@ -128,6 +131,9 @@ def main() -> int:
     ap.add_argument("--podman", action="store_true", help="start a Podman API service of this benchmark's own")
     ap.add_argument("--against", metavar="REV", help="compare vnetbench at git revision REV with this checkout "
                     "(one order) instead of two orders")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="an override for every run after the built-in's trims (repeatable), e.g. to keep a version "
+                         "check to the axes its change touches")
     args = ap.parse_args()
     if args.repetitions < 6:
         ap.error("--repetitions below 6 cannot find a change (4 trials a side reach p = 0.14 over 5 metrics)")
@@ -173,7 +179,7 @@ def check(args: argparse.Namespace, before: Path | None = None) -> int:
     failed = False
     for name in names:
         db = tmp / f"{name}.db"
-        common = [*TRIMS[name], f"repetitions={args.repetitions}", f"repeat.seed={args.seed}"]
+        common = [*TRIMS[name], *args.set, f"repetitions={args.repetitions}", f"repeat.seed={args.seed}"]
         a1 = run(name, db, [*common, f"repeat.order={args.first}"], before)
         b1 = run(name, db, [*common, f"repeat.order={other}"])
         b2 = run(name, db, [*common, f"repeat.order={other}"])

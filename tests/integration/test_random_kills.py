@@ -28,13 +28,14 @@ pytestmark = pytest.mark.lab
 
 KILL_CAMPAIGN_RUNS = int(os.environ.get("VNB_KILL_RUNS", "30"))
 # quick at 1 s per trial, one repetition, without the machine's calibration (a stop during it is
-# test_calibration's): 4 trials, the process gone 7.6 s after its start on this machine (first trial at 2.0 s,
-# the last one's end at 7.3 s); moments up to 8.5 s hit bring-up, every trial, teardown and the run's end.
-# With the calibration (5.5 s more) the run was 14.5 s long and moments up to 7.5 s never reached its end.
+# test_calibration's): 4 trials, the process gone 6.6 s after its start on this machine (first trial at 1.8 s,
+# the last one's end at 6.3 s: its four configurations cross one path, probed once); moments up to 7.5 s hit
+# bring-up, every trial, teardown and the run's end. With the calibration (5.5 s more) the run was 14.5 s long
+# and moments up to 7.5 s never reached its end.
 SHORT = ["--set", "duration=1s", "--set", "workload.stream.omit=0s", "--set", "repeat.warmup=false",
          "--set", "repetitions=1", "--no-calibration"]
 PLANNED = 4
-RUN_LENGTH_S = 8.5
+RUN_LENGTH_S = 7.5
 # The interpreter's own first ~15 ms (before any of vnetbench's code runs, so before it can handle a signal)
 # are not vnetbench's to answer for: moments start after them.
 FIRST_MOMENT_S = 0.05

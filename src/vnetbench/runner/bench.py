@@ -83,7 +83,9 @@ class DumbbellBench:
     links: LinkManager | None = None  # link conditions (impair/): tbf/htb, netem or the userspace emulator
     keep_dir: Path | None = None  # where evidence of a variant that did not come up (console logs) is kept
     _unavailable: dict[Variant, tuple[str, dict[str, Any]]] = field(default_factory=dict)  # -> reason, raw
-    _path_checked: set[str] = field(default_factory=set)  # configurations whose path passed since it last changed
+    # the paths (PathIdentity) that passed their probe since the lab last changed: configurations that differ only in
+    # their workloads (a sweep of rates or protocols) cross the same path, probed once
+    _path_checked: set[tuple[Any, ...]] = field(default_factory=set)
     _offload_seen: dict[tuple[Variant, bool], list[dict[str, Any]]] = field(default_factory=dict)  # first read-back
     _offload_problems: dict[Variant, list[str]] = field(default_factory=dict)  # of each variant's last setting
 
@@ -342,24 +344,36 @@ class DumbbellBench:
         bottleneck and every sender's: conditions, backend, emulator) and its environment's offloads, computed
         from the configuration alone and changed where the installed state differs; then what the kernel and
         the emulators hold is read back against the declaration, and the path is probed
-        (:meth:`check_path`) before the configuration's first trial and whenever something changed. A lab
-        that does not pass is rebuilt on the path from scratch and checked once more; still wrong, it raises
+        (:meth:`check_path`) before the first trial on each path (configurations that differ only in their
+        workloads cross the same one) and whenever something changed. A lab that does not pass is rebuilt on the path from scratch and checked once more; still wrong, it raises
         PathNotAsDeclared (the trial fails with the reason). Returns the kernel's view of the qdiscs."""
         changed = self._realise(config)
+        if changed:
+            self._path_checked.clear()
         # Read back every time (netlink and the emulators' control sockets: milliseconds); probe when it changed.
         problems = self._state_problems(config)
-        if not problems and (changed or config.key not in self._path_checked):
+        path = self._path_identity(config)
+        if not problems and path not in self._path_checked:
             problems = self.check_path(config)
         if problems:
-            self._path_checked.discard(config.key)
+            self._path_checked.clear()
             self.links.reset_path()
             self._group_offload_unknown(config)
             self._realise(config)
             problems = self._state_problems(config) or self.check_path(config)
             if problems:
                 raise PathNotAsDeclared(problems)
-        self._path_checked.add(config.key)
+        self._path_checked.add(path)
         return self.lab_state
+
+    def _path_identity(self, config: Configuration) -> tuple[Any, ...]:
+        """What check_path probes for `config`: its variant's namespaces, the IP version, each sender's path to
+        its receiver and what its declared conditions promise. Two configurations with the same identity on a
+        lab that did not change between them cross the same path."""
+        mtu = self.group(config).variant.mtu
+        pairs = tuple((sender, receiver) for receiver, senders in self.flows(config) for sender in senders)
+        promised = tuple(pathcheck.expectation(self.links.paths(r, [s])[s], mtu) for s, r in pairs)
+        return variant_of(config), config.scenario.lab.ip_version, pairs, promised
 
     def _realise(self, config: Configuration) -> bool:
         """The configuration's offloads and links, changing what differs; whether anything changed."""
