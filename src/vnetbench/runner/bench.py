@@ -83,7 +83,7 @@ class DumbbellBench:
     links: LinkManager | None = None  # link conditions (impair/): tbf/htb, netem or the userspace emulator
     keep_dir: Path | None = None  # where evidence of a variant that did not come up (console logs) is kept
     _unavailable: dict[Variant, tuple[str, dict[str, Any]]] = field(default_factory=dict)  # -> reason, raw
-    # the paths (PathIdentity) that passed their probe since the lab last changed: configurations that differ only in
+    # the paths (_path_identity) that passed their probe since the lab last changed: configurations that differ only in
     # their workloads (a sweep of rates or protocols) cross the same path, probed once
     _path_checked: set[tuple[Any, ...]] = field(default_factory=set)
     _offload_seen: dict[tuple[Variant, bool], list[dict[str, Any]]] = field(default_factory=dict)  # first read-back
@@ -345,8 +345,8 @@ class DumbbellBench:
         from the configuration alone and changed where the installed state differs; then what the kernel and
         the emulators hold is read back against the declaration, and the path is probed
         (:meth:`check_path`) before the first trial on each path (configurations that differ only in their
-        workloads cross the same one) and whenever something changed. A lab that does not pass is rebuilt on the path from scratch and checked once more; still wrong, it raises
-        PathNotAsDeclared (the trial fails with the reason). Returns the kernel's view of the qdiscs."""
+        workloads cross the same one) and whenever something changed. A lab that does not pass is rebuilt on
+        the path from scratch and checked once more; still wrong, it raises PathNotAsDeclared (the trial fails with the reason). Returns the kernel's view of the qdiscs."""
         changed = self._realise(config)
         if changed:
             self._path_checked.clear()

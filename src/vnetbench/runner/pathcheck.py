@@ -3,8 +3,7 @@
 Before the first trial on each path (configurations that differ only in their workloads share one), and
 whenever the lab's state changed, each sender of the configuration sends echo requests to the receiver
 (``ping``): an echo crosses the path both ways, the request in the links' forward direction and the reply in
-their reverse. What comes back is judged against what the
-declared conditions allow (:class:`Expectation`):
+their reverse. What comes back is judged against what the declared conditions allow (:class:`Expectation`):
 
 - **reachability and loss**: replies are drawn with the declared delivery probability (1 - loss, and
   1 - corruption, each direction of each link on the path); a count that probability makes implausible

@@ -4,7 +4,7 @@ Every `vnetbench run` judges its path probes with a binomial test and prints med
 binomial CDF at p = 1/2); importing scipy.stats for those took 1.3 s of each run and of each `show` on the 2-core
 VM, more than the netlink work of a whole dumbbell. The counts here are a run's echo requests and trials (at
 most thousands), where the probabilities summed from log-gamma terms agree with scipy.stats.binom and
-scipy.stats.binomtest to 1e-12 (tests/unit/test_stats_binomial.py holds them to it); the statistics of
+scipy.stats.binomtest to 1e-9 (tests/unit/test_stats_binomial.py holds them to it); the statistics of
 `compare` (Mann-Whitney U, bootstrap) stay scipy's.
 """
 

@@ -139,8 +139,8 @@ def median_ci_ranks(n: int, level: float = CI_LEVEL) -> tuple[int, int, float] |
     tail = (1.0 - level) / 2.0
     # the largest rank l with P(B <= l - 1) <= tail, so that P(l <= B <= n - l) >= level
     l, below = 0, 0.0  # below = P(B <= l - 1)
-    while below + binomial.pmf(l, n, 0.5) <= tail:
-        below += binomial.pmf(l, n, 0.5)
+    while below + (step := binomial.pmf(l, n, 0.5)) <= tail:
+        below += step
         l += 1
     if l < 1:
         return None
