@@ -62,20 +62,29 @@ warmup = false
 def check_unshaped_streams(store, run_id: str, trials: int) -> tuple[dict, dict]:
     """Every one of the run's `trials` ok, and its two streams (labelled proto = "tcp" and "udp", UDP offered at
     50 Mbit/s, ping during them) as a path with no shaping carries them: all of the UDP arrives (iperf3 paces it
-    at the offered rate), TCP above 500 Mbit/s (only the cores bound it), ping's median RTT under 2 ms. Returns
-    the TCP and the UDP configuration's values."""
-    import pytest
-
+    at the offered rate: see :func:`check_udp_carried`), TCP above 500 Mbit/s (only the cores bound it), ping's
+    median RTT under 2 ms. Returns the TCP and the UDP configuration's values."""
     stored = store.trials(run_id)
     assert len(stored) == trials and all(t["status"] == "ok" for t in stored), \
         [t["reason"] for t in stored if t["status"] != "ok"]
     values = store.values(run_id)
     configs = {c["labels"]["proto"]: c for c in store.configurations(run_id)}
     udp, tcp = values[configs["udp"]["key"]], values[configs["tcp"]["key"]]
-    assert all(x == pytest.approx(50, rel=0.05) for x in udp["throughput.rx_mbps"]), udp["throughput.rx_mbps"]
+    check_udp_carried(udp, offered_mbps=50)
     assert all(x > 500 for x in tcp["throughput.rx_mbps"]), tcp["throughput.rx_mbps"]
     assert all(0 < x < 2 for x in tcp["rtt.p50_ms"]), tcp["rtt.p50_ms"]
     return tcp, udp
+
+
+def check_udp_carried(values: dict, offered_mbps: float) -> None:
+    """A UDP stream over a path with no shaping, trial by trial: the sender put out its offered rate (iperf3 paces
+    it: within 2 %), and nearly all of it arrived. The path loses nothing of its own; what goes missing is dropped
+    at the receiver's full socket buffer (about 20 ms of 50 Mbit/s) while its process waits for a core: up to
+    1.2 % of a trial in ten runs with one core kept busy here, 4.9 % once in CI beside a running cluster. A path
+    that shapes, polices or misroutes loses far more than a tenth."""
+    tx, rx = values["throughput.tx_mbps"], values["throughput.rx_mbps"]
+    assert all(abs(x - offered_mbps) <= 0.02 * offered_mbps for x in tx), ("sent", tx)
+    assert all(0.9 * s <= r <= 1.02 * offered_mbps for s, r in zip(tx, rx)), ("sent", tx, "received", rx)
 
 
 def cli(*args: str, check: bool = True, timeout: float = 600, env: dict | None = None,

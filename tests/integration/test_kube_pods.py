@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import signal
+import subprocess
 import time
 import uuid
 
@@ -119,18 +120,26 @@ def test_a_command_stops_in_the_pod_when_its_input_closes_or_its_process_dies(en
         time.sleep(0.2)
 
 
-def test_a_command_costs_about_a_tenth_of_a_second(endpoints):
-    """The exec helper's start-up and the API's round trip, per command (printed; bounded only against a
-    regression to the kubernetes client's own import, 0.5-1 s each)."""
-    _, nodes, _ = endpoints
+def test_a_command_through_the_api_loads_websocket_client_and_not_the_kubernetes_client(endpoints):
+    """A run starts hundreds of commands, and importing the ``kubernetes`` client costs 0.5-1 s each here: the
+    helper streams with websocket-client alone. Held by what the helper imports (``-X importtime``), not by a
+    time bound, which a loaded machine breaks (CI measured a median of 0.51 s a command where 0.3 s is usual);
+    the time per command is printed for whoever reads the log."""
+    _, nodes, workdir = endpoints
+    s1 = nodes["s1"]
+    argv = s1.command(["true"])
+    traced = subprocess.run([argv[0], "-X", "importtime", *argv[1:]], capture_output=True, text=True, timeout=60)
+    assert traced.returncode == 0, traced.stderr
+    imported = {line.split("|")[-1].strip() for line in traced.stderr.splitlines() if line.startswith("import time:")}
+    assert {"vnetbench.kube", "websocket"} <= imported, sorted(imported)  # the helper ran, and streamed with it
+    assert not {m for m in imported if m == "kubernetes" or m.startswith("kubernetes.")}, sorted(imported)
     times = []
     for _ in range(10):
         start = time.monotonic()
-        assert nodes["s1"].run(["true"], timeout=30).returncode == 0
+        assert s1.run(["true"], timeout=30).returncode == 0
         times.append(time.monotonic() - start)
     times.sort()
     print(f"a command through the API: median {times[5] * 1e3:.0f} ms, max {times[-1] * 1e3:.0f} ms")
-    assert times[5] < 0.5, times
 
 
 def test_the_credentials_file_is_the_owners_alone(endpoints):
