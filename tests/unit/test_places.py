@@ -141,3 +141,19 @@ def test_a_stop_while_the_bench_is_made_is_an_interrupted_run_that_resume_finish
     (stored,) = store.runs()
     assert stored["status"] == "interrupted", stored["status_reason"]
     assert f"vnetbench run --resume {stored['id']}" in stored["status_reason"]
+
+
+def test_the_parser_and_clean_import_nothing_that_runs_a_scenario():
+    """Every command builds its parser from the places; what runs a scenario (its models, the benches, the
+    cluster's client: most of a second) is imported by the commands that run one, not by clean, show or
+    --version."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from vnetbench import cli; cli.build_parser(); from vnetbench.lab import clean; "
+            "print('\\n'.join(sys.modules))")
+    loaded = set(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+                 .stdout.split())
+    heavy = {"vnetbench.scenario.load", "vnetbench.runner.bench", "vnetbench.runner.hosts_bench",
+             "vnetbench.kube.bench", "vnetbench.hosts.ssh", "kubernetes", "pydantic", "numpy"}
+    assert "vnetbench.runner.places.kube" in loaded and not loaded & heavy, sorted(loaded & heavy)

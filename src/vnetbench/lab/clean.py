@@ -196,16 +196,15 @@ def _gone_is_fine(function: object, path: str, exc_info: tuple) -> None:
 
 def file_leftovers(prefix: str = netns.PREFIX, skip: tuple[str, ...] = ()) -> list[Path]:
     """Directories a killed run left in the temp directory: its work directory (servers' and trials' files,
-    named WORKDIR_PREFIX + its run prefix), unless its run is in `skip` (measuring now); and, when every run
+    named netns.WORKDIR_PREFIX + its run prefix), unless its run is in `skip` (measuring now); and, when every run
     is cleaned, the SSH control directories (hosts/ssh.py, named with their owner's pid) of a vnetbench
     that is gone. Only real directories of this user's."""
     from vnetbench.hosts.ssh import CONTROL_DIR_PREFIX
-    from vnetbench.runner.bench import WORKDIR_PREFIX
 
     tmp = Path(tempfile.gettempdir())
     found = []
-    for path in tmp.glob(f"{WORKDIR_PREFIX}{prefix}*"):
-        run = path.name[len(WORKDIR_PREFIX):]
+    for path in tmp.glob(f"{netns.WORKDIR_PREFIX}{prefix}*"):
+        run = path.name[len(netns.WORKDIR_PREFIX):]
         if _own_dir(path) and not any(run.startswith(p) for p in skip):
             found.append(path)
     if prefix == netns.PREFIX:

@@ -73,6 +73,9 @@ def run_prefix(run_id: str) -> str:
     return f"{PREFIX}{run_id[:6]}"
 
 
+WORKDIR_PREFIX = "vnetbench-"  # + the run's prefix (vnb-<id>-): a run's local work directory, in the temp dir
+
+
 def list_names() -> list[str]:
     try:
         return sorted(os.listdir(NETNS_DIR))

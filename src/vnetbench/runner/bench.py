@@ -25,6 +25,7 @@ from typing import Any, Iterator
 from vnetbench.errors import EnvironmentUnavailable, LabError, PathNotAsDeclared
 from vnetbench.impair.links import LinkFailed, LinkManager
 from vnetbench.lab.environments import Variant
+from vnetbench.lab.netns import WORKDIR_PREFIX
 from vnetbench.lab.nodes import NamespaceNode, without_cpu_time
 from vnetbench.lab.teardown import Registry, kill_group, poll_metered, stop_groups, wait_metered
 from vnetbench.lab.topology import Group, Lab, build_dumbbell
@@ -50,7 +51,6 @@ PATH_CHECK_TIMEOUT = 30.0  # seconds a path probe may take at most (its own dead
 # How long the path check waits for a sender's first echo reply before it probes: the kernel's neighbour
 # resolution gives up after 3 solicitations a second apart.
 NEIGHBOURS_WAIT_S = 3
-WORKDIR_PREFIX = "vnetbench-"  # + the run's prefix (vnb-<id>-): a run's local work directory, in the temp dir
 GUEST_READY_TIMEOUT = 60.0
 
 

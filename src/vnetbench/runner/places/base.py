@@ -26,10 +26,11 @@ from __future__ import annotations
 
 import argparse
 from abc import ABC, abstractmethod
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from vnetbench.scenario.load import LoadedScenario
-from vnetbench.scenario.plan import Configuration
+if TYPE_CHECKING:  # every command builds its parser from the places: they import what runs a scenario on use
+    from vnetbench.scenario.load import LoadedScenario
+    from vnetbench.scenario.plan import Configuration
 
 
 class Place(ABC):

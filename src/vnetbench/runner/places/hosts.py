@@ -11,18 +11,20 @@ from __future__ import annotations
 import argparse
 import shlex
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.markup import escape
 
 from vnetbench.errors import VnetbenchError
-from vnetbench.hosts.lock import HostLocks, holder_line, lock_hosts
-from vnetbench.hosts.ssh import HostAccess
-from vnetbench.runner import hosts_bench
-from vnetbench.runner.hosts_topology import HostsTopologyBench, topology_placement
 from vnetbench.runner.places.base import Place
-from vnetbench.scenario.load import LoadedScenario
-from vnetbench.scenario.plan import Configuration
+
+# What reaches and runs on the hosts is imported where it is used: every command builds its parser from the
+# places (runner/places/lab.py).
+if TYPE_CHECKING:
+    from vnetbench.hosts.ssh import HostAccess
+    from vnetbench.runner import hosts_bench
+    from vnetbench.scenario.load import LoadedScenario
+    from vnetbench.scenario.plan import Configuration
 
 
 class HostsPlace(Place):
@@ -31,6 +33,8 @@ class HostsPlace(Place):
     name = "hosts"
 
     def __init__(self, access: HostAccess):
+        from vnetbench.hosts.lock import HostLocks
+
         self.access = access
         self.place: hosts_bench.Placement | None = None
         self.host_facts: dict[str, dict[str, Any]] = {}
@@ -67,6 +71,7 @@ class HostsPlace(Place):
                 raise VnetbenchError("--accept-new-host-keys and --ssh-config go with --hosts INVENTORY")
             return None
         from vnetbench.hosts import inventory
+        from vnetbench.hosts.ssh import HostAccess
 
         if args.ssh_config and not Path(args.ssh_config).is_file():
             raise VnetbenchError(f"--ssh-config {args.ssh_config}: no such file")
@@ -75,6 +80,9 @@ class HostsPlace(Place):
 
     def prepare(self, loaded: LoadedScenario, configs: list[Configuration]
                 ) -> tuple[list[Configuration], list[dict[str, object]]]:
+        from vnetbench.runner import hosts_bench
+        from vnetbench.runner.hosts_topology import topology_placement
+
         # Where each endpoint runs, checked against the scenario, then every host over SSH, all before anything is
         # stored or started anywhere.
         place = topology_placement if configs[0].scenario.topology is not None else hosts_bench.placement
@@ -86,6 +94,9 @@ class HostsPlace(Place):
     def hold(self, run_id: str, scenario: str) -> None:
         # One run measures on each host at a time, whatever its controller; what another run may be changing
         # (interfaces, clocks) is read only once the locks are held.
+        from vnetbench.hosts.lock import holder_line, lock_hosts
+        from vnetbench.runner import hosts_bench
+
         self.locks = lock_hosts(self.place.hosts, self.access.connect, holder_line(run_id, scenario))
         self.host_facts = hosts_bench.survey_hosts(self.place, self.access.connect, self.host_facts)
 
@@ -96,6 +107,9 @@ class HostsPlace(Place):
         return {"hosts": self.host_facts, "inventory": str(self.access.inventory.path)}  # as this session found
 
     def bench(self, run_prefix: str, configs: list[Configuration]) -> hosts_bench.HostsBench:
+        from vnetbench.runner import hosts_bench
+        from vnetbench.runner.hosts_topology import HostsTopologyBench
+
         if self.place.nodes:  # a declared topology's host nodes on the hosts
             bench: hosts_bench.HostsBench = HostsTopologyBench.for_topology(run_prefix, configs, self.place,
                                                                             self.access.connect, self.host_facts)

@@ -16,16 +16,20 @@ from __future__ import annotations
 import argparse
 import re
 import shlex
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.markup import escape
 
 from vnetbench.errors import EnvironmentProblem, VnetbenchError
-from vnetbench.kube import api, bench as kube_bench, lock as kube_lock, pods
-from vnetbench.kube import image as kube_image
 from vnetbench.runner.places.base import Place
-from vnetbench.scenario.load import LoadedScenario
-from vnetbench.scenario.plan import Configuration
+
+# The cluster's client is imported where it is used: every command builds its parser from the places
+# (runner/places/lab.py).
+if TYPE_CHECKING:
+    from vnetbench.kube import api, bench as kube_bench, lock as kube_lock
+    from vnetbench.kube import image as kube_image
+    from vnetbench.scenario.load import LoadedScenario
+    from vnetbench.scenario.plan import Configuration
 
 
 def node_facts(node: Any) -> dict[str, Any]:
@@ -95,12 +99,16 @@ class KubePlace(Place):
         return cls(args.kubeconfig, args.context, namespace)
 
     def connect(self) -> api.Cluster:
+        from vnetbench.kube import api
+
         if self.cluster is None:
             self.cluster = api.connect(self.kubeconfig, self.context)
         return self.cluster
 
     def survey(self) -> None:
         """The nodes as the API reports them, and the server's version; EnvironmentProblem when unreachable."""
+        from vnetbench.kube import api
+
         cluster = self.connect()
         try:
             self.nodes = {n.metadata.name: {**node_facts(n), "images": node_images(n)}
@@ -114,6 +122,8 @@ class KubePlace(Place):
 
     def prepare(self, loaded: LoadedScenario, configs: list[Configuration]
                 ) -> tuple[list[Configuration], list[dict[str, object]]]:
+        from vnetbench.kube import bench as kube_bench, image as kube_image
+
         spec = configs[0].scenario.kube
         default_image = "" if spec is None or spec.image else (
             kube_image.pushed_name(spec.registry) if spec.registry else kube_image.tools_image_name())
@@ -142,6 +152,8 @@ class KubePlace(Place):
 
     def _refused(self, needs: list[tuple[str, str, str]]) -> list[str]:
         """What a run needs of the API (`needs`, and the cluster's lock) that this user is refused."""
+        from vnetbench.kube import lock as kube_lock, pods
+
         cluster, lock_ns = self.connect(), kube_lock.lock_namespace(self.namespace)
         lock = pods.denied(cluster, lock_ns, kube_lock.NEEDS)
         return [*pods.denied(cluster, self.namespace, needs),
@@ -150,6 +162,8 @@ class KubePlace(Place):
     def _check_namespace(self, plan: kube_bench.KubePlan) -> None:
         """The namespace the user named exists; the user may do in it (or, without one, on the cluster) what the
         run will do: else EnvironmentProblem naming what is refused and what to do, before anything is made."""
+        from vnetbench.kube import pods
+
         cluster = self.connect()
         if self.namespace is None:
             self.namespace_facts = {"name": "the run's own (its prefix)", "made_by_run": True}
@@ -165,6 +179,7 @@ class KubePlace(Place):
                                  f"{fix}")
 
     def hold(self, run_id: str, scenario: str) -> None:
+        from vnetbench.kube import lock as kube_lock
         from vnetbench.lab.netns import run_prefix
 
         prefix = run_prefix(run_id)
@@ -197,12 +212,15 @@ class KubePlace(Place):
             raise VnetbenchError(f"run {run_id} did not run on Kubernetes: resume it without --kube")
 
     def bench(self, run_prefix: str, configs: list[Configuration]) -> kube_bench.KubeBench:
+        from vnetbench.kube import bench as kube_bench
+
         self._bench = kube_bench.KubeBench.for_cluster(run_prefix, configs, self.connect(), self.plan)
         return self._bench
 
     def doctor(self, args: argparse.Namespace) -> int:
         """The cluster's nodes: Ready, kernel, runtime, and whether each has vnetbench's tools image."""
         from vnetbench.cli_common import out
+        from vnetbench.kube import image as kube_image
 
         self.survey()
         image = kube_image.tools_image_name()
@@ -229,6 +247,8 @@ class KubePlace(Place):
         from kubernetes import client
         from kubernetes.client.exceptions import ApiException
 
+        from vnetbench.kube import lock as kube_lock, pods
+
         namespace = kube_lock.lock_namespace(self.namespace)
         try:
             lease = client.CoordinationV1Api(self.connect().client).read_namespaced_lease(kube_lock.LEASE_NAME,
@@ -244,6 +264,8 @@ class KubePlace(Place):
     def _doctor_rights(self, out: Any) -> list[str]:
         """What a run needs of the API that this user is refused (access reviews), printed; a namespace the user
         named must exist."""
+        from vnetbench.kube import bench as kube_bench, pods
+
         cluster = self.connect()
         if self.namespace is not None:
             try:
@@ -268,6 +290,7 @@ class KubePlace(Place):
         own namespaces, whole, its pods and Services in namespaces it did not make, and the cluster's lock a
         killed run left; with --namespace, in that namespace alone. --check and --dry-run only say what is
         there."""
+        from vnetbench.kube import lock as kube_lock, pods
         from vnetbench import runlock
         from vnetbench.cli_common import out
         from vnetbench.lab.netns import run_prefix

@@ -10,22 +10,22 @@ from __future__ import annotations
 import argparse
 import os
 import subprocess
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.markup import escape
 
-from vnetbench.errors import EnvironmentProblem, ScenarioError
-from vnetbench.impair import links
-from vnetbench.lab import environments
-from vnetbench.lab.environments import Variant
 from vnetbench import machine
-from vnetbench.runner.bench import DumbbellBench, variant_of
-from vnetbench.runner.graph_bench import GraphBench
+from vnetbench.errors import EnvironmentProblem, ScenarioError
 from vnetbench.runner.places.base import Place
-from vnetbench.scenario.load import LoadedScenario
-from vnetbench.scenario.plan import Configuration
-from vnetbench.workloads import registry
 from vnetbench.tools import IP, PING, SS, TASKSET, Tool, require
+
+# What runs a scenario is imported where it is used: every command (clean, show) builds its parser from the
+# places, and these cost most of a second to import.
+if TYPE_CHECKING:
+    from vnetbench.lab.environments import Variant
+    from vnetbench.runner.bench import DumbbellBench
+    from vnetbench.scenario.load import LoadedScenario
+    from vnetbench.scenario.plan import Configuration
 
 
 class LabPlace(Place):
@@ -72,6 +72,9 @@ class LabPlace(Place):
         return calibration.measure(run_prefix)
 
     def bench(self, run_prefix: str, configs: list[Configuration]) -> DumbbellBench:
+        from vnetbench.runner.bench import DumbbellBench
+        from vnetbench.runner.graph_bench import GraphBench
+
         bench = GraphBench if configs[0].scenario.topology is not None else DumbbellBench
         return bench.for_configs(run_prefix, configs, pin_cpus=configs[0].scenario.lab.pin_cpus)
 
@@ -147,6 +150,9 @@ def wanted_congestion_controls(configs: list[Configuration]) -> tuple[list[str],
 
 def tools_by_variant(configs: list[Configuration]) -> dict[Variant, list[tuple[str, str]]]:
     """Per environment variant, the (command, Debian package) its configurations' workloads run."""
+    from vnetbench.runner.bench import variant_of
+    from vnetbench.workloads import registry
+
     tools: dict[Variant, list[tuple[str, str]]] = {}
     for c in configs:
         needed = tools.setdefault(variant_of(c), [])
@@ -174,6 +180,8 @@ def check_congestion_controls(configs: list[Configuration]) -> None:
 
 def workload_tools(configs: list[Configuration]) -> list[Tool]:
     """The binaries the run needs: the lab's own and every workload's (each with its Debian package)."""
+    from vnetbench.workloads import registry
+
     # pinning; the lab and its TCP metrics; the servers' readiness check; the path check
     tools = [TASKSET, IP, SS, PING]
     for c in configs:
@@ -187,6 +195,9 @@ def leave_out_unavailable(configs: list[Configuration], probe: bool = True
     """(the configurations to run, what was left out): a configuration from an `if_available` matrix entry
     whose environment this machine cannot build, or cannot run its tools in, is left out, with the reason
     per environment (for the console, the run's fingerprint and its report). Refuses when nothing is left."""
+    from vnetbench.lab import environments
+    from vnetbench.runner.bench import variant_of
+
     unsure = tools_by_variant([c for c in configs if c.if_available])
     reasons = {}
     for variant, tools in unsure.items():
@@ -206,6 +217,9 @@ def leave_out_unavailable(configs: list[Configuration], probe: bool = True
 
 
 def preflight(configs: list[Configuration]) -> None:
+    from vnetbench.impair import links
+    from vnetbench.lab import environments
+
     check_root()
     require(workload_tools(configs))
     check_congestion_controls(configs)
