@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
 import time
 import uuid
 
@@ -17,7 +16,7 @@ import pytest
 import kubecluster
 from vnetbench.kube import api, pods
 from vnetbench.kube.node import PodNode
-from vnetbench.lab.nodes import CPU_MARK
+from vnetbench.lab.nodes import CPU_MARK, run_holding_input
 from vnetbench.lab.teardown import Registry
 
 # The test cluster skips TLS verification by design (its kubeconfig says insecure-skip-tls-verify).
@@ -125,10 +124,11 @@ def test_a_command_through_the_api_loads_websocket_client_and_not_the_kubernetes
     helper streams with websocket-client alone. Held by what the helper imports (``-X importtime``), not by a
     time bound, which a loaded machine breaks (CI measured a median of 0.51 s a command where 0.3 s is usual);
     the time per command is printed for whoever reads the log."""
-    _, nodes, workdir = endpoints
+    _, nodes, _ = endpoints
     s1 = nodes["s1"]
     argv = s1.command(["true"])
-    traced = subprocess.run([argv[0], "-X", "importtime", *argv[1:]], capture_output=True, text=True, timeout=60)
+    # its input held open as PodNode.run holds it: at end of input the pod's wrapper stops the command
+    traced = run_holding_input([argv[0], "-X", "importtime", *argv[1:]], timeout=60)
     assert traced.returncode == 0, traced.stderr
     imported = {line.split("|")[-1].strip() for line in traced.stderr.splitlines() if line.startswith("import time:")}
     assert {"vnetbench.kube", "websocket"} <= imported, sorted(imported)  # the helper ran, and streamed with it
