@@ -61,6 +61,9 @@ def test_the_helper_says_how_it_is_called_and_an_unreachable_api_as_ssh_does(tmp
                           capture_output=True, text=True, timeout=30)
     assert done.returncode == 255
     assert "ns/pod: cannot reach the API at https://127.0.0.1:1" in done.stderr
+    # an awaited command, streamed from this process, answers the same
+    inline = kexec.run_captured(json.loads(creds.read_text()), "ns", "pod", "tools", ["true"], timeout=30)
+    assert inline.returncode == 255 and "ns/pod: cannot reach the API at https://127.0.0.1:1" in inline.stderr
 
 
 def kubeconfig(tmp_path: Path, user: dict, cluster: dict) -> Path:

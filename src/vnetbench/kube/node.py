@@ -1,13 +1,15 @@
 """A pod as the lab sees an endpoint: :class:`vnetbench.lab.nodes.RunsCommands` through the Kubernetes API.
 
-Every command runs through the tools image's exec wrapper (/bin/vnb-exec, :data:`vnetbench.lab.engines.EXEC_WRAPPER`)
-by the exec helper (:mod:`vnetbench.kube.exec`), a local process per command: its input is a pipe this
-process holds, and when it closes or the helper dies, the wrapper stops the command in the pod, as for a
-container of an engine. Pods are not pinned to cores: the node's kubelet and scheduler decide.
+Every command runs through the tools image's exec wrapper (/bin/vnb-exec, :data:`vnetbench.lab.engines.EXEC_WRAPPER`).
+A started one (a server, a workload's client) by the exec helper (:mod:`vnetbench.kube.exec`), a local process
+per command: its input is a pipe this process holds, and when it closes or the helper dies, the wrapper stops
+the command in the pod, as for a container of an engine. One whose answer is awaited (``run``) is streamed
+from this process itself, the same way. Pods are not pinned to cores: the node's kubelet and scheduler decide.
 """
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -41,6 +43,7 @@ class PodNode(RunsCommands):
         # its node's uptime less the controller's clock (runner/hosts_bench.clock_offset of UPTIME_CLOCK): what
         # puts its node's CPU samples on the controller's clock
         self.offset_s = 0.0
+        self._credentials: dict[str, Any] | None = None  # the file's content, read at the first run()
 
     def address(self, ip_version: int) -> str:
         return self.ipv6 if ip_version == 6 else self.ipv4
@@ -61,6 +64,16 @@ class PodNode(RunsCommands):
         network = "its node's network (hostNetwork)" if self.host_network else "the pod network"
         return placement_entry(f"pod {self.namespace}/{self.pod} on node {self.node or '?'}, {network}",
                                self.ipv4, self.ipv6, None if self.host_network else "eth0", None)
+
+    def run(self, argv: Sequence[str], timeout: float = 10.0, pin: bool = False) -> subprocess.CompletedProcess:
+        """A command whose answer is awaited, streamed from this process (vnetbench.kube.exec.run_captured): no
+        helper to start. Its exit status, output and errors are the helper's."""
+        from vnetbench.kube import exec as kube_exec
+
+        if self._credentials is None:
+            self._credentials = json.loads(self.credentials.read_text())
+        return kube_exec.run_captured(self._credentials, self.namespace, self.pod, CONTAINER,
+                                      [WRAPPER, *map(str, argv)], timeout, self.output_limit)
 
     def command(self, argv: Sequence[str], pin: bool = True, timed: bool = False) -> list[str]:
         return [sys.executable, "-m", "vnetbench.kube.exec", str(self.credentials), self.namespace, self.pod,

@@ -26,7 +26,7 @@ from vnetbench.errors import EnvironmentUnavailable, LabError, PathNotAsDeclared
 from vnetbench.impair.links import LinkFailed, LinkManager
 from vnetbench.lab.environments import Variant
 from vnetbench.lab.netns import WORKDIR_PREFIX
-from vnetbench.lab.nodes import NamespaceNode, without_cpu_time
+from vnetbench.lab.nodes import NamespaceNode, run_on_each, without_cpu_time
 from vnetbench.lab.teardown import Registry, kill_group, poll_metered, stop_groups, wait_metered
 from vnetbench.lab.topology import Group, Lab, build_dumbbell
 from vnetbench.metrics import QUALIFIER, base_name, qualified
@@ -674,11 +674,11 @@ class DumbbellBench:
         connections from them: a trial after one with a long delay or heavy loss would begin from that trial's
         numbers. Connections within the trial still learn from each other, as they do on any host. Returns why
         it could not be done (the trial fails), or None."""
-        for node in nodes:
-            try:
-                done = node.run(["ip", "tcp_metrics", "flush", "all"], timeout=30)
-            except subprocess.TimeoutExpired:
+        for node, done in zip(nodes, run_on_each(nodes, ["ip", "tcp_metrics", "flush", "all"], timeout=30)):
+            if isinstance(done, subprocess.TimeoutExpired):
                 return f"`ip tcp_metrics flush all` on {node.name} did not end within 30 s"
+            if isinstance(done, BaseException):
+                raise done
             if done.returncode != 0:
                 return (f"`ip tcp_metrics flush all` on {node.name} failed (exit {done.returncode}): "
                         f"{(done.stderr or done.stdout).strip()[-300:]}")
