@@ -113,7 +113,7 @@ def run_captured(cred: dict, namespace: str, pod: str, container: str, argv: lis
     subprocess.TimeoutExpired is raised; an output beyond `limit` bytes does the same with OutputTooLarge."""
     import websocket
 
-    from vnetbench.lab.nodes import OutputTooLarge
+    from vnetbench.lab.nodes import too_large
 
     deadline = time.monotonic() + timeout
     try:
@@ -140,10 +140,7 @@ def run_captured(cred: dict, namespace: str, pod: str, container: str, argv: lis
             if channel in taken:
                 taken[channel] += payload
                 if limit is not None and len(taken[channel]) > limit:
-                    which = "output" if channel == STDOUT else "error output"
-                    raise OutputTooLarge(f"`{' '.join(argv[-1:])[:200]}` answered more than {limit / 2**20:g} MiB "
-                                         f"of {which}; it was stopped and its answer not read "
-                                         "(see limits.REMOTE_OUTPUT_BYTES)")
+                    raise too_large(argv, limit, "output" if channel == STDOUT else "error output")
             elif channel == STATUS:
                 status = json.loads(payload or b"{}")
     finally:

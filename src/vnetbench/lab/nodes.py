@@ -255,19 +255,18 @@ def run_on_each(nodes: Sequence[RunsCommands], argv: Sequence[str], timeout: flo
     """`argv` run on every node at once, a thread each: per node, in order, its answer or what its run() raised.
     Where a command is a connection of its own (a guest's SSH handshake under TCG, 0.3-1 s; a pod's exec through
     the API) the nodes then take as long as the slowest of them, not the sum."""
-    if len(nodes) <= 1:
-        out: list[subprocess.CompletedProcess | BaseException] = []
-        for node in nodes:
-            try:
-                out.append(node.run(argv, timeout=timeout))
-            except Exception as e:  # noqa: BLE001 - the caller judges it, as for the others
-                out.append(e)
-        return out
+    def answer(node: RunsCommands) -> subprocess.CompletedProcess | BaseException:
+        try:
+            return node.run(argv, timeout=timeout)
+        except Exception as e:  # noqa: BLE001 - the caller judges it
+            return e
+
+    if len(nodes) <= 1:  # no thread for one
+        return [answer(node) for node in nodes]
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(max_workers=len(nodes), thread_name_prefix="vnb-each") as pool:
-        futures = [pool.submit(node.run, argv, timeout) for node in nodes]
-    return [f.exception() or f.result() for f in futures]
+        return list(pool.map(answer, nodes))
 
 
 def placement_entry(node: str, ipv4: str, ipv6: str, interface: str | None, cpu: int | None,
@@ -278,6 +277,12 @@ def placement_entry(node: str, ipv4: str, ipv6: str, interface: str | None, cpu:
 
 class OutputTooLarge(LabError):
     """A command answered more than its caller takes (``bounded_run``'s limit): it was killed."""
+
+
+def too_large(argv: Sequence[str], limit: int, which: str) -> OutputTooLarge:
+    """The error for a command stopped because its `which` ("output", "error output") passed `limit` bytes."""
+    return OutputTooLarge(f"`{' '.join(map(str, argv[-1:]))[:200]}` answered more than {limit / 2**20:g} MiB of "
+                          f"{which}; it was stopped and its answer not read (see limits.REMOTE_OUTPUT_BYTES)")
 
 
 def bounded_run(argv: Sequence[str], timeout: float, limit: int | None = None, stdin: Any = subprocess.DEVNULL
@@ -310,10 +315,7 @@ def bounded_run(argv: Sequence[str], timeout: float, limit: int | None = None, s
                         continue
                     taken[key.fd] += chunk
                     if len(taken[key.fd]) > limit:
-                        which = "output" if key.fd == out_fd else "error output"
-                        raise OutputTooLarge(f"`{' '.join(map(str, argv[-1:]))[:200]}` answered more than "
-                                             f"{limit / 2**20:g} MiB of {which}; it was stopped and its answer not "
-                                             "read (see limits.REMOTE_OUTPUT_BYTES)")
+                        raise too_large(argv, limit, "output" if key.fd == out_fd else "error output")
         status = proc.wait(max(deadline - time.monotonic(), 0.1))
     except BaseException:
         proc.kill()
