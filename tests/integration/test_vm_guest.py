@@ -12,6 +12,7 @@ boot. Numbers are printed (pytest -s shows them).
 from __future__ import annotations
 
 import os
+import re
 import time
 from pathlib import Path
 
@@ -125,10 +126,33 @@ def iperf3_once(server, client, server_address: str, ip_version: int, tmp: Path,
             time.sleep(1)
             server_said = ((tmp / f"{tag}-server.json").read_text()[-1500:] +
                            (tmp / f"{tag}-server.err").read_text()[-500:])
-            raise AssertionError(f"iperf3 client {tag}: {e}; its server printed: {server_said}") from e
+            # A stream that stalls (1 in a few hundred guest -> bare over IPv6, seen twice: the sender's segments
+            # reach the receiver's interface and get no ACK that moves it) is told apart by which stack dropped
+            # what: both kernels' drop counters and sockets go with the failure.
+            stacks = "; ".join(f"{node.name}: {stack_state(node)}" for node in (server, client))
+            raise AssertionError(f"iperf3 client {tag}: {e}; its server printed: {server_said}; {stacks}") from e
     finally:
         srv.kill()  # the local SSH client only: the guest side must stop with it (checked below)
         srv.wait(timeout=10)
+
+
+DROP_COUNTER = re.compile(r"Drop|PAWS|Csum|Discard|Prune|Err|Fail|Retrans|Timeout|Overflow|Abort|Collapse")
+
+
+def stack_state(node) -> str:
+    """The node's IP and TCP counters that say a packet was dropped or resent (non-zero ones), and its TCP
+    sockets: what a failed stream leaves to explain it."""
+    text = node.run(["cat", "/proc/net/netstat", "/proc/net/snmp", "/proc/net/snmp6"], timeout=30).stdout
+    counters = {}
+    lines = text.splitlines()
+    for names, values in zip(lines, lines[1:]):  # netstat and snmp: a line of names, then one of values
+        n, v = names.split(), values.split()
+        if len(n) == len(v) > 1 and n[0] == v[0] and not n[1].lstrip("-").isdigit():
+            counters.update({n[0] + key: value for key, value in zip(n[1:], v[1:])})
+    counters.update({p[0]: p[1] for p in map(str.split, lines) if len(p) == 2})  # snmp6: a name and a value
+    dropped = {k: v for k, v in counters.items() if DROP_COUNTER.search(k) and v.lstrip("-").isdigit() and int(v)}
+    sockets = node.run(["ss", "-tinoe"], timeout=30).stdout
+    return f"counters {dropped}; sockets {sockets[-1500:]}"
 
 
 def ping_rtt(src, dst_address: str, ip_version: int) -> tuple[float, float, int]:
