@@ -262,7 +262,7 @@ def test_a_sweep_of_network_and_placement_shares_a_pod_per_node_and_network():
                                         "'node2' (Ready: node2)"]
 
 
-def test_a_service_path_gets_a_receiver_pod_of_its_own_and_no_ping():
+def test_a_service_path_reaches_the_same_receiver_pod_and_has_no_ping():
     from vnetbench.errors import ScenarioError
     from vnetbench.kube.bench import placement
 
@@ -271,10 +271,9 @@ def test_a_service_path_gets_a_receiver_pod_of_its_own_and_no_ping():
     plan = placement(kube_configs(text), "k.toml", "img:1")
     assert plan.resolve(["node1", "node2", "node3"]) == []
     specs, groups = plan.pods()
-    # the Service selects its pod alone: the pod-IP configurations' receiver is another pod, the senders are shared
-    assert sorted(r for r, _ in groups.values()) == ["r", "r2"] and len({tuple(s) for _, s in groups.values()}) == 1
-    assert [s.labels for s in specs if s.name.startswith("r")] == [{"vnetbench.io/pod": "r"},
-                                                                  {"vnetbench.io/pod": "r2"}]
+    # both paths end at one receiver pod (through its Service or at its own address) and share the senders
+    assert [r for r, _ in groups.values()] == ["r", "r"] and len({tuple(s) for _, s in groups.values()}) == 1
+    assert [s.labels for s in specs if s.name.startswith("r")] == [{"vnetbench.io/pod": "r"}]
     assert {str(p) for p in plan.placements.values()} == {"kube(network=pod, r=node2, s=node1,node3)",
                                                           "kube(network=pod, path=service, r=node2, s=node1,node3)"}
     with pytest.raises(ScenarioError, match=r"workload.probe \(ping\) with kube.path = \"service\": a ClusterIP "
@@ -423,6 +422,10 @@ def test_the_cni_cost_builtin_puts_the_receiver_on_the_first_ready_node_and_swee
     assert {(p.receiver, p.senders, p.network, p.path, p.kind) for p in plan.placements.values()} == {
         ("worker-a", (node,), network, path, kind) for network in ("pod", "host") for path in ("pod-ip", "service")
         for node, kind in (("worker-a", "same-node"), ("worker-b", "cross-node"))}
+    # one receiver pod per network: two on the node's own network (hostNetwork) would listen on the same ports
+    specs, groups = plan.pods()
+    receivers = [s for s in specs if s.name in {r for r, _ in groups.values()}]
+    assert sorted((s.node, s.host_network) for s in receivers) == [("worker-a", False), ("worker-a", True)]
     assert placement(configs, "builtin:cni-cost", "img:1").resolve([]) == ["no node is Ready to run the receiver's pod"]
 
 
@@ -573,23 +576,35 @@ def test_the_bottleneck_goes_on_each_receiver_pod_and_a_senders_link_on_its_pod_
 
     class Endpoint:
         def __init__(self, name, service_ip=None):
-            self.ipv4 = {"r": "198.18.1.10", "r2": "198.18.1.11", "s1": "198.18.2.11", "s2": "198.18.2.12",
+            self.ipv4 = {"r": "198.18.1.10", "s1": "198.18.2.11", "s2": "198.18.2.12",
                          "s3": "198.18.2.13"}[name]
             self.service_ip = service_ip
 
         def address(self, ip_version):
             return self.ipv4
 
-    endpoints = {"r": Endpoint("r"), "r2": Endpoint("r2", "198.18.3.7"),
-                 **{s: Endpoint(s) for s in ("s1", "s2", "s3")}}
+    endpoints = {"r": Endpoint("r", "198.18.3.7"), **{s: Endpoint(s) for s in ("s1", "s2", "s3")}}
     shaped = conditions.carried(configs, lambda c: groups[plan.placements[c.key].key])
-    assert {pod: sorted(links) for pod, links in shaped.items()} == {"r": ["bottleneck"], "r2": ["bottleneck"],
-                                                                    "s2": ["s2"]}
+    assert {pod: sorted(links) for pod, links in shaped.items()} == {"r": ["bottleneck"], "s2": ["s2"]}
     assert [spec.forward.rate for spec in shaped["s2"]["s2"]] == [5e6]  # the rate declared for that link alone
     peers = conditions.peers(groups, endpoints, 4)
     assert peers["r"] == [endpoints[s].ipv4 for s in ("s1", "s2", "s3")]
     # a sender sends to the receiver's pod and to its Service's ClusterIP, and hears back from both
-    assert peers["s2"] == [endpoints["r"].ipv4, endpoints["r2"].ipv4, "198.18.3.7"]
+    assert peers["s2"] == [endpoints["r"].ipv4, "198.18.3.7"]
+
+
+def test_a_service_paths_clients_send_to_the_clusterip_and_everything_else_is_the_pods():
+    from vnetbench.kube.node import PodNode, ThroughService
+    from vnetbench.lab.teardown import Registry
+
+    pod = PodNode("r", "vnb-x", "r", Path("/nonexistent"), Registry(), ipv4="198.18.1.10", node="node1")
+    with pytest.raises(ValueError, match="pod vnb-x/r has no Service in front of it"):
+        ThroughService(pod)
+    pod.service_ip = "198.18.3.7"
+    through = ThroughService(pod)
+    assert through.service_address(4) == "198.18.3.7" and pod.service_address(4) == "198.18.1.10"
+    assert (through.name, through.address(4), through.echo_address(4), through.node) == ("r", "198.18.1.10",
+                                                                                        "198.18.1.10", "node1")
 
 
 def test_skopeos_reason_is_its_fatal_message():

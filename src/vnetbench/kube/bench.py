@@ -22,14 +22,14 @@ from __future__ import annotations
 import re
 import shutil
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from vnetbench.errors import LabError, ScenarioError
 from vnetbench.hosts import shaping
 from vnetbench.impair.links import lab_links
 from vnetbench.kube import api, conditions, netfacts, pods
-from vnetbench.kube.node import PodNode
+from vnetbench.kube.node import PodNode, ThroughService
 from vnetbench.lab.environments import Variant
 from vnetbench.lab.teardown import Registry
 from vnetbench.lab.topology import Group, Lab
@@ -37,6 +37,7 @@ from vnetbench.runner.bench import DumbbellBench
 from vnetbench.runner.hosts_bench import UPTIME_CLOCK, clock_offset, machine_id
 from vnetbench.runner.recorders import LinkRecorder, NodesCpuRecorder, Recorder
 from vnetbench.scenario.plan import Configuration
+from vnetbench.workloads.base import TrialEndpoints
 
 KUBE = Variant("bare")
 
@@ -118,7 +119,7 @@ class KubePlan:
         """The pods to make, and each placement's (receiver pod, sender pods) by its key. Pods are named r, r2,
         .. and s1, s2, .. in the order the configurations first need them (their objects `object_prefix` +
         that)."""
-        receivers: dict[tuple[str, str, str], str] = {}
+        receivers: dict[tuple[str, str], str] = {}
         senders: dict[tuple[str, str, int], str] = {}
         specs: list[pods.PodSpec] = []
         groups: dict[str, tuple[str, list[str]]] = {}
@@ -135,7 +136,8 @@ class KubePlan:
         for place in self.placements.values():
             if place.key in groups:
                 continue
-            rkey = (place.network, place.path, place.receiver)  # a Service selects its pod alone
+            # one receiver pod per node and network, whatever the path (kube.node.ThroughService)
+            rkey = (place.network, place.receiver)
             if rkey not in receivers:
                 receivers[rkey] = pod("r" if not receivers else f"r{len(receivers) + 1}", place.receiver,
                                       place.network)
@@ -387,7 +389,7 @@ class KubeBench(DumbbellBench):
     def _put_services_in_front(self, specs: list[pods.PodSpec], ip_version: int) -> list[tuple[str, str, int]]:
         """A ClusterIP Service in front of each receiver pod a placement reaches by path = "service", on every
         port of its servers, TCP and UDP (iperf3's UDP tests send to its TCP control port's number); its senders
-        then send to the ClusterIP (PodNode.service_address). Returns (receiver pod, a sender pod, TCP port) to
+        then send to the ClusterIP (ThroughService). Returns (receiver pod, a sender pod, TCP port) to
         check each Service with once its servers listen."""
         lab, cluster = self.lab, self.cluster
         assert lab is not None and cluster is not None
@@ -429,6 +431,13 @@ class KubeBench(DumbbellBench):
                                    f"{proc.stderr.strip()[-200:] or 'no answer'}; is the cluster's Service "
                                    "proxy (kube-proxy, or the CNI's) running on the nodes?")
                 time.sleep(0.5)
+
+    def workload_endpoints(self, config: Configuration, workload: str) -> TrialEndpoints:
+        """The lab's endpoints; with kube.path = "service", the receiver reached through its Service."""
+        ends = super().workload_endpoints(config, workload)
+        if self.plan.placements[config.key].path == "service":  # type: ignore[union-attr]
+            return replace(ends, receiver=ThroughService(ends.receiver))
+        return ends
 
     def group(self, config: Configuration) -> Group:
         assert self.lab is not None and self.plan is not None

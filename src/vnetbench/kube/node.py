@@ -39,7 +39,9 @@ class PodNode(RunsCommands):
         self.cpu: int | None = None
         self.pod_facts = dict(facts or {})
         self.extra: dict[str, Any] = {}
-        self.service_ip: str | None = None  # a ClusterIP Service in front of it (kube.path = "service")
+        # the ClusterIP of a Service in front of it: the address of its servers for a configuration whose
+        # kube.path is "service" (ThroughService), its own for the others'
+        self.service_ip: str | None = None
         # its node's uptime less the controller's clock (runner/hosts_bench.clock_offset of UPTIME_CLOCK): what
         # puts its node's CPU samples on the controller's clock
         self.offset_s = 0.0
@@ -49,8 +51,8 @@ class PodNode(RunsCommands):
         return self.ipv6 if ip_version == 6 else self.ipv4
 
     def service_address(self, ip_version: int) -> str:
-        """Where other pods reach its servers: the ClusterIP of the Service in front of it, else its own."""
-        return self.service_ip or self.address(ip_version)
+        """Where other pods reach its servers: its own address (through its Service: ThroughService)."""
+        return self.address(ip_version)
 
     def echo_address(self, ip_version: int) -> str:
         """Its own address: a ClusterIP carries the Service's ports only, no ICMP echo (the path check pings the
@@ -78,3 +80,21 @@ class PodNode(RunsCommands):
     def command(self, argv: Sequence[str], pin: bool = True, timed: bool = False) -> list[str]:
         return [sys.executable, "-m", "vnetbench.kube.exec", str(self.credentials), self.namespace, self.pod,
                 CONTAINER, WRAPPER, *(["-t"] if timed else []), *map(str, argv)]
+
+
+class ThroughService:
+    """A receiver pod as the clients of a configuration with kube.path = "service" see it: its servers at the
+    ClusterIP of the Service in front of it; everything else (its commands, address, facts, name) its pod's.
+    One pod serves both paths: on the node's network (hostNetwork) a second receiver pod would share the
+    node's ports with the first, and the two paths are compared against the same servers."""
+
+    def __init__(self, pod: PodNode):
+        if not pod.service_ip:
+            raise ValueError(f"pod {pod.namespace}/{pod.pod} has no Service in front of it")
+        self._pod = pod
+
+    def service_address(self, ip_version: int) -> str:
+        return self._pod.service_ip  # type: ignore[return-value]
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._pod, name)
