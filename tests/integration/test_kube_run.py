@@ -709,6 +709,9 @@ def test_the_pod_networks_backend_is_read_and_compare_names_it(kube_cluster, tmp
     for node in k8s.nodes:
         assert differ[f"kube.nodes.{node}.encapsulation"] == ("vxlan (flannel.1: VNI 1, UDP 8472, MTU 1450)", "none")
         assert differ[f"kube.nodes.{node}.interfaces.cni0.mtu"] == ("1450", "1500"), differ
+        assert differ[f"kube.nodes.{node}.interfaces.veths in cni0.mtu"] == ("1450", "1500"), differ
+    # and not which pods each node had: their veths' names are new in every run
+    assert not [name for name in differ if ".interfaces.veth" in name and "veths in" not in name], differ
     assert vnetbench_namespaces(k8s) == []
 
 

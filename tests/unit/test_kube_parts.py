@@ -399,12 +399,21 @@ def test_a_run_resumes_only_where_it_ran():
 def test_a_nodes_devices_give_their_mtus_and_the_pod_networks_tunnel():
     """Recorded `ip -d -j link show` of a namespace set up as the test cluster's nodes are: a VXLAN device as
     flannel makes it, the CNI's bridge and a pod's veth on it."""
-    from vnetbench.kube.netfacts import encapsulation, interfaces
+    from vnetbench.kube.netfacts import encapsulation, interfaces, lasting
 
     devices = interfaces((FIXTURES / "ip_link_node_vxlan.json").read_text())
-    assert devices == {"vb1": {"mtu": 1500, "kind": "veth", "in": "bridge"}, "vb0": {"mtu": 1450, "kind": "veth"},
+    assert devices == {"vb1": {"mtu": 1500, "kind": "veth", "in": "bridge", "master": "cni0"},
+                       "vb0": {"mtu": 1450, "kind": "veth"},
                        "flannel.1": {"mtu": 1450, "kind": "vxlan", "vni": 1, "port": 8472},
                        "cni0": {"mtu": 1500, "kind": "bridge"}}
+    # the pods' host ends, named after each pod, are one fact per bridge: their MTUs
+    assert lasting(devices) == {"vb0": {"mtu": 1450, "kind": "veth"},
+                                "flannel.1": {"mtu": 1450, "kind": "vxlan", "vni": 1, "port": 8472},
+                                "cni0": {"mtu": 1500, "kind": "bridge"},
+                                "veths in cni0": {"mtu": 1500, "kind": "veth", "in": "bridge"}}
+    other_pods = {**devices, "veth0a1b": {**devices["vb1"]}, "veth9f8e": {**devices["vb1"], "mtu": 1450}}
+    del other_pods["vb1"]
+    assert lasting(other_pods)["veths in cni0"]["mtu"] == "1450, 1500"
     assert encapsulation(devices) == "vxlan (flannel.1: VNI 1, UDP 8472, MTU 1450)"
     assert encapsulation({"eth0": {"mtu": 1500, "kind": "device"}}) == "none"
     assert interfaces("") == {}

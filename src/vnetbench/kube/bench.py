@@ -505,4 +505,4 @@ def _devices(node: PodNode) -> dict[str, Any]:
 def _node_devices(devices: dict[str, Any]) -> dict[str, Any]:
     if "error" in devices:
         return {"unknown": devices["error"]}
-    return {"interfaces": devices, "encapsulation": netfacts.encapsulation(devices)}
+    return {"interfaces": netfacts.lasting(devices), "encapsulation": netfacts.encapsulation(devices)}

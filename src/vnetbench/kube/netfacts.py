@@ -35,7 +35,27 @@ def interfaces(text: str) -> dict[str, dict[str, Any]]:
                     entry[name] = data[key]
         if info.get("info_slave_kind"):
             entry["in"] = info["info_slave_kind"]  # a bridge's or bond's port
+            if link.get("master"):
+                entry["master"] = link["master"]
         out[link["ifname"]] = entry
+    return out
+
+
+def lasting(devices: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """A node's devices as facts that last from run to run: the veths that are ports of a bridge (the host ends
+    of its pods, which the CNI names after each pod: new names for every pod) are one entry per bridge,
+    "veths in BRIDGE", with their MTU (the MTUs, where they differ: a pod at another MTU than its peers is what
+    a wrong MTU looks like). `compare` then names what changed on the node, not which pods it had."""
+    out: dict[str, dict[str, Any]] = {}
+    ports: dict[str, set[int]] = {}
+    for name, d in devices.items():
+        if d.get("kind") == "veth" and d.get("master"):
+            ports.setdefault(d["master"], set()).add(d.get("mtu"))
+        else:
+            out[name] = d
+    for bridge, mtus in sorted(ports.items()):
+        mtu: Any = next(iter(mtus)) if len(mtus) == 1 else ", ".join(str(m) for m in sorted(mtus, key=str))
+        out[f"veths in {bridge}"] = {"mtu": mtu, "kind": "veth", "in": "bridge"}
     return out
 
 
