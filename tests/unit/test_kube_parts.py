@@ -414,6 +414,8 @@ def test_a_nodes_devices_give_their_mtus_and_the_pod_networks_tunnel():
     other_pods = {**devices, "veth0a1b": {**devices["vb1"]}, "veth9f8e": {**devices["vb1"], "mtu": 1450}}
     del other_pods["vb1"]
     assert lasting(other_pods)["veths in cni0"]["mtu"] == "1450, 1500"
+    assert lasting({**other_pods, "veth77aa": {**devices["vb1"], "mtu": 900}})["veths in cni0"]["mtu"] == \
+        "900, 1450, 1500"  # in order of size, not of their text
     assert encapsulation(devices) == "vxlan (flannel.1: VNI 1, UDP 8472, MTU 1450)"
     assert encapsulation({"eth0": {"mtu": 1500, "kind": "device"}}) == "none"
     assert interfaces("") == {}

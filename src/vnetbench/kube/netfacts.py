@@ -47,14 +47,14 @@ def lasting(devices: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
     "veths in BRIDGE", with their MTU (the MTUs, where they differ: a pod at another MTU than its peers is what
     a wrong MTU looks like). `compare` then names what changed on the node, not which pods it had."""
     out: dict[str, dict[str, Any]] = {}
-    ports: dict[str, set[int]] = {}
+    ports: dict[str, set[int | None]] = {}
     for name, d in devices.items():
         if d.get("kind") == "veth" and d.get("master"):
             ports.setdefault(d["master"], set()).add(d.get("mtu"))
         else:
             out[name] = d
     for bridge, mtus in sorted(ports.items()):
-        mtu: Any = next(iter(mtus)) if len(mtus) == 1 else ", ".join(str(m) for m in sorted(mtus, key=str))
+        mtu: Any = next(iter(mtus)) if len(mtus) == 1 else ", ".join(str(m) for m in sorted(mtus, key=lambda m: (m is None, m or 0)))
         out[f"veths in {bridge}"] = {"mtu": mtu, "kind": "veth", "in": "bridge"}
     return out
 
